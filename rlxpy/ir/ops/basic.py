@@ -1,0 +1,256 @@
+"""Leaves, views, element-wise and data-movement ops (op-catalog §1.1, §1.2, §1.6)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlxpy.errors import GraphError
+from rlxpy.ir.dtype import DType, promote
+from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, Op, TensorType, need
+from rlxpy.ir.shape import Dim, Shape, Sym, broadcast_shapes, format_shape, is_static, normalize_axis
+
+
+def _broadcast(ins: Sequence[TensorType]) -> Shape:
+    try:
+        return broadcast_shapes(*(t.shape for t in ins))
+    except ValueError as e:
+        raise GraphError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class Input(Op):
+    """A graph input, uploaded by name on each run (skipped when its bytes did not change)."""
+
+    name: str
+    shape: Shape
+    dtype: DType = DType.F32
+    arity = (0, 0)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Param(Op):
+    """A weight, set once with set_param / set_param_bytes; never shares arena space."""
+
+    name: str
+    shape: Shape
+    dtype: DType = DType.F32
+    arity = (0, 0)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Constant(Op):
+    """Bytes fixed at build time, in the arena storage format of ``dtype``."""
+
+    data: bytes
+    shape: Shape
+    dtype: DType = DType.F32
+    arity = (0, 0)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        need(is_static(self.shape), f"constant shape {format_shape(self.shape)} must be static")
+        size = math.prod(self.shape) * self.dtype.itemsize  # type: ignore[arg-type]
+        need(len(self.data) == size, f"constant has {len(self.data)} bytes, shape needs {size}")
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Reshape(Op):
+    """A view with a new shape (one -1 allowed); aliases its input, no step."""
+
+    new_shape: Shape
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        unknown = [i for i, d in enumerate(self.new_shape) if d == -1]
+        need(len(unknown) <= 1, f"reshape to {format_shape(self.new_shape)}: at most one -1")
+        if not is_static(x.shape) or any(isinstance(d, Sym) for d in self.new_shape):
+            need(not unknown, "reshape with -1 needs static shapes; name the symbolic dim instead")
+            return TensorType(self.new_shape, x.dtype)
+        total = math.prod(x.shape)  # type: ignore[arg-type]
+        known = math.prod(d for d in self.new_shape if d != -1)  # type: ignore[misc]
+        shape = list(self.new_shape)
+        if unknown:
+            need(known > 0 and total % known == 0,
+                 f"cannot reshape {format_shape(x.shape)} to {format_shape(self.new_shape)}")
+            shape[unknown[0]] = total // known
+        need(math.prod(shape) == total,  # type: ignore[arg-type]
+             f"cannot reshape {format_shape(x.shape)} ({total} elements) to {format_shape(self.new_shape)}")
+        return TensorType(tuple(shape), x.dtype)
+
+
+@dataclass(frozen=True)
+class Cast(Op):
+    """Convert to ``to``. Float -> int truncates toward zero, saturates, NaN -> 0 (torch-like)."""
+
+    to: DType
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(ins[0].shape, self.to)
+
+
+@dataclass(frozen=True)
+class Copy(Op):
+    """An explicit copy into a fresh slot (same shape and dtype)."""
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return ins[0]
+
+
+@dataclass(frozen=True)
+class Activation(Op):
+    """``fn(x)`` per element (op-catalog §4.1). GELU is the exact erf form, Round is half away
+    from zero (like C's round(), unlike torch.round's half-to-even), NaN propagates."""
+
+    fn: ActKind
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        need(ins[0].dtype.is_float, f"activation {self.fn.name} needs a float input, got {ins[0]}")
+        return ins[0]
+
+
+@dataclass(frozen=True)
+class Binary(Op):
+    """``a op b`` with numpy broadcasting. Pow of a negative base gives numpy's answer
+    (real for integral exponents, NaN otherwise), unlike the original's GPU NaN."""
+
+    op: BinaryOp
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(_broadcast(ins), promote(ins[0].dtype, ins[1].dtype))
+
+
+@dataclass(frozen=True)
+class Compare(Op):
+    """``a cmp b`` with broadcasting; bool result. NaN compares false except for NE."""
+
+    op: CmpOp
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(_broadcast(ins), DType.BOOL)
+
+
+@dataclass(frozen=True)
+class Where(Op):
+    """``on_true if cond != 0 else on_false``, all three broadcast (like torch.where)."""
+
+    arity = (3, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return TensorType(_broadcast(ins), promote(ins[1].dtype, ins[2].dtype))
+
+
+@dataclass(frozen=True)
+class Transpose(Op):
+    """``numpy.transpose(x, perm)``."""
+
+    perm: tuple[int, ...]
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        need(sorted(self.perm) == list(range(x.rank)), f"perm {self.perm} is not a permutation of rank {x.rank}")
+        return TensorType(tuple(x.shape[p] for p in self.perm), x.dtype)
+
+
+@dataclass(frozen=True)
+class Narrow(Op):
+    """``x[..., start:start+length, ...]`` along ``axis``."""
+
+    axis: int
+    start: int
+    length: int
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        axis = _axis(self.axis, x.rank)
+        dim = x.shape[axis]
+        need(self.start >= 0 and self.length >= 0, f"narrow start {self.start}, length {self.length}")
+        need(isinstance(dim, Sym) or self.start + self.length <= dim,
+             f"narrow {self.start}:{self.start + self.length} exceeds axis {axis} of {format_shape(x.shape)}")
+        shape = list(x.shape)
+        shape[axis] = self.length
+        return TensorType(tuple(shape), x.dtype)
+
+
+@dataclass(frozen=True)
+class Concat(Op):
+    """``numpy.concatenate(xs, axis)``."""
+
+    axis: int
+    arity = (1, None)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        first = ins[0]
+        axis = _axis(self.axis, first.rank)
+        total: Dim = 0
+        for t in ins:
+            same = all(a == b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis)
+            need(t.rank == first.rank and same and t.dtype == first.dtype,
+                 "concat inputs differ outside axis " f"{axis}: " + ", ".join(str(t) for t in ins))
+            dim = t.shape[axis]
+            need(isinstance(dim, int) and isinstance(total, int), "concat axis must be static")
+            total = total + dim  # type: ignore[operator]
+        shape = list(first.shape)
+        shape[axis] = total
+        return TensorType(tuple(shape), first.dtype)
+
+
+@dataclass(frozen=True)
+class Expand(Op):
+    """``numpy.broadcast_to`` after left-padding x with 1s; only size-1 dims broadcast."""
+
+    shape: Shape
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        need(x.rank <= len(self.shape), f"cannot expand {format_shape(x.shape)} to {format_shape(self.shape)}")
+        padded = (1,) * (len(self.shape) - x.rank) + tuple(x.shape)
+        for have, want in zip(padded, self.shape):
+            need(have in (1, want), f"cannot expand {format_shape(x.shape)} to {format_shape(self.shape)}")
+        return TensorType(tuple(self.shape), x.dtype)
+
+
+@dataclass(frozen=True)
+class Gather(Op):
+    """``numpy.take(table, clip(indices), axis)``: out shape = table[:axis] + idx + table[axis+1:].
+    Indices are clamped into [0, dim-1] (the original's rule), fractions truncate."""
+
+    axis: int = 0
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        table, idx = ins
+        axis = _axis(self.axis, table.rank)
+        need(idx.dtype in (DType.I32, DType.I64, DType.U32, DType.F32),
+             f"gather indices must be i32/u32/i64/f32, got {idx}")
+        return TensorType(table.shape[:axis] + idx.shape + table.shape[axis + 1:], table.dtype)
+
+
+@dataclass(frozen=True)
+class ScatterAdd(Op):
+    """``out = zeros([out_dim, *T]); numpy.add.at(out, idx, updates)``; rows outside are skipped."""
+
+    out_dim: int
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        updates, idx = ins
+        need(idx.rank == 1 and updates.rank >= 1 and idx.shape[0] == updates.shape[0],
+             f"scatter_add wants updates [U, ...] and indices [U], got {updates} and {idx}")
+        return TensorType((self.out_dim,) + tuple(updates.shape[1:]), updates.dtype)
+
+
+def _axis(axis: int, rank: int) -> int:
+    try:
+        return normalize_axis(axis, rank)
+    except ValueError as e:
+        raise GraphError(str(e)) from None

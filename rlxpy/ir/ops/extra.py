@@ -1,0 +1,1 @@
+"""Secondary op families (conv, sequence, signal, custom, backward). Filled in separately."""

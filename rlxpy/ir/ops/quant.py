@@ -1,0 +1,104 @@
+"""Quantised matmuls and lookups (op-catalog §1.3): generic group-wise and GGUF block formats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.core import Op, TensorType, need
+
+#: GGML block geometry: type name -> (elements per block, bytes per block).
+GGUF_BLOCKS: dict[str, tuple[int, int]] = {
+    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
+    "Q4_0": (32, 2 + 16), "Q4_1": (32, 2 + 2 + 16), "Q5_0": (32, 2 + 4 + 16),
+    "Q5_1": (32, 2 + 2 + 4 + 16), "Q8_0": (32, 2 + 32), "Q8_1": (32, 4 + 4 + 32),
+    "Q2_K": (256, 2 + 2 + 16 + 64), "Q3_K": (256, 2 + 32 + 64 + 12),
+    "Q4_K": (256, 2 + 2 + 12 + 128), "Q5_K": (256, 2 + 2 + 12 + 32 + 128),
+    "Q6_K": (256, 2 + 16 + 64 + 128), "Q8_K": (256, 4 + 256 + 32),
+    "IQ4_NL": (32, 2 + 16), "IQ4_XS": (256, 2 + 2 + 4 + 128),
+}
+
+
+def gguf_row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one row of ``k`` elements of GGML type ``qtype``."""
+    need(qtype in GGUF_BLOCKS, f"unknown GGUF type {qtype!r}")
+    block, size = GGUF_BLOCKS[qtype]
+    need(k % block == 0, f"row size ({k}) is not a multiple of {qtype} block size ({block})")
+    return k // block * size
+
+
+@dataclass(frozen=True)
+class DequantMatMulGguf(Op):
+    """``y = x @ dequant(W)^T`` with W = [n rows of k elements] in GGML layout (u8 [n, row_bytes]),
+    like ggml_mul_mat(W, x). Dequantisation matches gguf-py's ``quants.dequantize``."""
+
+    qtype: str
+    n: int
+    k: int
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x, w = ins
+        need(x.shape[-1] == self.k, f"x {x} last dim must be k={self.k}")
+        need(w.dtype is DType.U8 and w.shape == (self.n, gguf_row_bytes(self.qtype, self.k)),
+             f"{self.qtype} weight must be u8[{self.n}, {gguf_row_bytes(self.qtype, self.k)}], got {w}")
+        return TensorType(tuple(x.shape[:-1]) + (self.n,), DType.F32)
+
+
+@dataclass(frozen=True)
+class DequantGroupedMatMul(Op):
+    """MoE with GGUF experts: ``y[i] = x[i] @ dequant(W[expert_idx[i]])^T``; W = u8 [E, n, row_bytes]."""
+
+    qtype: str
+    n: int
+    k: int
+    arity = (3, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x, w, idx = ins
+        row = gguf_row_bytes(self.qtype, self.k)
+        need(x.rank == 2 and x.shape[1] == self.k and idx.shape == (x.shape[0],),
+             f"wants x [M, {self.k}], idx [M]; got {x}, {idx}")
+        need(w.dtype is DType.U8 and w.rank == 3 and w.shape[1:] == (self.n, row),
+             f"{self.qtype} experts must be u8[E, {self.n}, {row}], got {w}")
+        return TensorType((x.shape[0], self.n), DType.F32)
+
+
+@dataclass(frozen=True)
+class GatherGguf(Op):
+    """Embedding lookup on a GGUF table u8 [rows, row_bytes]: dequantise only the rows named by
+    the indices (clamped into range). Output idx.shape + [k], f32."""
+
+    qtype: str
+    k: int
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        table, idx = ins
+        need(table.dtype is DType.U8 and table.rank == 2 and table.shape[1] == gguf_row_bytes(self.qtype, self.k),
+             f"{self.qtype} table must be u8[rows, {gguf_row_bytes(self.qtype, self.k)}], got {table}")
+        need(idx.dtype in (DType.I32, DType.U32, DType.F32), f"indices must be i32/u32/f32, got {idx}")
+        return TensorType(tuple(idx.shape) + (self.k,), DType.F32)
+
+
+#: Generic (non-GGUF) schemes: name -> bits per weight element.
+DEQUANT_SCHEMES = {"int8": 8, "int8_asym": 8, "int4": 4, "fp8_e4m3": 8, "fp8_e5m2": 8, "nvfp4": 4}
+
+
+@dataclass(frozen=True)
+class DequantMatMul(Op):
+    """``x @ dequant(W)`` with W [K, N] row-major, packed per ``scheme`` (op-catalog §1.3 table),
+    scales per (K-block of ``block_size``, column). Inputs x, w_q (u8 bytes), scale, zp."""
+
+    scheme: str
+    k: int
+    n: int
+    block_size: int = 32
+    arity = (2, 4)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x = ins[0]
+        need(self.scheme in DEQUANT_SCHEMES, f"unknown scheme {self.scheme!r}")
+        need(x.shape[-1] == self.k, f"x {x} last dim must be k={self.k}")
+        return TensorType(tuple(x.shape[:-1]) + (self.n,), DType.F32)

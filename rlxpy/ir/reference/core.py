@@ -1,0 +1,214 @@
+"""Reference semantics: element-wise, views, data movement, reductions (numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, ReduceOp
+from rlxpy.ir.reference import reference
+from rlxpy.ir.shape import normalize_axis
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+ACTIVATIONS = {
+    ActKind.RELU: lambda x: np.where(np.isnan(x), x, np.maximum(x, 0)),
+    ActKind.SIGMOID: lambda x: special.expit(x),
+    ActKind.TANH: np.tanh,
+    ActKind.EXP: np.exp,
+    ActKind.LOG: np.log,
+    ActKind.SQRT: np.sqrt,
+    ActKind.RSQRT: lambda x: 1.0 / np.sqrt(x),
+    ActKind.NEG: np.negative,
+    ActKind.ABS: np.abs,
+    ActKind.GELU: lambda x: 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0))),
+    ActKind.SILU: lambda x: x * special.expit(x),
+    ActKind.GELU_APPROX: lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
+    ActKind.ROUND: _round_half_away,
+    ActKind.SIN: np.sin,
+    ActKind.COS: np.cos,
+    ActKind.TAN: np.tan,
+    ActKind.ATAN: np.arctan,
+}
+
+
+def apply_activation(fn: ActKind, x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return ACTIVATIONS[fn](x.astype(np.float64)).astype(x.dtype)
+
+
+@reference(ops.Activation)
+def ref_activation(op: ops.Activation, args, node):
+    return apply_activation(op.fn, args[0])
+
+
+def _pow(a, b):
+    return np.power(a, b) if a.dtype.kind == "f" or np.all(b >= 0) else np.power(a.astype(np.float64), b)
+
+
+BINARY = {
+    BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL: np.multiply,
+    BinaryOp.MAX: np.maximum, BinaryOp.MIN: np.minimum, BinaryOp.POW: _pow,
+}
+
+
+@reference(ops.Binary)
+def ref_binary(op: ops.Binary, args, node):
+    dtype = node.dtype.numpy
+    a, b = (x.astype(dtype) for x in args)
+    with np.errstate(all="ignore"):
+        if op.op is BinaryOp.DIV:
+            if node.dtype.is_int:  # torch's integer division truncates (trunc mode)
+                safe = np.where(b == 0, 1, b)
+                return np.trunc(a / safe).astype(dtype)
+            return a / b
+        return BINARY[op.op](a, b)
+
+
+COMPARE = {
+    CmpOp.EQ: np.equal, CmpOp.NE: np.not_equal, CmpOp.LT: np.less,
+    CmpOp.LE: np.less_equal, CmpOp.GT: np.greater, CmpOp.GE: np.greater_equal,
+}
+
+
+@reference(ops.Compare)
+def ref_compare(op: ops.Compare, args, node):
+    a, b = args
+    return COMPARE[op.op](a, b)
+
+
+@reference(ops.Where)
+def ref_where(op, args, node):
+    cond, on_true, on_false = args
+    return np.where(cond != 0, on_true, on_false)
+
+
+def cast_values(x: np.ndarray, to: DType) -> np.ndarray:
+    """Float -> int truncates toward zero, saturates at the target's range, NaN -> 0."""
+    if to.is_int and x.dtype.kind == "f":
+        info = np.iinfo(to.numpy)
+        clean = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0, posinf=info.max, neginf=info.min)
+        return np.clip(clean, info.min, info.max).astype(to.numpy)
+    if to is DType.BOOL:
+        return x != 0
+    if to is DType.BF16:  # round to bf16 precision, keep f32 storage in the reference
+        from rlxpy.ir.dtype import from_storage, to_storage
+        return from_storage(to_storage(x.astype(np.float32), DType.BF16), DType.BF16)
+    return x.astype(to.numpy)
+
+
+@reference(ops.Cast)
+def ref_cast(op: ops.Cast, args, node):
+    return cast_values(args[0], op.to)
+
+
+@reference(ops.Copy)
+def ref_copy(op, args, node):
+    return args[0].copy()
+
+
+@reference(ops.Reshape)
+def ref_reshape(op, args, node):
+    return args[0].reshape(node.shape)
+
+
+@reference(ops.Transpose)
+def ref_transpose(op: ops.Transpose, args, node):
+    return np.transpose(args[0], op.perm)
+
+
+@reference(ops.Narrow)
+def ref_narrow(op: ops.Narrow, args, node):
+    (x,) = args
+    axis = normalize_axis(op.axis, x.ndim)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(op.start, op.start + op.length)
+    return x[tuple(index)]
+
+
+@reference(ops.Concat)
+def ref_concat(op: ops.Concat, args, node):
+    return np.concatenate(args, axis=normalize_axis(op.axis, args[0].ndim))
+
+
+@reference(ops.Expand)
+def ref_expand(op: ops.Expand, args, node):
+    return np.broadcast_to(args[0], node.shape).copy()
+
+
+def clamp_indices(idx: np.ndarray, dim: int) -> np.ndarray:
+    """The original's rule: truncate fractions, clamp into [0, dim-1]."""
+    return np.clip(np.trunc(idx.astype(np.float64)), 0, max(dim - 1, 0)).astype(np.int64)
+
+
+@reference(ops.Gather)
+def ref_gather(op: ops.Gather, args, node):
+    table, idx = args
+    axis = normalize_axis(op.axis, table.ndim)
+    return np.take(table, clamp_indices(idx, table.shape[axis]), axis=axis)
+
+
+@reference(ops.ScatterAdd)
+def ref_scatter_add(op: ops.ScatterAdd, args, node):
+    updates, idx = args
+    out = np.zeros(node.shape, dtype=updates.dtype)
+    rows = np.trunc(idx.astype(np.float64)).astype(np.int64)
+    keep = (rows >= 0) & (rows < op.out_dim)
+    np.add.at(out, rows[keep], updates[keep])
+    return out
+
+
+REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.MEAN: np.mean, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min,
+          ReduceOp.PROD: np.prod}
+
+
+@reference(ops.Reduce)
+def ref_reduce(op: ops.Reduce, args, node):
+    (x,) = args
+    axes = tuple(sorted({normalize_axis(a, x.ndim) for a in op.axes}))
+    if x.size == 0 and op.op in (ReduceOp.MAX, ReduceOp.MIN):
+        raise ValueError("max/min over an empty axis")
+    wide = x.astype(np.float64) if x.dtype.kind == "f" else x
+    return REDUCE[op.op](wide, axis=axes, keepdims=op.keep_dim).astype(x.dtype)
+
+
+@reference(ops.Softmax)
+def ref_softmax(op: ops.Softmax, args, node):
+    x = args[0].astype(np.float64)
+    axis = normalize_axis(op.axis, x.ndim)
+    with np.errstate(all="ignore"):
+        shifted = x - np.max(x, axis=axis, keepdims=True)
+        e = np.exp(shifted)
+        return (e / np.sum(e, axis=axis, keepdims=True)).astype(args[0].dtype)
+
+
+@reference(ops.Cumsum)
+def ref_cumsum(op: ops.Cumsum, args, node):
+    x = args[0]
+    axis = normalize_axis(op.axis, x.ndim)
+    total = np.cumsum(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=axis)
+    if op.exclusive:
+        total = total - x
+    return total.astype(x.dtype)
+
+
+@reference(ops.TopK)
+def ref_topk(op: ops.TopK, args, node):
+    (x,) = args
+    # stable sort of -x keeps the smaller index first among ties; NaN sorts as the largest (torch)
+    key = np.where(np.isnan(x), -np.inf, -x.astype(np.float64))
+    order = np.argsort(key, axis=-1, kind="stable")
+    return order[..., : op.k].astype(np.int32)
+
+
+@reference(ops.Argmax)
+def ref_argmax(op, args, node):
+    (x,) = args
+    has_nan = np.isnan(x)
+    first_nan = np.argmax(has_nan, axis=-1)
+    return np.where(has_nan.any(axis=-1), first_nan, np.argmax(x, axis=-1)).astype(np.int32)

@@ -1,0 +1,1 @@
+"""Reference semantics: filled in separately."""
