@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import functools
 import heapq
+import numbers
 import os
 import re
 import sys
@@ -25,9 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import gguf
-from rlxpy.frontends.gguf_chat import render_chat
 
 from rlxpy.errors import InputError, ModelError
+from rlxpy.frontends.gguf_chat import render_chat
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -190,12 +191,15 @@ class GgufTokenizer:
                 f"{source}: unsupported tokenizer model {self.model!r} in 'tokenizer.ggml.model' "
                 "(supported: 'gpt2', 'llama')"
             )
-        self.tokens: list[str] = [str(token) for token in self._required(fields, "tokenizer.ggml.tokens", list)]
+        tokens = self._required(fields, "tokenizer.ggml.tokens", list)
+        self.tokens: list[str] = [str(token) for token in tokens]
         if not self.tokens:
             raise ModelError(f"{source}: 'tokenizer.ggml.tokens' is empty")
         self.vocab_size: int = len(self.tokens)
         token_types = fields.get("tokenizer.ggml.token_type")
-        self.token_types: list[int] = [NORMAL] * self.vocab_size if token_types is None else list(token_types)
+        self.token_types: list[int] = (
+            [NORMAL] * self.vocab_size if token_types is None else [int(kind) for kind in token_types]
+        )
         if len(self.token_types) != self.vocab_size:
             raise ModelError(
                 f"{source}: 'tokenizer.ggml.token_type' has {len(self.token_types)} entries "
@@ -206,10 +210,10 @@ class GgufTokenizer:
 
         # llama.cpp's defaults when a file omits an id: SPM uses 1/2/0, BPE files always name theirs.
         spm = self.model == "llama"
-        self.bos_id: int | None = self._token_id(fields, "tokenizer.ggml.bos_token_id", 1 if spm else None)
-        self.eos_id: int | None = self._token_id(fields, "tokenizer.ggml.eos_token_id", 2 if spm else None)
-        self.unknown_id: int | None = self._token_id(fields, "tokenizer.ggml.unknown_token_id", 0 if spm else None)
-        self.padding_id: int | None = self._token_id(fields, "tokenizer.ggml.padding_token_id", None)
+        self.bos_id: int | None = self._token_id(fields, "bos_token_id", 1 if spm else None)
+        self.eos_id: int | None = self._token_id(fields, "eos_token_id", 2 if spm else None)
+        self.unknown_id: int | None = self._token_id(fields, "unknown_token_id", 0 if spm else None)
+        self.padding_id: int | None = self._token_id(fields, "padding_token_id", None)
         self.pre: str = str(fields.get("tokenizer.ggml.pre") or "default")
         # llama.cpp adds BOS by default for SPM and the llama3 pre-tokenizer; the file's flag wins.
         bos_default = spm or self.pre in _IGNORE_MERGES
@@ -222,7 +226,8 @@ class GgufTokenizer:
             scores = self._required(fields, "tokenizer.ggml.scores", list)
             if len(scores) != self.vocab_size:
                 raise ModelError(
-                    f"{source}: 'tokenizer.ggml.scores' has {len(scores)} entries for {self.vocab_size} tokens"
+                    f"{source}: 'tokenizer.ggml.scores' has {len(scores)} entries "
+                    f"for {self.vocab_size} tokens"
                 )
             self._scores: list[float] = [float(score) for score in scores]
             self._byte_ids: dict[int, int] = {}
@@ -240,13 +245,19 @@ class GgufTokenizer:
             for rank, merge in enumerate(self._required(fields, "tokenizer.ggml.merges", list)):
                 left, space, right = str(merge).partition(" ")
                 if not space:
-                    raise ModelError(f"{source}: merge {rank} {merge!r} in 'tokenizer.ggml.merges' has no space")
+                    raise ModelError(
+                        f"{source}: entry {rank} of 'tokenizer.ggml.merges' ({merge!r}) is not 'left right'"
+                    )
                 self._ranks.setdefault((left, right), rank)
             self._ignore_merges = self.pre in _IGNORE_MERGES
             self._bpe_cache: dict[str, tuple[int, ...]] = {}
 
         whole = sorted(
-            (token for token, kind in zip(self.tokens, self.token_types) if kind in _WHOLE_MATCH_TYPES and token),
+            (
+                token
+                for token, kind in zip(self.tokens, self.token_types, strict=True)
+                if kind in _WHOLE_MATCH_TYPES and token
+            ),
             key=len,
             reverse=True,
         )
@@ -265,7 +276,7 @@ class GgufTokenizer:
             name = os.fspath(source)
             try:
                 reader = gguf.GGUFReader(name)
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, IndexError, KeyError) as error:
                 raise ModelError(f"{name}: cannot read as GGUF: {error}") from error
         fields = {
             key: _gguf_field_value(field)
@@ -282,20 +293,27 @@ class GgufTokenizer:
     def _required(self, fields: dict[str, Any], key: str, kind: type) -> Any:
         value = fields.get(key)
         if value is None:
-            raise ModelError(f"{self.source}: missing GGUF key {key!r} (no tokenizer metadata)")
-        if kind is list and not isinstance(value, (list, tuple)):
-            value = list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
+            hint = " (the file has no tokenizer metadata)" if key == "tokenizer.ggml.model" else ""
+            raise ModelError(f"{self.source}: missing GGUF key {key!r}{hint}")
+        if kind is list and hasattr(value, "__len__") and not isinstance(value, (str, bytes)):
+            value = list(value)  # tuples and numpy arrays too
         if not isinstance(value, kind):
-            raise ModelError(f"{self.source}: GGUF key {key!r} is {type(value).__name__}, expected {kind.__name__}")
+            raise ModelError(
+                f"{self.source}: GGUF key {key!r} is a {type(value).__name__}, expected a {kind.__name__}"
+            )
         return value
 
-    def _token_id(self, fields: dict[str, Any], key: str, default: int | None) -> int | None:
+    def _token_id(self, fields: dict[str, Any], name: str, default: int | None) -> int | None:
+        key = f"tokenizer.ggml.{name}"
         value = fields.get(key, default)
         if value is None:
             return None
-        if not isinstance(value, int) or not 0 <= value < self.vocab_size:
-            raise ModelError(f"{self.source}: GGUF key {key!r} = {value!r} is not a token id below {self.vocab_size}")
-        return value
+        integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if not integral or not 0 <= value < self.vocab_size:
+            raise ModelError(
+                f"{self.source}: GGUF key {key!r} = {value!r} is not a token id below {self.vocab_size}"
+            )
+        return int(value)
 
     # -- encoding --------------------------------------------------------------------------------------
 
@@ -356,7 +374,7 @@ class GgufTokenizer:
             ranks = self._ranks
             while len(parts) > 1:
                 best_rank, best_pair = None, None
-                for pair in zip(parts, parts[1:]):
+                for pair in zip(parts, parts[1:], strict=False):
                     rank = ranks.get(pair)
                     if rank is not None and (best_rank is None or rank < best_rank):
                         best_rank, best_pair = rank, pair
@@ -465,12 +483,17 @@ class GgufTokenizer:
         if kind in (CONTROL, USER_DEFINED, UNKNOWN):
             piece = text.encode("utf-8")
         elif self.model == "gpt2":
+            # A character outside the byte alphabet (a mislabelled token) stands for its own UTF-8.
             piece = b"".join(
-                bytes((CHAR_TO_BYTE[char],)) if char in CHAR_TO_BYTE else char.encode("utf-8") for char in text
+                bytes((CHAR_TO_BYTE[char],)) if char in CHAR_TO_BYTE else char.encode("utf-8")
+                for char in text
             )
         else:
             match = _BYTE_PIECE.fullmatch(text) if kind == BYTE else None
-            piece = bytes((int(match.group(1), 16),)) if match else text.replace(_SPACE_MARK, " ").encode("utf-8")
+            if match:
+                piece = bytes((int(match.group(1), 16),))
+            else:
+                piece = text.replace(_SPACE_MARK, " ").encode("utf-8")
         self._piece_cache[token_id] = piece
         return piece
 
@@ -486,7 +509,9 @@ class GgufTokenizer:
 
     def _check_id(self, token_id: int) -> None:
         if not 0 <= int(token_id) < self.vocab_size:
-            raise InputError(f"token id {token_id} is outside the vocabulary of {self.vocab_size} ({self.source})")
+            raise InputError(
+                f"token id {token_id} is outside the vocabulary of {self.vocab_size} tokens ({self.source})"
+            )
 
     # -- chat ------------------------------------------------------------------------------------------
 

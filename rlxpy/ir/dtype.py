@@ -101,20 +101,26 @@ def promote(a: DType, b: DType) -> DType:
         if int_side is DType.BOOL:
             return float_side
         if int_side is DType.I64:
-            return DType.F64 if float_side is not DType.F32 else DType.F64
+            return DType.F64
         if float_side in (DType.F16, DType.BF16):
             return DType.F32
         return float_side
+    if _RANK[a] == _RANK[b] and a.is_int and b.is_int:
+        # signed and unsigned of one rank (u8/i8, u32/i32): the next wider signed int, like
+        # torch.promote_types, so that promote stays symmetric
+        return DType.I16 if _RANK[a] == 1 else DType.I64
     return a if _RANK[a] >= _RANK[b] else b
 
 
 def to_storage(array: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert host data to the arena's storage representation of ``dtype``."""
     if dtype is DType.BF16:
-        bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-        # round to nearest even, as torch does when casting f32 -> bf16
-        rounded = bits + 0x7FFF + ((bits >> 16) & 1)
-        return (rounded >> 16).astype(np.uint16)
+        values = np.ascontiguousarray(array, dtype=np.float32)
+        bits = values.view(np.uint32)
+        # round to nearest even, as torch does when casting f32 -> bf16; NaN would carry into
+        # the exponent (or wrap) under the rounding add, so it becomes the quiet NaN 0x7FC0
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        return np.where(np.isnan(values), np.uint16(0x7FC0), rounded).reshape(np.shape(array))
     if dtype is DType.BOOL:
         return (np.asarray(array) != 0).astype(np.uint32)
     return np.ascontiguousarray(array, dtype=dtype.numpy)

@@ -60,6 +60,11 @@ class Attention(Op):
         need(q.shape[-1] in (self.head_dim, self.num_heads * self.head_dim)
              and k.shape[-1] in (self.head_dim, self.kv_heads * self.head_dim),
              f"head_dim {self.head_dim} does not match q {q} / k {k}")
+        if needs_mask:  # [B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k] (size-1 dims broadcast)
+            mask, keys = ins[3], k.shape[2] if lk == "bhsd" else k.shape[1]
+            need(mask.rank in (2, 3, 4) and mask.shape[-1] in (1, keys),
+                 f"{self.mask_kind.name} mask {mask} must be [B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k] "
+                 f"with S_k = {keys}")
         return TensorType(q.shape, q.dtype)
 
 

@@ -157,7 +157,8 @@ class Transpose(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        need(sorted(self.perm) == list(range(x.rank)), f"perm {self.perm} is not a permutation of rank {x.rank}")
+        need(sorted(self.perm) == list(range(x.rank)),
+             f"perm {self.perm} is not a permutation of rank {x.rank}")
         return TensorType(tuple(x.shape[p] for p in self.perm), x.dtype)
 
 
@@ -212,7 +213,8 @@ class Expand(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        need(x.rank <= len(self.shape), f"cannot expand {format_shape(x.shape)} to {format_shape(self.shape)}")
+        need(x.rank <= len(self.shape),
+             f"cannot expand {format_shape(x.shape)} to {format_shape(self.shape)}")
         padded = (1,) * (len(self.shape) - x.rank) + tuple(x.shape)
         for have, want in zip(padded, self.shape):
             need(have in (1, want), f"cannot expand {format_shape(x.shape)} to {format_shape(self.shape)}")

@@ -195,7 +195,8 @@ class Argmax(Op):
 class Sample(Op):
     """One token id (i32) per row of logits [..., V]: temperature, top-k, top-p, then Gumbel-max
     with Threefry2x32-20 keyed by ``seed`` (op-catalog §1.5). An optional second input, a u32[2]
-    (or i32[2]) tensor, overrides the seed per run. temperature 1, no filtering -> Argmax."""
+    (or i32[2]) tensor, overrides the seed per run. temperature 0 -> argmax (ties -> lowest index);
+    temperature 1 with no filtering still samples (the original's greedy shortcut is not copied)."""
 
     temperature: float = 1.0
     top_k: int = 0

@@ -76,8 +76,9 @@ class GatherGguf(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         table, idx = ins
-        need(table.dtype is DType.U8 and table.rank == 2 and table.shape[1] == gguf_row_bytes(self.qtype, self.k),
-             f"{self.qtype} table must be u8[rows, {gguf_row_bytes(self.qtype, self.k)}], got {table}")
+        row = gguf_row_bytes(self.qtype, self.k)
+        need(table.dtype is DType.U8 and table.rank == 2 and table.shape[1] == row,
+             f"{self.qtype} table must be u8[rows, {row}], got {table}")
         need(idx.dtype in (DType.I32, DType.U32, DType.F32), f"indices must be i32/u32/f32, got {idx}")
         return TensorType(tuple(idx.shape) + (self.k,), DType.F32)
 

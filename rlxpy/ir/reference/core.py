@@ -63,9 +63,13 @@ def ref_binary(op: ops.Binary, args, node):
     a, b = (x.astype(dtype) for x in args)
     with np.errstate(all="ignore"):
         if op.op is BinaryOp.DIV:
-            if node.dtype.is_int:  # torch's integer division truncates (trunc mode)
-                safe = np.where(b == 0, 1, b)
-                return np.trunc(a / safe).astype(dtype)
+            if node.dtype.is_int:  # torch.div(rounding_mode="trunc"); x / 0 gives x
+                safe = np.where(b == 0, 1, b).astype(dtype)
+                # exact in integers (a float quotient loses i64 precision): floor, then round
+                # toward zero where the remainder is nonzero and the signs differ
+                quotient = np.floor_divide(a, safe)
+                inexact = (a - quotient * safe != 0) & ((a < 0) != (safe < 0))
+                return (quotient + inexact).astype(dtype)
             return a / b
         return BINARY[op.op](a, b)
 
@@ -92,8 +96,12 @@ def cast_values(x: np.ndarray, to: DType) -> np.ndarray:
     """Float -> int truncates toward zero, saturates at the target's range, NaN -> 0."""
     if to.is_int and x.dtype.kind == "f":
         info = np.iinfo(to.numpy)
-        clean = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0, posinf=info.max, neginf=info.min)
-        return np.clip(clean, info.min, info.max).astype(to.numpy)
+        whole = np.trunc(x.astype(np.float64))
+        # compare in float64 before converting: float(i64 max) rounds up to 2**63, which a clip
+        # would leave out of range (the conversion then wraps to i64 min)
+        high, low = whole >= float(info.max), whole <= float(info.min)
+        inside = np.where(np.isnan(whole) | high | low, 0.0, whole).astype(to.numpy)
+        return np.where(high, info.max, np.where(low, info.min, inside)).astype(to.numpy)
     if to is DType.BOOL:
         return x != 0
     if to is DType.BF16:  # round to bf16 precision, keep f32 storage in the reference
@@ -193,16 +201,20 @@ def ref_cumsum(op: ops.Cumsum, args, node):
     axis = normalize_axis(op.axis, x.ndim)
     total = np.cumsum(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=axis)
     if op.exclusive:
-        total = total - x
+        # shift by one instead of subtracting x: inf - inf and NaN - NaN would poison y[i]
+        leading = np.zeros_like(np.take(total, [0], axis=axis)) if x.shape[axis] else total
+        total = np.concatenate([leading, np.take(total, range(x.shape[axis] - 1), axis=axis)], axis=axis)
     return total.astype(x.dtype)
 
 
 @reference(ops.TopK)
 def ref_topk(op: ops.TopK, args, node):
     (x,) = args
-    # stable sort of -x keeps the smaller index first among ties; NaN sorts as the largest (torch)
-    key = np.where(np.isnan(x), -np.inf, -x.astype(np.float64))
-    order = np.argsort(key, axis=-1, kind="stable")
+    # NaN first (torch.topk counts NaN as the largest), then by value descending; lexsort is
+    # stable, so ties keep the smaller index first. NaN must outrank +inf, hence two keys.
+    is_nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, dtype=bool)
+    value_key = np.where(is_nan, 0.0, -x.astype(np.float64))
+    order = np.lexsort((value_key, ~is_nan), axis=-1)
     return order[..., : op.k].astype(np.int32)
 
 

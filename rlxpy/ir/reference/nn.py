@@ -178,7 +178,8 @@ _ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def threefry2x32(counter: tuple[np.ndarray, np.ndarray], key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def threefry2x32(counter: tuple[np.ndarray, np.ndarray],
+                 key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Threefry2x32 with 20 rounds (Random123), vectorised over the counters."""
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
     ks = (k0, k1, np.uint64(0x1BD11BDA) ^ k0 ^ k1)
@@ -218,7 +219,8 @@ def sample_rows(logits: np.ndarray, temperature: float, top_k: int, top_p: float
         np.put_along_axis(keep, order, keep_sorted, -1)
         p = np.where(keep, p, 0.0)
         p /= np.maximum(p.sum(-1, keepdims=True), 1e-12)
-    key = threefry2x32((np.zeros(1, np.uint32), np.zeros(1, np.uint32)), (seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF))
+    zero = np.zeros(1, np.uint32)
+    key = threefry2x32((zero, zero), (seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF))
     row_ids, token_ids = np.meshgrid(np.arange(rows.shape[0]), np.arange(vocab), indexing="ij")
     bits, _ = threefry2x32((row_ids.ravel().astype(np.uint32), token_ids.ravel().astype(np.uint32)),
                            (int(key[0][0]), int(key[1][0])))

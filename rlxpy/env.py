@@ -1,0 +1,127 @@
+"""Every RLX_* environment flag, declared once with its type, default and doc.
+
+Flags are parsed at import. Call sites read ``env.DISPATCH_REPORT`` like an int; tests change
+flags with ``with env.override(RLX_WGPU_MAX_BINDING=1 << 20): ...``. A bad value raises EnvError
+naming the flag; an unknown RLX_* variable gets a warning with the closest known name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rlxpy.errors import EnvError
+
+
+@dataclass
+class Flag:
+    name: str
+    kind: Callable[[str], Any]
+    default: Any
+    doc: str
+    value: Any = None
+
+    def parse(self, text: str | None) -> Any:
+        if text is None or text == "":
+            return self.default
+        try:
+            if self.kind is bool:
+                if text.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if text.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            return self.kind(text)
+        except ValueError:
+            raise EnvError(f"{self.name}={text!r}: expected {self.kind.__name__} ({self.doc})") from None
+
+    # Flags compare and format like their values, so call sites stay one line.
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return self.value == (other.value if isinstance(other, Flag) else other)
+
+    def __ge__(self, other: Any) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: Any) -> bool:
+        return self.value > other
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+FLAGS: dict[str, Flag] = {}
+
+
+def flag(name: str, kind: Callable[[str], Any], default: Any, doc: str) -> Flag:
+    entry = Flag(name, kind, default, doc)
+    entry.value = entry.parse(os.environ.get(name))
+    FLAGS[name] = entry
+    return entry
+
+
+DISPATCH_REPORT = flag("RLX_DISPATCH_REPORT", int, 0,
+                       "print the schedule report: 1 summary line, 2 one line per step, 3 + each kernel's WGSL")
+WGPU_SCHEDULE = flag("RLX_WGPU_SCHEDULE", int, 0, "alias of RLX_DISPATCH_REPORT (the original's name)")
+NAN_TRACE = flag("RLX_WGPU_NAN_TRACE", int, 0, "after each run: print the first nodes whose output has NaN/Inf")
+DUMP_NODES = flag("RLX_WGPU_DUMP_NODES", int, 0, "after each run: print max|x| of every node's output")
+DUMP_NODES_LIMIT = flag("RLX_WGPU_DUMP_NODES_LIMIT", int, 64, "how many nodes RLX_WGPU_DUMP_NODES prints")
+DUMP_FLAT = flag("RLX_WGPU_DUMP_FLAT", int, 0, "node dumps also print the first 8 values of each node")
+BENCH_DISPATCH_ONLY = flag("RLX_BENCH_DISPATCH_ONLY", int, 0, "skip output readback (time dispatch only)")
+FORCE_INPUT_UPLOAD = flag("RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every input on every run (no hash skip)")
+MATMUL_F32_ONLY = flag("RLX_WGPU_MATMUL_F32_ONLY", int, 0, "never use reduced-precision matmul paths")
+F16_WEIGHTS = flag("RLX_WGPU_F16_WEIGHTS", int, 0, "keep f32 params as an f16 shadow for matmuls")
+NO_PACKED_BSHD_ATTN = flag("RLX_WGPU_NO_PACKED_BSHD_ATTN", int, 0, "disable the packed BSHD attention pattern")
+MAX_BINDING = flag("RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)")
+PROFILE = flag("RLX_WGPU_PROFILE", int, 0, "time each GPU step with timestamp queries (report columns)")
+ADAPTER = flag("RLX_WGPU_ADAPTER", str, "", "pick an adapter whose name or backend contains this text")
+RAW_ENCODE = flag("RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)")
+
+
+def report_level() -> int:
+    return max(int(DISPATCH_REPORT), int(WGPU_SCHEDULE))
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Temporarily set flags by their variable names (tests)."""
+    old = {}
+    for name, value in values.items():
+        if name not in FLAGS:
+            raise EnvError(f"unknown flag {name}")
+        old[name] = FLAGS[name].value
+        FLAGS[name].value = value
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            FLAGS[name].value = value
+
+
+def describe() -> str:
+    width = max(len(n) for n in FLAGS)
+    return "\n".join(f"{f.name:<{width}}  {str(f.value):<8} {f.doc}" for f in FLAGS.values())
+
+
+def _warn_unknown() -> None:
+    for name in os.environ:
+        if name.startswith("RLX_") and name not in FLAGS:
+            close = difflib.get_close_matches(name, FLAGS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            warnings.warn(f"unknown rlxpy flag {name}{hint}", stacklevel=2)
+
+
+_warn_unknown()

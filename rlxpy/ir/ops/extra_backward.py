@@ -1,0 +1,196 @@
+"""Backward ops (op-catalog §1.12 and §3): each is the exact gradient of rlxpy's forward op.
+
+Where the original's backward disagrees with its own forward (RoPE table offsets, GatherBackward
+skipping indices the forward clamps, attention ignoring score_scale/softcap/GQA) we follow the
+forward, so torch autograd through the forward's reference semantics is the oracle.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlxpy.ir.ops.attention import Attention, Rope
+from rlxpy.ir.ops.basic import _axis
+from rlxpy.ir.ops.core import ENUMS, MaskKind, Op, TensorType, need
+from rlxpy.ir.shape import format_shape
+
+
+class AttentionWrt(enum.IntEnum):
+    """Which input AttentionBackward differentiates (the original's ids)."""
+
+    QUERY = 0
+    KEY = 1
+    VALUE = 2
+
+
+ENUMS[AttentionWrt.__name__] = AttentionWrt  # so JSON graphs can name it
+
+
+def _last_axis(axis: int, rank: int, what: str) -> None:
+    need(_axis(axis, rank) == rank - 1, f"{what} normalises the last axis only, got axis={axis} for rank {rank}")
+
+
+def _norm_backward_check(x: TensorType, dy: TensorType, params: Sequence[TensorType], axis: int,
+                         what: str) -> None:
+    need(x.rank >= 1 and x.dtype.is_float, f"{what} needs a float x of rank >= 1, got {x}")
+    _last_axis(axis, x.rank, what)
+    need(dy.shape == x.shape, f"dy {dy} must match x {x}")
+    for t in params:
+        need(t.shape == (x.shape[-1],), f"gamma/beta must be [{x.shape[-1]}], got {t}")
+
+
+@dataclass(frozen=True)
+class RmsNormBackwardInput(Op):
+    """dx of ``y = x r gamma + beta``, ``r = 1/sqrt(mean(x^2) + eps)``; inputs x, gamma, [beta], dy.
+    ``dx = r (gamma dy - x r^2 mean(dy gamma x))``; beta does not influence it."""
+
+    eps: float = 1e-6
+    axis: int = -1
+    arity = (3, 4)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _norm_backward_check(ins[0], ins[-1], ins[1:-1], self.axis, "rms_norm_backward_input")
+        return ins[0]
+
+
+@dataclass(frozen=True)
+class RmsNormBackwardGamma(Op):
+    """d gamma [H] of RmsNorm: ``sum over rows of dy x r``; inputs x, gamma, [beta], dy."""
+
+    eps: float = 1e-6
+    axis: int = -1
+    arity = (3, 4)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _norm_backward_check(ins[0], ins[-1], ins[1:-1], self.axis, "rms_norm_backward_gamma")
+        return TensorType((ins[0].shape[-1],), ins[0].dtype)
+
+
+@dataclass(frozen=True)
+class RmsNormBackwardBeta(Op):
+    """d beta [H] of RmsNorm: ``sum over rows of dy``; inputs x, gamma, [beta], dy."""
+
+    eps: float = 1e-6
+    axis: int = -1
+    arity = (3, 4)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _norm_backward_check(ins[0], ins[-1], ins[1:-1], self.axis, "rms_norm_backward_beta")
+        return TensorType((ins[0].shape[-1],), ins[0].dtype)
+
+
+@dataclass(frozen=True)
+class LayerNormBackwardInput(Op):
+    """dx of LayerNorm (biased variance, like torch.nn.functional.layer_norm); inputs x, gamma, dy.
+    ``xhat = (x - mean) / sqrt(var + eps)``, ``s = dy gamma``: ``dx = (s - mean(s) - xhat mean(s xhat))
+    / sqrt(var + eps)``."""
+
+    eps: float = 1e-5
+    axis: int = -1
+    arity = (3, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _norm_backward_check(ins[0], ins[2], ins[1:2], self.axis, "layer_norm_backward_input")
+        return ins[0]
+
+
+@dataclass(frozen=True)
+class LayerNormBackwardGamma(Op):
+    """d gamma [H] of LayerNorm: ``sum over rows of dy xhat``; inputs x, dy. (d beta = sum of dy,
+    built from a Reduce.)"""
+
+    eps: float = 1e-5
+    axis: int = -1
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _norm_backward_check(ins[0], ins[1], (), self.axis, "layer_norm_backward_gamma")
+        return TensorType((ins[0].shape[-1],), ins[0].dtype)
+
+
+@dataclass(frozen=True)
+class RopeBackward(Op):
+    """dx of Rope with the same attributes; inputs dy, cos, sin (+ the i32[1] position input).
+    A rotation's adjoint is the rotation by -theta: Rope applied to dy with sin negated."""
+
+    head_dim: int
+    n_rot: int = 0
+    interleaved: bool = False
+    position_offset: int = 0
+    arity = (3, 4)
+
+    def forward(self) -> Rope:
+        return Rope(self.head_dim, self.n_rot, self.interleaved, self.position_offset)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        return self.forward().infer(ins)
+
+
+@dataclass(frozen=True)
+class CumsumBackward(Op):
+    """dx of Cumsum: the reverse (suffix) scan along ``axis``. Inclusive forward ->
+    ``dx[i] = sum_{j >= i} dy[j]``; exclusive -> ``sum_{j > i} dy[j]``."""
+
+    axis: int = -1
+    exclusive: bool = False
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _axis(self.axis, ins[0].rank)
+        return ins[0]
+
+
+@dataclass(frozen=True)
+class GatherBackward(Op):
+    """d table of Gather(axis): ``out = 0; out[..., clip(idx[j]), ...] += dy[..., j, ...]``.
+
+    Inputs dy [table[:axis] + idx.shape + table[axis+1:]] and indices; ``axis_dim`` is the
+    table's size along ``axis``. Indices are truncated and clamped like the forward, so this is
+    its exact adjoint (the original skipped out-of-range rows instead)."""
+
+    axis_dim: int
+    axis: int = 0
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        dy, idx = ins
+        table_rank = dy.rank - idx.rank + 1
+        need(table_rank >= 1, f"dy {dy} has fewer dims than the indices {idx}")
+        axis = _axis(self.axis, table_rank)
+        need(tuple(dy.shape[axis:axis + idx.rank]) == tuple(idx.shape),
+             f"dy {dy} must hold the index shape {format_shape(idx.shape)} at axis {axis}")
+        need(self.axis_dim >= 1, f"axis_dim {self.axis_dim} must be >= 1")
+        shape = tuple(dy.shape[:axis]) + (self.axis_dim,) + tuple(dy.shape[axis + idx.rank:])
+        return TensorType(shape, dy.dtype)
+
+
+@dataclass(frozen=True)
+class AttentionBackward(Op):
+    """dq, dk or dv (``wrt``) of Attention with the same attributes; inputs q, k, v, dy (+ mask).
+
+    With ``P = softmax(mask(cap(scale q k^T)))``: ``dV = P^T dY``, ``dP = dY V^T``,
+    ``dS = P (dP - rowsum(P dP))``, zeroed where the mask replaced the score, times
+    ``1 - tanh^2`` under a softcap; ``dQ = scale dS K``, ``dK = scale dS^T Q``. GQA sums dK/dV over
+    the query heads sharing a kv head. dy has q's shape and layout."""
+
+    num_heads: int
+    head_dim: int
+    wrt: AttentionWrt
+    num_kv_heads: int = 0
+    mask_kind: MaskKind = MaskKind.NONE
+    score_scale: float | None = None
+    softcap: float | None = None
+    window: int = 0
+    arity = (4, 5)
+
+    def forward(self) -> Attention:
+        return Attention(self.num_heads, self.head_dim, self.num_kv_heads, self.mask_kind, self.score_scale,
+                         self.softcap, self.window)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        q, k, v, dy = ins[:4]
+        self.forward().infer([q, k, v, *ins[4:]])
+        need(dy.shape == q.shape, f"dy {dy} must have q's shape {format_shape(q.shape)}")
+        need(isinstance(self.wrt, AttentionWrt), f"wrt must be an AttentionWrt, got {self.wrt!r}")
+        return (q, k, v)[self.wrt]

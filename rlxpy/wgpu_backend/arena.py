@@ -1,0 +1,143 @@
+"""The arena: where every tensor of a compiled graph lives, and the GPU buffer holding it.
+
+``plan_arena`` decides offsets (views alias their root, everything else is placed by
+memplan.place with liveness); ``Arena`` owns the wgpu buffer and moves bytes in and out.
+Storage is dtype-aware: a tensor takes numel * itemsize bytes (bool as u32, see ir/dtype.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlxpy.errors import LimitError
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.wgpu_backend.memplan import Buffer, Plan, align_up, place
+
+SCRATCH_MIN = 1 << 16
+
+
+def is_view(node: Node, graph: Graph) -> bool:
+    """Nodes that alias their input's bytes: reshapes and dtype-preserving casts."""
+    if isinstance(node.op, ops.Reshape):
+        return True
+    if isinstance(node.op, ops.Cast):
+        return graph.nodes[node.inputs[0]].dtype == node.dtype
+    return False
+
+
+def pinned(node: Node) -> bool:
+    return isinstance(node.op, (ops.Input, ops.Param, ops.Constant))
+
+
+def tensor_bytes(node: Node) -> int:
+    return align_up(node.numel * node.dtype.itemsize, 4)
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    offsets: dict[int, int]  # every node, views resolved to root offset
+    roots: dict[int, int]  # node id -> id of the node that owns its bytes
+    plan: Plan
+    scratch: tuple[int, int]  # (byte offset, size)
+
+    @property
+    def size(self) -> int:
+        return self.scratch[0] + self.scratch[1]
+
+
+def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scratch: int = 0) -> ArenaPlan:
+    """Place every non-view node. ``keep_all`` keeps every tensor alive (debug traces)."""
+    roots: dict[int, int] = {}
+    for node in graph.nodes:
+        roots[node.id] = roots[node.inputs[0]] if is_view(node, graph) else node.id
+    last = len(graph.nodes)
+    death = {node.id: node.id for node in graph.nodes}
+    for node in graph.nodes:
+        for i in node.inputs:
+            death[roots[i]] = max(death[roots[i]], node.id)
+    for out in graph.outputs:
+        death[roots[out]] = last
+    buffers = []
+    for node in graph.nodes:
+        if roots[node.id] != node.id:
+            continue
+        if pinned(node) or keep_all:
+            buffers.append(Buffer(node.id, tensor_bytes(node), 0, last))
+        else:
+            buffers.append(Buffer(node.id, tensor_bytes(node), node.id, death[node.id]))
+    plan = place(buffers, alignment)
+    offsets = {node.id: plan.offsets[roots[node.id]] for node in graph.nodes}
+    scratch_size = align_up(max(scratch, SCRATCH_MIN), alignment)
+    return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size))
+
+
+class Arena:
+    """The one storage buffer (plus pooled readback staging)."""
+
+    def __init__(self, device: Any, size: int, label: str = "rlx_arena") -> None:
+        import wgpu
+
+        if size > device.max_buffer:
+            raise LimitError(f"arena of {size / 2**20:.1f} MiB exceeds the device's max buffer "
+                             f"({device.max_buffer / 2**20:.1f} MiB)")
+        self.device = device
+        self.size = size
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.buffer = device.device.create_buffer(label=label, size=size, usage=usage)
+        self._staging: Any = None
+        self._staging_size = 0
+        self._pending_upload = 0
+
+    def write(self, offset: int, data: bytes | np.ndarray) -> None:
+        raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        if len(raw) % 4:
+            raw = bytes(raw) + b"\0" * (4 - len(raw) % 4)
+        assert offset % 4 == 0 and offset + len(raw) <= self.size, (offset, len(raw), self.size)
+        self.device.queue.write_buffer(self.buffer, offset, raw)
+        # write_buffer staging memory is only released at a submit (wgpu-py-notes §8)
+        self._pending_upload += len(raw)
+        if self._pending_upload > 256 << 20:
+            self.device.queue.submit([])
+            self._pending_upload = 0
+
+    def staging(self, size: int) -> Any:
+        """A MAP_READ buffer of at least ``size`` bytes, reused across runs."""
+        import wgpu
+
+        if self._staging is None or self._staging_size < size:
+            if self._staging is not None:
+                self._staging.destroy()
+            self._staging_size = max(align_up(size, 256), 4096)
+            self._staging = self.device.device.create_buffer(
+                label="rlx_readback", size=self._staging_size,
+                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        return self._staging
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Synchronous read of arena bytes (host steps, debugging)."""
+        size4 = align_up(size, 4)
+        staging = self.staging(size4)
+        encoder = self.device.device.create_command_encoder(label="rlx_read")
+        encoder.copy_buffer_to_buffer(self.buffer, offset, staging, 0, size4)
+        self.device.queue.submit([encoder.finish()])
+        return self.map_staging(size4)[:size]
+
+    def map_staging(self, size: int) -> bytes:
+        import wgpu
+
+        staging = self._staging
+        staging.map_sync(wgpu.MapMode.READ, 0, align_up(size, 8))
+        try:
+            data = bytes(staging.read_mapped(0, size, copy=False))
+        finally:
+            staging.unmap()
+        return data
+
+    def destroy(self) -> None:
+        self.buffer.destroy()
+        if self._staging is not None:
+            self._staging.destroy()

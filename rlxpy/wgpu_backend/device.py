@@ -1,0 +1,165 @@
+"""The process-wide wgpu adapter/device, its limits and features, and the pipeline cache.
+
+All arena bindings use one bind-group layout: binding 0 = a read_write storage window of the
+arena, binding 1 = the step's uniform record; both with dynamic offsets (wgpu-py-notes §2).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlxpy import env
+from rlxpy.errors import KernelError, LimitError, UnsupportedOpError
+
+WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes")
+
+
+def _wgpu() -> Any:
+    import wgpu
+
+    return wgpu
+
+
+@dataclass
+class Device:
+    """A wgpu device plus what rlxpy needs to know about it."""
+
+    adapter: Any
+    device: Any
+    limits: dict[str, int]
+    features: set[str]
+    info: dict[str, Any]
+    _pipelines: dict[str, Any] = field(default_factory=dict)
+    _layouts: dict[int, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def queue(self) -> Any:
+        return self.device.queue
+
+    @property
+    def name(self) -> str:
+        return f"{self.info.get('device', '?')} ({self.info.get('backend_type', '?')})"
+
+    @property
+    def max_binding(self) -> int:
+        """Largest storage binding rlxpy plans for (RLX_WGPU_MAX_BINDING lowers it)."""
+        limit = self.limits["max-storage-buffer-binding-size"]
+        cap = int(env.MAX_BINDING)
+        return min(limit, cap) if cap > 0 else limit
+
+    @property
+    def storage_align(self) -> int:
+        return max(256, self.limits["min-storage-buffer-offset-alignment"])
+
+    @property
+    def uniform_align(self) -> int:
+        return max(256, self.limits["min-uniform-buffer-offset-alignment"])
+
+    @property
+    def max_buffer(self) -> int:
+        return self.limits["max-buffer-size"]
+
+    def bind_group_layout(self, uniform_size: int) -> Any:
+        """The one layout every step uses (per uniform record size)."""
+        wgpu = _wgpu()
+        with self._lock:
+            if uniform_size not in self._layouts:
+                compute = wgpu.ShaderStage.COMPUTE
+                self._layouts[uniform_size] = self.device.create_bind_group_layout(
+                    label=f"rlx_layout_u{uniform_size}",
+                    entries=[
+                        {"binding": 0, "visibility": compute,
+                         "buffer": {"type": wgpu.BufferBindingType.storage, "has_dynamic_offset": True}},
+                        {"binding": 1, "visibility": compute,
+                         "buffer": {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True,
+                                    "min_binding_size": uniform_size}},
+                    ])
+            return self._layouts[uniform_size]
+
+    def pipeline(self, label: str, source: str, uniform_size: int) -> Any:
+        """Compile (once) the WGSL ``source``; cached by its text and the layout."""
+        key = hashlib.sha1(f"{uniform_size}\0{source}".encode()).hexdigest()
+        with self._lock:
+            cached = self._pipelines.get(key)
+        if cached is not None:
+            return cached
+        layout = self.bind_group_layout(uniform_size)
+        try:
+            module = self.device.create_shader_module(label=label, code=source)
+            pipeline_layout = self.device.create_pipeline_layout(label=label, bind_group_layouts=[layout])
+            pipeline = self.device.create_compute_pipeline(
+                label=label, layout=pipeline_layout, compute={"module": module, "entry_point": "main"})
+        except Exception as e:  # wgpu raises GPUValidationError with naga's report
+            raise KernelError(f"kernel {label}: WGSL rejected by wgpu:\n{e}") from e
+        with self._lock:
+            self._pipelines[key] = pipeline
+        return pipeline
+
+    def check_workgroup(self, label: str, size: tuple[int, int, int], shared_bytes: int = 0) -> None:
+        """wgpu does not enforce these for override-sized kernels: check them ourselves."""
+        total = size[0] * size[1] * size[2]
+        if total > self.limits["max-compute-invocations-per-workgroup"]:
+            raise LimitError(f"kernel {label}: workgroup {size} exceeds "
+                             f"{self.limits['max-compute-invocations-per-workgroup']} invocations")
+        if shared_bytes > self.limits["max-compute-workgroup-storage-size"]:
+            raise LimitError(f"kernel {label}: {shared_bytes} B of workgroup memory exceeds "
+                             f"{self.limits['max-compute-workgroup-storage-size']} B")
+
+    def require_feature(self, feature: str, what: str) -> None:
+        if feature not in self.features:
+            raise UnsupportedOpError(f"{what} needs the '{feature}' feature, which {self.name} lacks")
+
+
+def _pick_adapter(wgpu: Any) -> Any:
+    wanted = str(env.ADAPTER).lower()
+    if wanted:
+        for adapter in wgpu.gpu.enumerate_adapters_sync():
+            text = " ".join(str(v) for v in adapter.info.values()).lower()
+            if wanted in text:
+                return adapter
+        raise UnsupportedOpError(f"RLX_WGPU_ADAPTER={wanted!r}: no adapter matches")
+    return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+
+
+@functools.cache
+def get_device() -> Device:
+    """The shared device. Raises UnsupportedOpError when wgpu finds no adapter."""
+    wgpu = _wgpu()
+    try:
+        adapter = _pick_adapter(wgpu)
+    except Exception as e:
+        raise UnsupportedOpError(f"no WebGPU adapter: {e}. On Linux without a GPU install "
+                                 "mesa-vulkan-drivers (lavapipe).") from e
+    if adapter is None:
+        raise UnsupportedOpError("no WebGPU adapter found; install mesa-vulkan-drivers for lavapipe")
+    features = [f for f in WANTED_FEATURES if f in adapter.features]
+    limits = {
+        "max_storage_buffer_binding_size": adapter.limits["max-storage-buffer-binding-size"],
+        "max_buffer_size": adapter.limits["max-buffer-size"],
+    }
+    device = adapter.request_device_sync(label="rlxpy", required_features=features, required_limits=limits)
+    return Device(adapter, device, dict(device.limits), set(device.features), dict(adapter.info))
+
+
+def main(argv: list[str]) -> int:
+    if "--probe" in argv:
+        try:
+            dev = get_device()
+        except Exception as e:  # noqa: BLE001 - the probe reports any failure
+            print(f"no adapter: {e}", file=sys.stderr)
+            return 1
+        binding = dev.limits["max-storage-buffer-binding-size"]
+        print(f"adapter: {dev.name}; max storage binding {binding} B; features: {sorted(dev.features)}")
+        return 0
+    print("usage: python -m rlxpy.wgpu_backend.device --probe", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""The run loop: turn Steps into GPU work once, then encode and submit them on every run.
+
+At build time every GPU step becomes a pre-resolved (pipeline, dynamic offsets, grid) entry;
+uniform records are written once into one uniform buffer (one record per step at an aligned
+stride), so per run only the dispatches are encoded (command buffers are single-use). The
+output readback copies go into the last encoder, so a run is one submit plus one map unless
+host steps split it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlxpy.errors import KernelError
+from rlxpy.wgpu_backend.arena import Arena
+from rlxpy.wgpu_backend.device import Device
+from rlxpy.wgpu_backend.memplan import align_up
+from rlxpy.wgpu_backend.schedule import Step
+
+
+@dataclass
+class Segment:
+    """Consecutive GPU dispatches encoded into one pass, or one host step."""
+
+    kind: str  # "gpu" | "host"
+    dispatches: list[tuple[Any, int, tuple[int, int, int], int]]  # (pipeline, offsets index, grid, step)
+    host: Step | None = None
+
+
+class Encoder:
+    def __init__(self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int,
+                 raw: bool = True) -> None:
+        import wgpu
+
+        self.device = device
+        self.arena = arena
+        self.steps = list(steps)
+        self.raw = raw
+        gpu_steps = [s for s in steps if s.kind == "gpu"]
+        record = align_up(max((len(s.uniforms) for s in gpu_steps), default=16), 16)
+        self.record_size = record
+        self.stride = align_up(record, device.uniform_align)
+        self.uniform_buffer = device.device.create_buffer(
+            label="rlx_uniforms", size=max(self.stride * max(len(gpu_steps), 1), 256),
+            usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+        layout = device.bind_group_layout(record)
+        self.bind_group = device.device.create_bind_group(
+            label="rlx_arena_window", layout=layout,
+            entries=[{"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
+                     {"binding": 1, "resource": {"buffer": self.uniform_buffer, "offset": 0, "size": record}}])
+        self.segments: list[Segment] = []
+        offsets: list[int] = []
+        blob = bytearray(self.stride * max(len(gpu_steps), 1))
+        for index, step in enumerate(steps):
+            if step.kind == "host":
+                self.segments.append(Segment("host", [], step))
+                continue
+            slot = len(offsets) // 2
+            blob[slot * self.stride: slot * self.stride + len(step.uniforms)] = step.uniforms
+            offsets += [step.window[0], slot * self.stride]
+            try:
+                pipeline = device.pipeline(step.kernel, step.source, record)
+            except KernelError as e:
+                raise KernelError(f"{step.label}: {e}") from e
+            if not self.segments or self.segments[-1].kind != "gpu":
+                self.segments.append(Segment("gpu", []))
+            if step.workgroups > 0:
+                self.segments[-1].dispatches.append((pipeline, slot, step.grid, index))
+        device.queue.write_buffer(self.uniform_buffer, 0, bytes(blob))
+        self.offsets = offsets
+        self._setup_raw()
+        self.host_seconds: dict[int, float] = {}
+
+    def _setup_raw(self) -> None:
+        if not self.raw:
+            return
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        self._lib = lib
+        self._c_offsets = ffi.new("uint32_t[]", self.offsets or [0, 0])
+        self._raw_bind_group = self.bind_group._internal
+
+    def _encode_pass(self, encoder: Any, segment: Segment) -> None:
+        cpass = encoder.begin_compute_pass(label="rlx_pass")
+        current = None
+        if self.raw:
+            lib, internal, bg, offs = self._lib, cpass._internal, self._raw_bind_group, self._c_offsets
+            for pipeline, slot, grid, _ in segment.dispatches:
+                if pipeline is not current:
+                    lib.wgpuComputePassEncoderSetPipeline(internal, pipeline._internal)
+                    current = pipeline
+                lib.wgpuComputePassEncoderSetBindGroup(internal, 0, bg, 2, offs + 2 * slot)
+                lib.wgpuComputePassEncoderDispatchWorkgroups(internal, grid[0], grid[1], grid[2])
+        else:
+            for pipeline, slot, grid, _ in segment.dispatches:
+                if pipeline is not current:
+                    cpass.set_pipeline(pipeline)
+                    current = pipeline
+                cpass.set_bind_group(0, self.bind_group, self.offsets[2 * slot: 2 * slot + 2])
+                cpass.dispatch_workgroups(*grid)
+        cpass.end()
+
+    def run(self, host_io: Any, reads: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Encode + submit every segment; return the bytes of ``reads`` (offset, size) regions."""
+        dev = self.device.device
+        encoder = dev.create_command_encoder(label="rlx_run")
+        for index, segment in enumerate(self.segments):
+            if segment.kind == "gpu":
+                self._encode_pass(encoder, segment)
+                continue
+            dev.queue.submit([encoder.finish()])
+            started = time.perf_counter()
+            segment.host.host(host_io)  # type: ignore[union-attr]
+            self.host_seconds[index] = time.perf_counter() - started
+            encoder = dev.create_command_encoder(label="rlx_run")
+        placed = []
+        cursor = 0
+        for offset, size in reads:
+            placed.append((cursor, size))
+            cursor += align_up(size, 8)
+        if reads:
+            staging = self.arena.staging(cursor)
+            for (offset, size), (dst, _) in zip(reads, placed):
+                encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
+        dev.queue.submit([encoder.finish()])
+        if not reads:
+            return []
+        data = self.arena.map_staging(cursor)
+        return [data[dst: dst + size] for dst, size in placed]
+
+    def gpu_step_count(self) -> int:
+        return sum(len(s.dispatches) for s in self.segments if s.kind == "gpu")

@@ -1,0 +1,212 @@
+"""WgpuExecutable: a compiled graph on the device. set_param, run, reports, NaN trace.
+
+Per run: validate everything first (so a bad call leaves the executable usable), upload the
+inputs whose bytes changed, encode every GPU step into one pass per segment (host steps split
+segments), and fuse the output readback into the last submit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlxpy import env
+from rlxpy.errors import InputError
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType, from_storage, to_storage
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.reference import check_value
+from rlxpy.ir.shape import format_shape
+from rlxpy.wgpu_backend.arena import Arena, tensor_bytes
+from rlxpy.wgpu_backend.compiler import CompiledSchedule, lower_graph, prepare
+from rlxpy.wgpu_backend.device import Device, get_device
+from rlxpy.wgpu_backend.encode import Encoder
+from rlxpy.wgpu_backend.memplan import align_up
+from rlxpy.wgpu_backend.schedule import DeviceFacts
+
+
+def device_facts(dev: Device) -> DeviceFacts:
+    return DeviceFacts(dev.max_binding, dev.storage_align, dev.limits["max-compute-workgroup-storage-size"],
+                       dev.limits["max-compute-invocations-per-workgroup"], frozenset(dev.features))
+
+
+class HostIO:
+    """What a host step sees: typed reads and writes of node tensors in the arena."""
+
+    def __init__(self, exe: WgpuExecutable) -> None:
+        self._exe = exe
+
+    def read(self, node_id: int) -> np.ndarray:
+        return self._exe._read_node(self._exe.graph.nodes[node_id])
+
+    def read_bytes(self, node_id: int) -> bytes:
+        node = self._exe.graph.nodes[node_id]
+        return self._exe.arena.read(self._exe.schedule.node_offset(node_id), node.numel * node.dtype.itemsize)
+
+    def write(self, node_id: int, value: np.ndarray) -> None:
+        node = self._exe.graph.nodes[node_id]
+        data = to_storage(np.asarray(value).reshape(node.shape), node.dtype)
+        self._exe.arena.write(self._exe.schedule.node_offset(node_id), data)
+
+
+class WgpuExecutable:
+    """A static graph compiled for one device."""
+
+    def __init__(self, graph: Graph, device: Device | None = None, keep_all: bool = False) -> None:
+        started = time.perf_counter()
+        self.source_graph = graph
+        self.device = device or get_device()
+        self.graph = prepare(graph)
+        self.schedule: CompiledSchedule = lower_graph(self.graph, device_facts(self.device), keep_all)
+        self.arena = Arena(self.device, align_up(self.schedule.arena.size, self.device.storage_align))
+        self._inputs = {n.op.name: n for n in self.graph.inputs()}
+        self._params = {n.op.name: n for n in self.graph.params()}
+        self._params_set: set[str] = set()
+        self._input_hashes: dict[str, bytes] = {}
+        self._upload_constants()
+        self.encoder = Encoder(self.device, self.arena, self.schedule.steps, self.schedule.window_size,
+                               raw=bool(env.RAW_ENCODE))
+        self.compile_seconds = time.perf_counter() - started
+        self.last_run_seconds = 0.0
+        self._keep_all = keep_all
+        self._debug_twin: WgpuExecutable | None = None
+        if env.report_level() >= 1:
+            from rlxpy.wgpu_backend.debug import print_report
+            print_report(self)
+
+    # -- parameters -----------------------------------------------------------------------------
+    def param_names(self) -> list[str]:
+        return list(self._params)
+
+    def set_param(self, name: str, value: Any) -> None:
+        node = self._param(name)
+        array = check_value(node, value, "param")
+        self.arena.write(self.schedule.node_offset(node.id), to_storage(array, node.dtype))
+        self._params_set.add(name)
+
+    def set_param_bytes(self, name: str, data: bytes | np.ndarray) -> None:
+        """Write raw arena bytes (e.g. GGUF blocks for a u8 param); length must match exactly."""
+        node = self._param(name)
+        raw = np.ascontiguousarray(data).view(np.uint8) if isinstance(data, np.ndarray) else data
+        want = node.numel * node.dtype.itemsize
+        if len(raw) != want:
+            raise InputError(f"param {name!r} ({node.type}): expected {want} bytes, got {len(raw)}")
+        self.arena.write(self.schedule.node_offset(node.id), bytes(raw) if not isinstance(raw, bytes) else raw)
+        self._params_set.add(name)
+
+    def _param(self, name: str) -> Node:
+        if name not in self._params:
+            known = ", ".join(sorted(self._params)[:20])
+            raise InputError(f"no param named {name!r}; params: {known or 'none'}")
+        return self._params[name]
+
+    def _upload_constants(self) -> None:
+        for node in self.graph.nodes:
+            if isinstance(node.op, ops.Constant):
+                self.arena.write(self.schedule.node_offset(node.id), node.op.data)
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
+            ) -> dict[str, np.ndarray]:
+        """Run the schedule; returns {output name: array}. ``outputs`` limits what is read back."""
+        started = time.perf_counter()
+        staged = self._validate_inputs(inputs or {})
+        wanted = self._resolve_outputs(outputs)
+        missing = sorted(set(self._params) - self._params_set)
+        if missing:
+            raise InputError(f"params not set: {', '.join(missing[:10])}"
+                             + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
+        for name, (node, data) in staged.items():
+            self._upload_input(name, node, data)
+        reads = [] if env.BENCH_DISPATCH_ONLY else [
+            (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
+        raw = self.encoder.run(HostIO(self), reads)
+        result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
+        self.last_run_seconds = time.perf_counter() - started
+        if env.NAN_TRACE or env.DUMP_NODES:
+            from rlxpy.wgpu_backend.debug import after_run_debug
+            after_run_debug(self, inputs or {})
+        return result
+
+    def _validate_inputs(self, inputs: Mapping[str, Any]) -> dict[str, tuple[Node, np.ndarray]]:
+        unknown = [k for k in inputs if k not in self._inputs]
+        if unknown:
+            raise InputError(f"unknown inputs {unknown}; graph inputs: {sorted(self._inputs)}")
+        absent = [k for k in self._inputs if k not in inputs]
+        if absent:
+            expected = ", ".join(f"{k} {self._inputs[k].type}" for k in absent)
+            raise InputError(f"missing inputs: {expected}")
+        staged = {}
+        for name, value in inputs.items():
+            node = self._inputs[name]
+            array = check_value(node, value, "input")
+            staged[name] = (node, to_storage(array, node.dtype))
+        return staged
+
+    def _upload_input(self, name: str, node: Node, data: np.ndarray) -> None:
+        raw = data.tobytes()
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        if not env.FORCE_INPUT_UPLOAD and self._input_hashes.get(name) == digest:
+            return
+        self.arena.write(self.schedule.node_offset(node.id), raw)
+        self._input_hashes[name] = digest
+
+    def _resolve_outputs(self, outputs: Iterable[str] | None) -> list[Node]:
+        out_nodes = [self.graph.nodes[i] for i in self.graph.outputs]
+        if outputs is None:
+            return out_nodes
+        by_name = {n.name: n for n in out_nodes}
+        chosen = []
+        for name in outputs:
+            if name not in by_name:
+                raise InputError(f"{name!r} is not a graph output; outputs: {sorted(by_name)}")
+            chosen.append(by_name[name])
+        return chosen
+
+    def _decode(self, node: Node, raw: bytes) -> np.ndarray:
+        storage = np.frombuffer(raw, dtype=node.dtype.storage_numpy, count=node.numel)
+        return from_storage(storage, node.dtype).reshape(node.shape).copy()
+
+    def _read_node(self, node: Node) -> np.ndarray:
+        raw = self.arena.read(self.schedule.node_offset(node.id), node.numel * node.dtype.itemsize)
+        return self._decode(node, raw)
+
+    # -- debugging ------------------------------------------------------------------------------
+    def read_node(self, name: str) -> np.ndarray:
+        """The current arena contents of node ``name`` (meaningful for live tensors only)."""
+        return self._read_node(self.graph[name])
+
+    def first_nan_node(self, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Run with every tensor kept alive; the first node (in order) whose output is not finite."""
+        from rlxpy.wgpu_backend.debug import first_nan_node
+        return first_nan_node(self, inputs)
+
+    def report(self) -> Any:
+        from rlxpy.wgpu_backend.debug import build_report
+        return build_report(self)
+
+    def destroy(self) -> None:
+        self.arena.destroy()
+
+    def __repr__(self) -> str:
+        return (f"<WgpuExecutable {self.graph.name}: {len(self.schedule.steps)} steps, "
+                f"arena {self.arena.size / 2**20:.1f} MiB on {self.device.name}>")
+
+
+def compile_graph(graph: Graph, bindings: Mapping[str, int] | None = None, **options: Any) -> Any:
+    """Static graphs compile now; graphs with symbolic dims compile per binding (see dynamic.py)."""
+    if bindings or not graph.is_static():
+        from rlxpy.wgpu_backend.dynamic import DeferredExecutable
+        return DeferredExecutable(graph, bindings, **options)
+    return WgpuExecutable(graph, **options)
+
+
+def output_bytes(node: Node) -> int:
+    return tensor_bytes(node)
+
+
+__all__ = ["DType", "HostIO", "WgpuExecutable", "compile_graph", "format_shape"]

@@ -1,0 +1,52 @@
+"""WGSL snippets shared by several kernels: typed loads from the u32-typed arena, NaN-aware math.
+
+Kernels that mix dtypes bind the arena as ``array<u32>`` and convert per element; these helper
+functions are pasted into such kernels through the ``{{PRELUDE}}`` placeholder.
+"""
+
+from __future__ import annotations
+
+from rlxpy.errors import UnsupportedOpError
+from rlxpy.ir.dtype import DType
+
+#: IR dtype -> (WGSL compute type, loader function name) for word-sized element types.
+WORD_TYPES = {
+    DType.F32: ("f32", "ld_f32"),
+    DType.I32: ("i32", "ld_i32"),
+    DType.U32: ("u32", "ld_u32"),
+    DType.BOOL: ("u32", "ld_u32"),
+}
+
+PRELUDE = """
+fn ld_f32(i: u32) -> f32 { return bitcast<f32>(buf[i]); }
+fn ld_i32(i: u32) -> i32 { return bitcast<i32>(buf[i]); }
+fn ld_u32(i: u32) -> u32 { return buf[i]; }
+fn st_f32(i: u32, v: f32) { buf[i] = bitcast<u32>(v); }
+fn st_i32(i: u32, v: i32) { buf[i] = bitcast<u32>(v); }
+fn st_u32(i: u32, v: u32) { buf[i] = v; }
+fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn nan_f32() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn inf_f32() -> f32 { return bitcast<f32>(0x7f800000u); }
+// max/min that propagate NaN like torch.maximum (WGSL's are implementation-defined on NaN)
+fn maxp(a: f32, b: f32) -> f32 { return select(max(a, b), nan_f32(), is_nan(a) || is_nan(b)); }
+fn minp(a: f32, b: f32) -> f32 { return select(min(a, b), nan_f32(), is_nan(a) || is_nan(b)); }
+// erf via Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): exact GELU needs erf, WGSL has none.
+fn erf_f32(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(x) * (1.0 - poly * exp(-x * x));
+}
+// tanh with its argument clamped so exp() cannot overflow into inf/inf; NaN still propagates.
+fn tanh_safe(x: f32) -> f32 { return select(tanh(clamp(x, -15.0, 15.0)), x, is_nan(x)); }
+"""
+
+
+def word_type(dtype: DType, what: str) -> tuple[str, str]:
+    """(WGSL type, loader) of a word-sized dtype; anything else is not lowered by word kernels."""
+    if dtype not in WORD_TYPES:
+        raise UnsupportedOpError(f"{what}: dtype {dtype} is not supported by this kernel (f32/i32/u32/bool)")
+    return WORD_TYPES[dtype]
+
+
+def store_fn(dtype: DType) -> str:
+    return {"f32": "st_f32", "i32": "st_i32", "u32": "st_u32"}[word_type(dtype, "store")[0]]

@@ -1,0 +1,172 @@
+"""Element-wise family: activations, binary, compare, where, cast, copy.
+
+Operands already have the output's element count (unfuse made broadcasting explicit). Word
+dtypes (f32/i32/u32/bool) run on the GPU; other dtypes fall back to host steps for casts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.reference.core import cast_values
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn, word_type
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+EW_UNARY = kernel("ew_unary", params("EwUnaryParams", ("n",), n=U32, x=U32, y=U32))
+EW_BINARY = kernel("ew_binary", params("EwBinaryParams", ("n",), n=U32, a=U32, b=U32, y=U32))
+EW_COMPARE = kernel("ew_compare", params("EwCompareParams", ("n",), n=U32, a=U32, b=U32, y=U32))
+EW_WHERE = kernel("ew_where", params("EwWhereParams", ("n",), n=U32, c=U32, a=U32, b=U32, y=U32))
+EW_CAST = kernel("ew_cast", params("EwCastParams", ("n",), n=U32, x=U32, y=U32))
+COPY_WORDS = kernel("copy_words", params("CopyWordsParams", ("n",), n=U32, x=U32, y=U32))
+
+#: WGSL expression of each activation on ``v`` (f32), matching the reference's formulas.
+ACTIVATION_WGSL = {
+    ActKind.RELU: "select(max(v, 0.0), v, is_nan(v))",
+    ActKind.SIGMOID: "1.0 / (1.0 + exp(-v))",
+    ActKind.TANH: "tanh_safe(v)",
+    ActKind.EXP: "exp(v)",
+    ActKind.LOG: "log(v)",
+    ActKind.SQRT: "sqrt(v)",
+    ActKind.RSQRT: "1.0 / sqrt(v)",
+    ActKind.NEG: "-v",
+    ActKind.ABS: "abs(v)",
+    ActKind.GELU: "0.5 * v * (1.0 + erf_f32(v * 0.70710678118654752))",
+    ActKind.SILU: "v / (1.0 + exp(-v))",
+    ActKind.GELU_APPROX: "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
+    ActKind.ROUND: "sign(v) * floor(abs(v) + 0.5)",
+    ActKind.SIN: "sin(v)",
+    ActKind.COS: "cos(v)",
+    ActKind.TAN: "tan(v)",
+    ActKind.ATAN: "atan(v)",
+}
+
+_FLOAT_BINARY = {
+    BinaryOp.ADD: "a + b", BinaryOp.SUB: "a - b", BinaryOp.MUL: "a * b", BinaryOp.DIV: "a / b",
+    BinaryOp.MAX: "maxp(a, b)", BinaryOp.MIN: "minp(a, b)", BinaryOp.POW: "pow_f32(a, b)",
+}
+_INT_BINARY = {
+    **_FLOAT_BINARY, BinaryOp.MAX: "max(a, b)", BinaryOp.MIN: "min(a, b)", BinaryOp.POW: "pow_int(a, b)",
+    BinaryOp.DIV: "select(a / b, {T}(0), b == {T}(0))",
+}
+# Integer pow by squaring; only pasted into integer variants (WGSL has no integer pow).
+INT_POW_WGSL = """
+fn pow_int(x: {T}, y: {T}) -> {T} {
+    var result: {T} = {T}(1);
+    var base = x;
+    var e = y;
+    if (e < {T}(0)) {
+        return {T}(0);
+    }
+    while (e > {T}(0)) {
+        if ((e & {T}(1)) == {T}(1)) {
+            result = result * base;
+        }
+        base = base * base;
+        e = e >> u32(1);
+    }
+    return result;
+}
+"""
+
+_COMPARE = {CmpOp.EQ: "a == b", CmpOp.NE: "a != b", CmpOp.LT: "a < b", CmpOp.LE: "a <= b",
+            CmpOp.GT: "a > b", CmpOp.GE: "a >= b"}
+
+
+def _compute_type(node: Node, dtype: DType) -> str:
+    return word_type(dtype, where(node))[0]
+
+
+@lowers(ops.Activation)
+def lower_activation(node: Node, ctx: LowerCtx) -> list[Step]:
+    (x,) = ctx.inputs(node)
+    if x.dtype is not DType.F32:
+        raise UnsupportedOpError(f"{where(node)}: activations are lowered for f32 only, got {x.dtype}")
+    expr = ACTIVATION_WGSL[node.op.fn]
+    return [ctx.dispatch(EW_UNARY, node, ctx.grid_1d(node.numel), {"PRELUDE": PRELUDE, "EXPR": expr},
+                         n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
+
+
+@lowers(ops.Binary)
+def lower_binary(node: Node, ctx: LowerCtx) -> list[Step]:
+    a, b = ctx.inputs(node)
+    compute = _compute_type(node, node.dtype)
+    table = _FLOAT_BINARY if compute == "f32" else _INT_BINARY
+    subs = {"PRELUDE": PRELUDE, "T": compute,
+            "INT_FNS": INT_POW_WGSL.replace("{T}", compute) if compute != "f32" else "",
+            "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
+            "STORE": store_fn(node.dtype), "EXPR": table[node.op.op].replace("{T}", compute)}
+    return [ctx.dispatch(EW_BINARY, node, ctx.grid_1d(node.numel), subs,
+                         n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
+
+
+def _common_type(node: Node, *dtypes: DType) -> str:
+    kinds = {_compute_type(node, d) for d in dtypes}
+    return "f32" if "f32" in kinds else ("i32" if "i32" in kinds else "u32")
+
+
+@lowers(ops.Compare)
+def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
+    a, b = ctx.inputs(node)
+    subs = {"PRELUDE": PRELUDE, "T": _common_type(node, a.dtype, b.dtype),
+            "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
+            "EXPR": _COMPARE[node.op.op]}
+    return [ctx.dispatch(EW_COMPARE, node, ctx.grid_1d(node.numel), subs,
+                         n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
+
+
+@lowers(ops.Where)
+def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
+    c, a, b = ctx.inputs(node)
+    cond_type, cond_load = word_type(c.dtype, where(node))
+    subs = {"PRELUDE": PRELUDE, "T": _compute_type(node, node.dtype), "LOAD_C": cond_load,
+            "ZERO_C": f"{cond_type}(0)", "LOAD_A": word_type(a.dtype, where(node))[1],
+            "LOAD_B": word_type(b.dtype, where(node))[1], "STORE": store_fn(node.dtype)}
+    return [ctx.dispatch(EW_WHERE, node, ctx.grid_1d(node.numel), subs, n=node.numel, c=ctx.offset(c),
+                         a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
+
+
+def _cast_expr(src: DType, dst: DType) -> str:
+    tx, ty = WORD_TYPES[src][0], WORD_TYPES[dst][0]
+    if dst is DType.BOOL:
+        return f"select(0u, 1u, v != {tx}(0))"
+    if tx == "f32" and ty != "f32":  # WGSL's f32 -> int conversion saturates; NaN needs care
+        return f"select({ty}(v), {ty}(0), is_nan(v))"
+    return f"{ty}(v)"
+
+
+@lowers(ops.Cast)
+def lower_cast(node: Node, ctx: LowerCtx) -> list[Step]:
+    (x,) = ctx.inputs(node)
+    if x.dtype in WORD_TYPES and node.dtype in WORD_TYPES:
+        subs = {"PRELUDE": PRELUDE, "TX": WORD_TYPES[x.dtype][0], "TY": WORD_TYPES[node.dtype][0],
+                "LOAD_X": WORD_TYPES[x.dtype][1], "STORE": store_fn(node.dtype),
+                "EXPR": _cast_expr(x.dtype, node.dtype)}
+        return [ctx.dispatch(EW_CAST, node, ctx.grid_1d(node.numel), subs,
+                             n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
+    # f16/bf16/f64/i64/... casts: rare at run time (mostly at graph edges), done on the host
+    src_id, dst_id, to = x.id, node.id, node.dtype
+
+    def run(io) -> None:
+        io.write(dst_id, cast_values(np.asarray(io.read(src_id)), to))
+
+    return [ctx.host(node, "host_cast", run)]
+
+
+@lowers(ops.Copy)
+def lower_copy(node: Node, ctx: LowerCtx) -> list[Step]:
+    (x,) = ctx.inputs(node)
+    return [copy_step(node, ctx, x, node, node.nbytes)]
+
+
+def copy_step(node: Node, ctx: LowerCtx, src: Node | int, dst: Node | int, nbytes: int,
+              src_extra: int = 0, dst_extra: int = 0) -> Step:
+    """Copy ``nbytes`` (rounded up to words) from ``src`` (+ byte offset) to ``dst`` (+ byte offset)."""
+    words = (nbytes + 3) // 4
+    return ctx.dispatch(COPY_WORDS, node, ctx.grid_1d(words), n=words,
+                        x=ctx.offset(src) + src_extra // 4, y=ctx.offset(dst) + dst_extra // 4)

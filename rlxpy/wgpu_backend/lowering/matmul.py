@@ -1,0 +1,53 @@
+"""Matmul family: MatMul and FusedMatMulBiasAct on f32 (tiled GEMM with a bias/act epilogue)."""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+MATMUL_TILED = kernel(
+    "matmul_tiled",
+    params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
+           stride_a=U32, stride_w=U32, stride_y=U32),
+    workgroup=(16, 16, 1), shared_bytes=8192)
+TILE = 64
+
+
+def _gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -> list[Step]:
+    for t in (a, w, *(x for x in (bias,) if x is not None)):
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: f32 matmul only, got {t.type}")
+    k, n = w.shape[-2], w.shape[-1]
+    if w.rank == 2:  # [..., M, K] x [K, N]: one GEMM over all leading rows
+        m, batch = a.numel // k, 1
+    else:
+        m, batch = a.shape[-2], math.prod(a.shape[:-2])
+    if batch > 65535:
+        raise UnsupportedOpError(f"{where(node)}: batch {batch} exceeds 65535 workgroups")
+    expr = ACTIVATION_WGSL[act] if act is not None else "v"
+    grid = (max(1, math.ceil(n / TILE)), max(1, math.ceil(m / TILE)), batch)
+    return [ctx.dispatch(MATMUL_TILED, node, grid, {"PRELUDE": PRELUDE, "EXPR": expr},
+                         m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
+                         bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
+                         stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
+                         stride_y=m * n if batch > 1 else 0)]
+
+
+@lowers(ops.MatMul)
+def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    a, w = ctx.inputs(node)
+    return _gemm(node, ctx, a, w, None, None)
+
+
+@lowers(ops.FusedMatMulBiasAct)
+def lower_fused_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    a, w, bias = ctx.inputs(node)
+    return _gemm(node, ctx, a, w, bias, node.op.activation)
