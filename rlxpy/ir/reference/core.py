@@ -48,7 +48,15 @@ def ref_activation(op: ops.Activation, args, node):
 
 
 def _pow(a, b):
-    return np.power(a, b) if a.dtype.kind == "f" or np.all(b >= 0) else np.power(a.astype(np.float64), b)
+    # a full-size exponent: numpy's loop turns a stride-0 (broadcast) exponent of 0.5 into sqrt,
+    # and sqrt(-inf) = NaN where IEEE pow (C's pow, torch.pow) gives +inf
+    # (0-d operands count as stride 0 too, hence the flat 1-D copy)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    base = np.broadcast_to(a, shape).reshape(-1)
+    exponent = np.broadcast_to(b, shape).reshape(-1).copy()
+    if a.dtype.kind != "f" and np.any(exponent < 0):
+        base = base.astype(np.float64)
+    return np.power(base, exponent).reshape(shape)
 
 
 BINARY = {

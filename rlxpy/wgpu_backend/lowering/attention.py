@@ -1,0 +1,1 @@
+"""Lowering family: attention (being written)."""

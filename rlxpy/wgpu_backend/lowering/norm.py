@@ -1,0 +1,1 @@
+"""Lowering family: norm (being written)."""

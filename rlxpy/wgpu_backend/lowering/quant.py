@@ -1,0 +1,1 @@
+"""Lowering family: quant (being written)."""

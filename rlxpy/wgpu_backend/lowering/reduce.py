@@ -1,0 +1,1 @@
+"""Lowering family: reduce (being written)."""

@@ -1,0 +1,1 @@
+"""Lowering family: shape_ops (being written)."""
