@@ -28,15 +28,15 @@ class BuilderComposite:
         whose Inputs bind positionally to ``captures``)."""
         return self.apply(composite.If(then_branch, else_branch), [pred, *captures], name)
 
-    def while_loop(self, state: Sequence[NodeRef], cond: Graph, body: Graph, max_iterations: int | None = None,
-                   name: str | None = None) -> Node:
+    def while_loop(self, state: Sequence[NodeRef], cond: Graph, body: Graph,
+                   max_iterations: int | None = None, name: str | None = None) -> Node:
         """``while cond(*state): state[:k] = body(*state)``, at most ``max_iterations`` times."""
         return self.apply(composite.While(cond, body, max_iterations), list(state), name)
 
     # -- linear algebra -----------------------------------------------------------------------
     def dot_general(self, lhs: NodeRef, rhs: NodeRef, lhs_contracting: Sequence[int],
-                    rhs_contracting: Sequence[int], lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = (),
-                    name: str | None = None) -> Node:
+                    rhs_contracting: Sequence[int], lhs_batch: Sequence[int] = (),
+                    rhs_batch: Sequence[int] = (), name: str | None = None) -> Node:
         op = composite.DotGeneral(tuple(lhs_contracting), tuple(rhs_contracting), tuple(lhs_batch),
                                   tuple(rhs_batch))
         return self.apply(op, [lhs, rhs], name)
@@ -51,13 +51,14 @@ class BuilderComposite:
         return self.apply(composite.FusedSwiGLU(gate_first, to), [x], name)
 
     # -- transformer blocks -------------------------------------------------------------------
-    def attention_block(self, hidden: NodeRef, qkv_w: NodeRef, out_w: NodeRef, mask: NodeRef, num_heads: int,
-                        head_dim: int, qkv_b: NodeRef | None = None, out_b: NodeRef | None = None,
-                        cos: NodeRef | None = None, sin: NodeRef | None = None, name: str | None = None) -> Node:
+    def attention_block(self, hidden: NodeRef, qkv_w: NodeRef, out_w: NodeRef, mask: NodeRef,
+                        num_heads: int, head_dim: int, qkv_b: NodeRef | None = None,
+                        out_b: NodeRef | None = None, cos: NodeRef | None = None, sin: NodeRef | None = None,
+                        name: str | None = None) -> Node:
         """FusedAttentionBlock; give both biases or neither, both rope tables or neither."""
         if (qkv_b is None) != (out_b is None) or (cos is None) != (sin is None):
-            raise GraphError(f"{name or 'attention_block'} (FusedAttentionBlock): give qkv_b and out_b together, "
-                             "and cos and sin together")
+            raise GraphError(f"{name or 'attention_block'} (FusedAttentionBlock): give qkv_b and out_b "
+                             "together, and cos and sin together")
         op = composite.FusedAttentionBlock(num_heads, head_dim, qkv_b is not None, cos is not None)
         extra = [t for t in (qkv_b, out_b, cos, sin) if t is not None]
         return self.apply(op, [hidden, qkv_w, out_w, mask, *extra], name)

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from rlxpy.ir.graph import Node, NodeRef
 
 
-def _window(value: int | Sequence[int] | None) -> tuple[int, ...]:
+Window = int | Sequence[int]
+
+
+def _window(value: Window | None) -> tuple[int, ...]:
     """An int applies to every spatial dim; None means the op's default."""
     if value is None:
         return ()
@@ -42,30 +45,33 @@ class BuilderExtra:
             raise GraphError(f"{what}: {x!r} is not a node of this graph") from None
 
     # -- convolution, pooling -------------------------------------------------------------------
-    def conv(self, x: NodeRef, w: NodeRef, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-             dilation: int | Sequence[int] = 1, groups: int = 1, name: str | None = None) -> Node:
+    def conv(self, x: NodeRef, w: NodeRef, stride: Window = 1, padding: Window = 0, dilation: Window = 1,
+             groups: int = 1, name: str | None = None) -> Node:
         """torch.nn.functional.conv{1,2,3}d(x, w, None, stride, padding, dilation, groups)."""
         kernel = self._shape_of(w, "conv weight")[2:]
         op = extra.Conv(kernel, _window(stride), _window(padding), _window(dilation), groups)
         return self.apply(op, [x, w], name)
 
-    def pool(self, x: NodeRef, kind: ReduceOp | str, kernel_size: int | Sequence[int],
-             stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, name: str | None = None) -> Node:
-        op = extra.Pool(_enum(ReduceOp, kind), _window(kernel_size), _window(stride), _window(padding))  # type: ignore[arg-type]
+    def pool(self, x: NodeRef, kind: ReduceOp | str, kernel_size: Window, stride: Window = 1,
+             padding: Window = 0, name: str | None = None) -> Node:
+        kind = _enum(ReduceOp, kind)  # type: ignore[assignment]
+        op = extra.Pool(kind, _window(kernel_size), _window(stride), _window(padding))  # type: ignore[arg-type]
         return self.apply(op, [x], name)
 
-    def max_pool(self, x: NodeRef, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, name: str | None = None) -> Node:
+    def max_pool(self, x: NodeRef, kernel_size: Window, stride: Window | None = None, padding: Window = 0,
+                 name: str | None = None) -> Node:
         """torch's max_pool{1,2,3}d: stride defaults to the kernel size here, as in torch."""
-        return self.pool(x, ReduceOp.MAX, kernel_size, kernel_size if stride is None else stride, padding, name)
+        stride = kernel_size if stride is None else stride
+        return self.pool(x, ReduceOp.MAX, kernel_size, stride, padding, name)
 
-    def avg_pool(self, x: NodeRef, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, name: str | None = None) -> Node:
+    def avg_pool(self, x: NodeRef, kernel_size: Window, stride: Window | None = None, padding: Window = 0,
+                 name: str | None = None) -> Node:
         """torch's avg_pool{1,2,3}d(count_include_pad=True); stride defaults to the kernel size."""
-        return self.pool(x, ReduceOp.MEAN, kernel_size, kernel_size if stride is None else stride, padding, name)
+        stride = kernel_size if stride is None else stride
+        return self.pool(x, ReduceOp.MEAN, kernel_size, stride, padding, name)
 
-    def im2col(self, x: NodeRef, kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1,
-               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, name: str | None = None) -> Node:
+    def im2col(self, x: NodeRef, kernel_size: Window, stride: Window = 1, padding: Window = 0,
+               dilation: Window = 1, name: str | None = None) -> Node:
         op = extra.Im2Col(_window(kernel_size), _window(stride), _window(padding), _window(dilation))
         return self.apply(op, [x], name)
 
@@ -92,7 +98,8 @@ class BuilderExtra:
     def log_mel(self, spectrum: NodeRef, filters: NodeRef, name: str | None = None) -> Node:
         return self.apply(extra.LogMel(), [spectrum, filters], name)
 
-    def log_mel_backward(self, spectrum: NodeRef, filters: NodeRef, dy: NodeRef, name: str | None = None) -> Node:
+    def log_mel_backward(self, spectrum: NodeRef, filters: NodeRef, dy: NodeRef,
+                         name: str | None = None) -> Node:
         return self.apply(extra.LogMelBackward(), [spectrum, filters, dy], name)
 
     # -- custom ops -------------------------------------------------------------------------------
@@ -127,7 +134,8 @@ class BuilderExtra:
                                   name: str | None = None) -> Node:
         return self.apply(extra.LayerNormBackwardInput(eps), [x, gamma, dy], name)
 
-    def layer_norm_backward_gamma(self, x: NodeRef, dy: NodeRef, eps: float = 1e-5, name: str | None = None) -> Node:
+    def layer_norm_backward_gamma(self, x: NodeRef, dy: NodeRef, eps: float = 1e-5,
+                                  name: str | None = None) -> Node:
         return self.apply(extra.LayerNormBackwardGamma(eps), [x, dy], name)
 
     def rope_backward(self, dy: NodeRef, cos: NodeRef, sin: NodeRef, head_dim: int, n_rot: int = 0,
@@ -136,15 +144,17 @@ class BuilderExtra:
         op = extra.RopeBackward(head_dim, n_rot, interleaved, position_offset)
         return self.apply(op, [dy, cos, sin] + ([position] if position is not None else []), name)
 
-    def cumsum_backward(self, dy: NodeRef, axis: int = -1, exclusive: bool = False, name: str | None = None) -> Node:
+    def cumsum_backward(self, dy: NodeRef, axis: int = -1, exclusive: bool = False,
+                        name: str | None = None) -> Node:
         return self.apply(extra.CumsumBackward(axis, exclusive), [dy], name)
 
     def gather_backward(self, dy: NodeRef, indices: NodeRef, axis_dim: int, axis: int = 0,
                         name: str | None = None) -> Node:
         return self.apply(extra.GatherBackward(axis_dim, axis), [dy, indices], name)
 
-    def attention_backward(self, q: NodeRef, k: NodeRef, v: NodeRef, dy: NodeRef, wrt: extra.AttentionWrt | str,
-                           num_heads: int, head_dim: int, num_kv_heads: int = 0,
+    def attention_backward(self, q: NodeRef, k: NodeRef, v: NodeRef, dy: NodeRef,
+                           wrt: extra.AttentionWrt | str, num_heads: int, head_dim: int,
+                           num_kv_heads: int = 0,
                            mask_kind: MaskKind | str = MaskKind.NONE, mask: NodeRef | None = None,
                            score_scale: float | None = None, softcap: float | None = None, window: int = 0,
                            name: str | None = None) -> Node:
@@ -174,8 +184,9 @@ class BuilderExtra:
         if shape is None:
             first = self._shape_of(slices[0], "region slice 0")
             shape = (first[0] * len(slices),) + first[1:] if first else (len(slices),)
-        op = extra.BatchElementwiseRegion(tuple(chain), as_shape(shape), scalar_input_mask, tuple(input_modulus),
-                                          _enum(extra.RegionPrologue, prologue), prologue_input)  # type: ignore[arg-type]
+        kind = _enum(extra.RegionPrologue, prologue)
+        op = extra.BatchElementwiseRegion(tuple(chain), as_shape(shape), scalar_input_mask,
+                                          tuple(input_modulus), kind, prologue_input)  # type: ignore[arg-type]
         return self.apply(op, list(slices), name)
 
     # -- Gaussian splatting -----------------------------------------------------------------------

@@ -29,7 +29,8 @@ ENUMS[AttentionWrt.__name__] = AttentionWrt  # so JSON graphs can name it
 
 
 def _last_axis(axis: int, rank: int, what: str) -> None:
-    need(_axis(axis, rank) == rank - 1, f"{what} normalises the last axis only, got axis={axis} for rank {rank}")
+    need(_axis(axis, rank) == rank - 1,
+         f"{what} normalises the last axis only, got axis={axis} for rank {rank}")
 
 
 def _norm_backward_check(x: TensorType, dy: TensorType, params: Sequence[TensorType], axis: int,

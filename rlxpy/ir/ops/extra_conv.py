@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from rlxpy.ir.ops.core import Op, ReduceOp, TensorType, need
 from rlxpy.ir.shape import Dim, format_shape
 
+Ints = tuple[int, ...]
+
 
 def window_params(values: tuple[int, ...], spatial: int, default: int, what: str,
                   minimum: int) -> tuple[int, ...]:
@@ -21,7 +23,8 @@ def window_params(values: tuple[int, ...], spatial: int, default: int, what: str
     if len(values) == 1:
         values = values * spatial
     need(len(values) == spatial, f"{what} {values} has {len(values)} entries for {spatial} spatial dims")
-    need(all(isinstance(v, int) and v >= minimum for v in values), f"{what} {values} must be ints >= {minimum}")
+    need(all(isinstance(v, int) and v >= minimum for v in values),
+         f"{what} {values} must be ints >= {minimum}")
     return tuple(values)
 
 
@@ -50,7 +53,7 @@ class Conv(Op):
     groups: int = 1
     arity = (2, 2)
 
-    def windows(self, spatial: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    def windows(self, spatial: int) -> tuple[Ints, Ints, Ints, Ints]:
         """(kernel, stride, padding, dilation), each expanded to ``spatial`` entries."""
         return (window_params(self.kernel_size, spatial, 1, "kernel_size", 1),
                 window_params(self.stride, spatial, 1, "stride", 1),
@@ -61,7 +64,8 @@ class Conv(Op):
         x, w = ins
         need(x.rank in (3, 4, 5), f"conv input must be [N, C, L], [N, C, H, W] or [N, C, D, H, W], got {x}")
         need(w.rank == x.rank, f"conv weight {w} must have the input's rank {x.rank}")
-        need(x.dtype.is_float and w.dtype == x.dtype, f"conv needs float x and w of one dtype, got {x} and {w}")
+        need(x.dtype.is_float and w.dtype == x.dtype,
+             f"conv needs float x and w of one dtype, got {x} and {w}")
         spatial = x.rank - 2
         kernel, stride, padding, dilation = self.windows(spatial)
         need(tuple(w.shape[2:]) == kernel, f"kernel_size {kernel} does not match weight {w}")
@@ -95,7 +99,7 @@ class Pool(Op):
     stride: tuple[int, ...] = ()
     padding: tuple[int, ...] = ()
 
-    def windows(self, spatial: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    def windows(self, spatial: int) -> tuple[Ints, Ints, Ints]:
         return (window_params(self.kernel_size, spatial, 1, "kernel_size", 1),
                 window_params(self.stride, spatial, 1, "stride", 1),
                 window_params(self.padding, spatial, 0, "padding", 0))
@@ -126,7 +130,7 @@ class Im2Col(Op):
     padding: tuple[int, ...] = ()
     dilation: tuple[int, ...] = ()
 
-    def windows(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    def windows(self) -> tuple[Ints, Ints, Ints, Ints]:
         return (window_params(self.kernel_size, 2, 1, "kernel_size", 1),
                 window_params(self.stride, 2, 1, "stride", 1),
                 window_params(self.padding, 2, 0, "padding", 0),
@@ -139,5 +143,6 @@ class Im2Col(Op):
         h_out = window_out_size(x.shape[2], kernel[0], stride[0], padding[0], dilation[0], "im2col")
         w_out = window_out_size(x.shape[3], kernel[1], stride[1], padding[1], dilation[1], "im2col")
         n, c = x.shape[0], x.shape[1]
-        need(isinstance(n, int) and isinstance(c, int), f"im2col needs static N and C, got {format_shape(x.shape)}")
+        need(isinstance(n, int) and isinstance(c, int),
+             f"im2col needs static N and C, got {format_shape(x.shape)}")
         return TensorType((n * h_out * w_out, c * kernel[0] * kernel[1]), x.dtype)  # type: ignore[operator]

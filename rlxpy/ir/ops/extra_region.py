@@ -51,8 +51,8 @@ REGION_DTYPE_IDS = {d: i for i, d in enumerate((
     DType.F32, DType.F16, DType.BF16, DType.F64, DType.I8, DType.I16, DType.I32, DType.I64, DType.U8,
     DType.U32, DType.BOOL, DType.C64))}
 _SUB_TYPES: dict[ChainKind, Any] = {
-    ChainKind.ACTIVATION: ActKind, ChainKind.CAST: DType, ChainKind.BINARY: BinaryOp, ChainKind.COMPARE: CmpOp,
-    ChainKind.WHERE: type(None),
+    ChainKind.ACTIVATION: ActKind, ChainKind.CAST: DType, ChainKind.BINARY: BinaryOp,
+    ChainKind.COMPARE: CmpOp, ChainKind.WHERE: type(None),
 }
 _OPERAND_COUNT = {ChainKind.ACTIVATION: 1, ChainKind.CAST: 1, ChainKind.BINARY: 2, ChainKind.COMPARE: 2,
                   ChainKind.WHERE: 3}
@@ -93,7 +93,8 @@ class ChainStep:
 
     def __post_init__(self) -> None:
         # JSON round trips hand back plain tuples; rebuild the operands from them.
-        args = tuple(a if isinstance(a, ChainOperand) else ChainOperand(bool(a[0]), int(a[1])) for a in self.args)
+        args = tuple(a if isinstance(a, ChainOperand) else ChainOperand(bool(a[0]), int(a[1]))
+                     for a in self.args)
         object.__setattr__(self, "args", args)
 
     @staticmethod
@@ -162,9 +163,10 @@ def chain_dtype(chain: Sequence[ChainStep], input_dtypes: Sequence[DType]) -> DT
     for j, step in enumerate(chain):
         need(isinstance(step, ChainStep) and isinstance(step.kind, ChainKind),
              f"chain step {j} is not a ChainStep: {step!r}")
-        need(isinstance(step.sub, _SUB_TYPES[step.kind]), f"chain step {j} {step.kind.name}: bad sub {step.sub!r}")
+        kind = step.kind.name
+        need(isinstance(step.sub, _SUB_TYPES[step.kind]), f"chain step {j} {kind}: bad sub {step.sub!r}")
         need(len(step.args) == _OPERAND_COUNT[step.kind],
-             f"chain step {j} {step.kind.name} takes {_OPERAND_COUNT[step.kind]} operands, got {len(step.args)}")
+             f"chain step {j} {kind} takes {_OPERAND_COUNT[step.kind]} operands, got {len(step.args)}")
         types = []
         for a in step.args:
             pool, what = (results, "earlier step") if a.is_step else (input_dtypes, "input")
@@ -204,7 +206,8 @@ def check_region_inputs(ins: Sequence[TensorType], out_shape: Shape, scalar_mask
         elif out_numel is not None and numel is not None:
             need(numel == out_numel, f"input {i} {t} must have the output's {out_numel} elements")
         else:
-            need(tuple(t.shape) == tuple(out_shape), f"input {i} {t} must match the output {format_shape(out_shape)}")
+            need(tuple(t.shape) == tuple(out_shape),
+                 f"input {i} {t} must match the output {format_shape(out_shape)}")
 
 
 def _check_region_attrs(n_inputs: int, scalar_mask: int, modulus: Sequence[int], prologue: RegionPrologue,
@@ -274,7 +277,8 @@ class BatchElementwiseRegion(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         first = ins[0]
-        need(all(t == first for t in ins), "slices must share one shape and dtype: " + ", ".join(map(str, ins)))
+        need(all(t == first for t in ins),
+             "slices must share one shape and dtype: " + ", ".join(map(str, ins)))
         need(is_static(self.shape), f"batch region shape {format_shape(self.shape)} must be static")
         count = len(ins)
         need(_numel(self.shape) % count == 0,  # type: ignore[operator]

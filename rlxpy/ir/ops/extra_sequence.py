@@ -53,12 +53,14 @@ class GatedDeltaNet(Op):
     arity = (5, 6)
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        need(len(ins) == (6 if self.carry_state else 5),
-             f"takes {6 if self.carry_state else 5} inputs with carry_state={self.carry_state}, got {len(ins)}")
+        want_inputs = 6 if self.carry_state else 5
+        need(len(ins) == want_inputs,
+             f"takes {want_inputs} inputs with carry_state={self.carry_state}, got {len(ins)}")
         q, k, v, g, beta = ins[:5]
         n = self.state_size
         need(1 <= n <= MAX_DELTA_STATE, f"state_size {n} must be in 1..{MAX_DELTA_STATE}")
-        need(q.rank == 4 and q.shape[3] == n and q.dtype.is_float, f"q must be float [B, S, Hv, {n}], got {q}")
+        need(q.rank == 4 and q.shape[3] == n and q.dtype.is_float,
+             f"q must be float [B, S, Hv, {n}], got {q}")
         need(k.shape == q.shape and v.shape == q.shape, f"q {q}, k {k} and v {v} must share one shape")
         need(g.shape == q.shape[:3] and beta.shape == q.shape[:3],
              f"g and beta must be {format_shape(q.shape[:3])}, got {g} and {beta}")

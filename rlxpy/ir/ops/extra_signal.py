@@ -40,7 +40,8 @@ class Fft(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        need(x.dtype in (DType.F32, DType.F64, DType.C64), f"fft takes f32/f64 (block layout) or c64, got {x}")
+        need(x.dtype in (DType.F32, DType.F64, DType.C64),
+             f"fft takes f32/f64 (block layout) or c64, got {x}")
         if x.dtype is DType.C64:
             need(x.rank >= 1 and x.shape[-1] != 0, f"fft needs a non-empty last axis, got {x}")
         else:
@@ -64,16 +65,20 @@ class WelchPeaks(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        need(x.rank == 2 and x.dtype is DType.F32, f"welch_peaks takes f32 [batch*n_segments, 2*n_fft], got {x}")
+        need(x.rank == 2 and x.dtype is DType.F32,
+             f"welch_peaks takes f32 [batch*n_segments, 2*n_fft], got {x}")
         n_fft = block_length(x, "welch_peaks")
-        need(self.k >= 1 and self.n_segments >= 1, f"k={self.k} and n_segments={self.n_segments} must be >= 1")
-        need(self.k <= n_fft // 2 + 1, f"k={self.k} exceeds the {n_fft // 2 + 1} one-sided bins of n_fft={n_fft}")
+        bins = n_fft // 2 + 1
+        need(self.k >= 1 and self.n_segments >= 1,
+             f"k={self.k} and n_segments={self.n_segments} must be >= 1")
+        need(self.k <= bins, f"k={self.k} exceeds the {bins} one-sided bins of n_fft={n_fft}")
         rows = x.shape[0]
         if isinstance(rows, Sym):
             need(self.n_segments == 1, f"symbolic rows {rows} need n_segments=1, got {self.n_segments}")
             batch: Dim = rows
         else:
-            need(rows % self.n_segments == 0, f"rows {rows} are not a multiple of n_segments={self.n_segments}")
+            need(rows % self.n_segments == 0,
+                 f"rows {rows} are not a multiple of n_segments={self.n_segments}")
             batch = rows // self.n_segments
         return TensorType((batch, 2 * self.k), DType.F32)
 

@@ -122,7 +122,8 @@ class Unfuser:
         return [self.broadcast(x, shape, f"{name}/{role}") for x, role in zip(inputs, roles)]
 
     # -- graphs -----------------------------------------------------------------------------
-    def inline(self, graph: Graph, bound: Sequence[Node] | None = None, prefix: str | None = None) -> list[Node]:
+    def inline(self, graph: Graph, bound: Sequence[Node] | None = None,
+               prefix: str | None = None) -> list[Node]:
         """Unfuse ``graph``'s nodes into the new graph; return its outputs there.
 
         Top level (``bound`` None): Inputs, Params and every 1:1 node keep their names. Sub-graph:

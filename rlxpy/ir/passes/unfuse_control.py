@@ -53,6 +53,6 @@ def expand_while(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> N
         new = unfuser.inline(op.body, state, f"{step}/body")
         last = i == total - 1
         for j in range(1 if last else carried):
-            state[j] = unfuser.emit(ops.Where(), [active, new[j], state[j]], name if last else f"{step}/state{j}",
-                                    exact=last)
+            target = name if last else f"{step}/state{j}"
+            state[j] = unfuser.emit(ops.Where(), [active, new[j], state[j]], target, exact=last)
     return state[0]

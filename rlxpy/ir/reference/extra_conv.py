@@ -16,7 +16,8 @@ from rlxpy.ir.reference import reference
 
 
 def _tap_slices(tap: tuple[int, ...], stride, dilation, out_sizes) -> tuple[slice, ...]:
-    return tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, s, d, o in zip(tap, stride, dilation, out_sizes))
+    return tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
+                 for t, s, d, o in zip(tap, stride, dilation, out_sizes))
 
 
 def _pad(x: np.ndarray, padding, value: float) -> np.ndarray:
@@ -79,6 +80,7 @@ def ref_im2col(op: Im2Col, args, node):
     x_pad = _pad(x, padding, 0.0)
     cols = np.zeros((batch, channels, kernel[0], kernel[1]) + out_sizes, dtype=x.dtype)
     for ki, kj in itertools.product(range(kernel[0]), range(kernel[1])):
-        cols[:, :, ki, kj] = x_pad[(slice(None), slice(None)) + _tap_slices((ki, kj), stride, dilation, out_sizes)]
+        taps = _tap_slices((ki, kj), stride, dilation, out_sizes)
+        cols[:, :, ki, kj] = x_pad[(slice(None), slice(None)) + taps]
     # [N, C, kH, kW, Ho, Wo] -> rows (n, ho, wo), columns (c, ki, kj)
     return cols.transpose(0, 4, 5, 1, 2, 3).reshape(node.shape)

@@ -8,7 +8,8 @@ from rlxpy.ir.ops.extra_sequence import GatedDeltaNet, SelectiveScan
 from rlxpy.ir.reference import reference
 
 
-def selective_scan(x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def selective_scan(x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray,
+                   c: np.ndarray) -> np.ndarray:
     """y [B,S,Hd]: the recurrence of SelectiveScan, vectorised over (batch, channel, state)."""
     x64, d64, a64, b64, c64 = (t.astype(np.float64) for t in (x, delta, a, b, c))
     batch, steps, channels = x.shape

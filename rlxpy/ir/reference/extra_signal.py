@@ -6,7 +6,14 @@ import numpy as np
 
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.core import FftNorm
-from rlxpy.ir.ops.extra_signal import LOG_MEL_MIN_ENERGY, LOG_MEL_RANGE, Fft, LogMel, LogMelBackward, WelchPeaks
+from rlxpy.ir.ops.extra_signal import (
+    LOG_MEL_MIN_ENERGY,
+    LOG_MEL_RANGE,
+    Fft,
+    LogMel,
+    LogMelBackward,
+    WelchPeaks,
+)
 from rlxpy.ir.reference import reference
 
 

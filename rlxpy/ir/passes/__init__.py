@@ -1,0 +1,7 @@
+"""IR -> IR passes, run in this order by the compile flow: verify, bind dynamic dims, unfuse,
+detect patterns (ARCHITECTURE.md)."""
+
+from rlxpy.ir.passes.unfuse import check_unfused, unfuse
+from rlxpy.ir.passes.verify import verify
+
+__all__ = ["check_unfused", "unfuse", "verify"]

@@ -1,0 +1,153 @@
+"""Reference semantics: backward ops (numpy, float64), each the exact gradient of its forward."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops import TensorType
+from rlxpy.ir.ops.attention import attention_layout
+from rlxpy.ir.ops.core import MaskKind
+from rlxpy.ir.ops.extra_backward import (
+    AttentionBackward,
+    AttentionWrt,
+    CumsumBackward,
+    GatherBackward,
+    LayerNormBackwardGamma,
+    LayerNormBackwardInput,
+    RmsNormBackwardBeta,
+    RmsNormBackwardGamma,
+    RmsNormBackwardInput,
+    RopeBackward,
+)
+from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import clamp_indices
+from rlxpy.ir.reference.nn import _mask_bhqk, attention_mask, from_bhsd, ref_rope, to_bhsd
+from rlxpy.ir.shape import normalize_axis
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).reshape(-1, x.shape[-1])
+
+
+def _rms_inverse(x: np.ndarray, eps: float) -> np.ndarray:
+    return 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+@reference(RmsNormBackwardInput)
+def ref_rms_norm_backward_input(op: RmsNormBackwardInput, args, node):
+    x, gamma, dy = _rows(args[0]), args[1].astype(np.float64), _rows(args[-1])
+    r = _rms_inverse(x, op.eps)
+    dot = (dy * gamma * x).mean(-1, keepdims=True)
+    return (r * (gamma * dy - x * dot * r * r)).reshape(args[0].shape).astype(args[0].dtype)
+
+
+@reference(RmsNormBackwardGamma)
+def ref_rms_norm_backward_gamma(op: RmsNormBackwardGamma, args, node):
+    x, dy = _rows(args[0]), _rows(args[-1])
+    return (dy * x * _rms_inverse(x, op.eps)).sum(0).astype(args[0].dtype)
+
+
+@reference(RmsNormBackwardBeta)
+def ref_rms_norm_backward_beta(op: RmsNormBackwardBeta, args, node):
+    return _rows(args[-1]).sum(0).astype(args[0].dtype)
+
+
+def _normalised(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(xhat, 1/sqrt(var + eps)) with the two-pass biased variance."""
+    centred = x - x.mean(-1, keepdims=True)
+    inv_std = 1.0 / np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
+    return centred * inv_std, inv_std
+
+
+@reference(LayerNormBackwardInput)
+def ref_layer_norm_backward_input(op: LayerNormBackwardInput, args, node):
+    x, gamma, dy = _rows(args[0]), args[1].astype(np.float64), _rows(args[2])
+    xhat, inv_std = _normalised(x, op.eps)
+    s = dy * gamma
+    dx = inv_std * (s - s.mean(-1, keepdims=True) - xhat * (s * xhat).mean(-1, keepdims=True))
+    return dx.reshape(args[0].shape).astype(args[0].dtype)
+
+
+@reference(LayerNormBackwardGamma)
+def ref_layer_norm_backward_gamma(op: LayerNormBackwardGamma, args, node):
+    xhat, _ = _normalised(_rows(args[0]), op.eps)
+    return (_rows(args[1]) * xhat).sum(0).astype(args[0].dtype)
+
+
+@reference(RopeBackward)
+def ref_rope_backward(op: RopeBackward, args, node):
+    dy, cos, sin = args[:3]
+    # the adjoint of a rotation by theta is the rotation by -theta
+    return ref_rope(op.forward(), [dy, cos, -sin, *args[3:]], node)
+
+
+@reference(CumsumBackward)
+def ref_cumsum_backward(op: CumsumBackward, args, node):
+    (dy,) = args
+    axis = normalize_axis(op.axis, dy.ndim)
+    wide = dy.astype(np.float64) if dy.dtype.kind == "f" else dy
+    suffix = np.flip(np.cumsum(np.flip(wide, axis), axis=axis), axis)
+    return (suffix - wide if op.exclusive else suffix).astype(dy.dtype)
+
+
+@reference(GatherBackward)
+def ref_gather_backward(op: GatherBackward, args, node):
+    dy, idx = args
+    rank = len(node.shape)
+    axis = normalize_axis(op.axis, rank)
+    outer = int(np.prod(dy.shape[:axis]))
+    inner = int(np.prod(node.shape[axis + 1:]))
+    rows = clamp_indices(idx, op.axis_dim).ravel()
+    out = np.zeros((outer, op.axis_dim, inner), dtype=np.float64)
+    np.add.at(out, (slice(None), rows), dy.astype(np.float64).reshape(outer, rows.size, inner))
+    return out.reshape(node.shape).astype(dy.dtype)
+
+
+def attention_grads(op: AttentionBackward, q, k, v, dy, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dq, dk, dv) in [B, H or H_kv, S, D] float64, recomputing the forward of nn.ref_attention."""
+    heads, kv_heads, d = op.num_heads, op.forward().kv_heads, op.head_dim
+    group = heads // kv_heads
+    qb, dyb = (to_bhsd(t, _layout(q, heads, d), heads, d).astype(np.float64) for t in (q, dy))
+    kb, vb = (to_bhsd(t, _layout(k, kv_heads, d), kv_heads, d).astype(np.float64) for t in (k, v))
+    k_rep, v_rep = np.repeat(kb, group, axis=1), np.repeat(vb, group, axis=1)
+    scale = op.score_scale if op.score_scale is not None else 1.0 / np.sqrt(d)
+    raw = np.einsum("bhqd,bhkd->bhqk", qb, k_rep) * scale
+    capped = op.softcap * np.tanh(raw / op.softcap) if op.softcap else raw
+    keep = np.ones(raw.shape, dtype=bool)
+    scores = capped
+    s_q, s_k = raw.shape[-2:]
+    if op.mask_kind in (MaskKind.CAUSAL, MaskKind.SLIDING_WINDOW):
+        keep = np.broadcast_to(attention_mask(op.mask_kind, s_q, s_k, op.window), raw.shape)
+        scores = np.where(keep, capped, -3.4e38)
+    elif op.mask_kind is MaskKind.CUSTOM:
+        keep = ~(_mask_bhqk(mask, raw.shape) < 0.5)
+        scores = np.where(keep, capped, -1e9)
+    elif op.mask_kind is MaskKind.BIAS:
+        scores = capped + _mask_bhqk(mask.astype(np.float64), raw.shape)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dv = np.einsum("bhqk,bhqd->bhkd", p, dyb)
+    dp = np.einsum("bhqd,bhkd->bhqk", dyb, v_rep)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    ds = np.where(keep, ds, 0.0)  # a replaced score is a constant: no gradient flows through it
+    if op.softcap:
+        ds = ds * (1.0 - np.tanh(raw / op.softcap) ** 2)
+    dq = scale * np.einsum("bhqk,bhkd->bhqd", ds, k_rep)
+    dk = scale * np.einsum("bhqk,bhqd->bhkd", ds, qb)
+    batch = qb.shape[0]
+    fold = (batch, kv_heads, group) + dk.shape[2:]  # sum the query heads sharing a kv head
+    return dq, dk.reshape(fold).sum(2), dv.reshape(fold).sum(2)
+
+
+def _layout(t: np.ndarray, heads: int, head_dim: int) -> str:
+    return attention_layout(TensorType(tuple(t.shape), DType.F32), heads, head_dim)
+
+
+@reference(AttentionBackward)
+def ref_attention_backward(op: AttentionBackward, args, node):
+    q, k, v, dy = args[:4]
+    grads = attention_grads(op, q, k, v, dy, args[4] if len(args) > 4 else None)
+    target = (q, k, v)[op.wrt]
+    heads = op.num_heads if op.wrt is AttentionWrt.QUERY else op.forward().kv_heads
+    return from_bhsd(grads[op.wrt], _layout(target, heads, op.head_dim), target.shape).astype(target.dtype)
