@@ -199,6 +199,9 @@ class Builder:
         op = ops.Attention(num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window)
         return self.add(op, [q, k, v] + ([mask] if mask is not None else []), name)
 
+    def cache_write(self, cache: NodeRef, rows: NodeRef, pos: NodeRef, name: str | None = None) -> Node:
+        return self.apply(ops.CacheWrite(), [cache, rows, pos], name)
+
     def rope(self, x: NodeRef, cos: NodeRef, sin: NodeRef, head_dim: int, n_rot: int = 0,
              interleaved: bool = False, position_offset: int = 0, position: NodeRef | None = None,
              name: str | None = None) -> Node:

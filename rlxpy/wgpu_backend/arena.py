@@ -29,6 +29,11 @@ def is_view(node: Node, graph: Graph) -> bool:
     return False
 
 
+def aliases_input(node: Node, graph: Graph) -> bool:
+    """Nodes whose output shares its first input's bytes: views, and in-place ops (CacheWrite)."""
+    return is_view(node, graph) or isinstance(node.op, ops.CacheWrite)
+
+
 def pinned(node: Node) -> bool:
     return isinstance(node.op, (ops.Input, ops.Param, ops.Constant))
 
@@ -53,7 +58,7 @@ def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scrat
     """Place every non-view node. ``keep_all`` keeps every tensor alive (debug traces)."""
     roots: dict[int, int] = {}
     for node in graph.nodes:
-        roots[node.id] = roots[node.inputs[0]] if is_view(node, graph) else node.id
+        roots[node.id] = roots[node.inputs[0]] if aliases_input(node, graph) else node.id
     last = len(graph.nodes)
     death = {node.id: node.id for node in graph.nodes}
     for node in graph.nodes:

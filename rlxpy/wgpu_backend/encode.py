@@ -52,6 +52,7 @@ class Encoder:
             entries=[{"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
                      {"binding": 1, "resource": {"buffer": self.uniform_buffer, "offset": 0, "size": record}}])
         self.segments: list[Segment] = []
+        self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
         blob = bytearray(self.stride * max(len(gpu_steps), 1))
         for index, step in enumerate(steps):
@@ -103,11 +104,32 @@ class Encoder:
                 cpass.dispatch_workgroups(*grid)
         cpass.end()
 
-    def run(self, host_io: Any, reads: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Encode + submit every segment; return the bytes of ``reads`` (offset, size) regions."""
+    def segments_for(self, steps: frozenset[int] | None) -> list[Segment]:
+        """The segments restricted to the step indices ``steps`` (None = all), cached."""
+        if steps is None:
+            return self.segments
+        if steps not in self._subsets:
+            chosen: list[Segment] = []
+            for segment in self.segments:
+                if segment.kind == "host":
+                    if self.steps.index(segment.host) in steps:  # type: ignore[arg-type]
+                        chosen.append(segment)
+                    continue
+                kept = [d for d in segment.dispatches if d[3] in steps]
+                if kept:
+                    if chosen and chosen[-1].kind == "gpu":
+                        chosen[-1] = Segment("gpu", chosen[-1].dispatches + kept)
+                    else:
+                        chosen.append(Segment("gpu", kept))
+            self._subsets[steps] = chosen
+        return self._subsets[steps]
+
+    def run(self, host_io: Any, reads: Sequence[tuple[int, int]], steps: frozenset[int] | None = None
+            ) -> list[bytes]:
+        """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``."""
         dev = self.device.device
         encoder = dev.create_command_encoder(label="rlx_run")
-        for index, segment in enumerate(self.segments):
+        for index, segment in enumerate(self.segments_for(steps)):
             if segment.kind == "gpu":
                 self._encode_pass(encoder, segment)
                 continue

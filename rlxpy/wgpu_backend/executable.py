@@ -74,6 +74,7 @@ class WgpuExecutable:
         self.last_run_seconds = 0.0
         self._keep_all = keep_all
         self._debug_twin: WgpuExecutable | None = None
+        self._needed_cache: dict[tuple[int, ...], tuple[set[int], frozenset[int]]] = {}
         if env.report_level() >= 1:
             from rlxpy.wgpu_backend.debug import print_report
             print_report(self)
@@ -114,8 +115,9 @@ class WgpuExecutable:
             ) -> dict[str, np.ndarray]:
         """Run the schedule; returns {output name: array}. ``outputs`` limits what is read back."""
         started = time.perf_counter()
-        staged = self._validate_inputs(inputs or {})
         wanted = self._resolve_outputs(outputs)
+        needed, steps = self._needed(wanted, outputs is not None)
+        staged = self._validate_inputs(inputs or {}, needed)
         missing = sorted(set(self._params) - self._params_set)
         if missing:
             raise InputError(f"params not set: {', '.join(missing[:10])}"
@@ -124,7 +126,7 @@ class WgpuExecutable:
             self._upload_input(name, node, data)
         reads = [] if env.BENCH_DISPATCH_ONLY else [
             (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
-        raw = self.encoder.run(HostIO(self), reads)
+        raw = self.encoder.run(HostIO(self), reads, steps)
         result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
         self.last_run_seconds = time.perf_counter() - started
         if env.NAN_TRACE or env.DUMP_NODES:
@@ -132,11 +134,31 @@ class WgpuExecutable:
             after_run_debug(self, inputs or {})
         return result
 
-    def _validate_inputs(self, inputs: Mapping[str, Any]) -> dict[str, tuple[Node, np.ndarray]]:
+    def _needed(self, wanted: list[Node], partial: bool) -> tuple[set[int] | None, frozenset[int] | None]:
+        """Node ids and step indices the requested outputs depend on (None = everything)."""
+        if not partial:
+            return None, None
+        key = tuple(n.id for n in wanted)
+        if key not in self._needed_cache:
+            needed: set[int] = set()
+            stack = list(key)
+            while stack:
+                node_id = stack.pop()
+                if node_id not in needed:
+                    needed.add(node_id)
+                    stack.extend(self.graph.nodes[node_id].inputs)
+            steps = frozenset(i for i, step in enumerate(self.schedule.steps)
+                              if self.graph[step.node].id in needed)
+            self._needed_cache[key] = (needed, steps)
+        return self._needed_cache[key]
+
+    def _validate_inputs(self, inputs: Mapping[str, Any], needed: set[int] | None = None
+                         ) -> dict[str, tuple[Node, np.ndarray]]:
         unknown = [k for k in inputs if k not in self._inputs]
         if unknown:
             raise InputError(f"unknown inputs {unknown}; graph inputs: {sorted(self._inputs)}")
-        absent = [k for k in self._inputs if k not in inputs]
+        absent = [k for k, node in self._inputs.items()
+                  if k not in inputs and (needed is None or node.id in needed)]
         if absent:
             expected = ", ".join(f"{k} {self._inputs[k].type}" for k in absent)
             raise InputError(f"missing inputs: {expected}")

@@ -11,7 +11,7 @@ from rlxpy.ir.ops import (  # noqa: F401  (registration)
     linalg,
     quant,
 )
-from rlxpy.ir.ops.attention import Attention, Rope
+from rlxpy.ir.ops.attention import Attention, CacheWrite, Rope
 from rlxpy.ir.ops.basic import (
     Activation,
     Binary,
@@ -64,7 +64,7 @@ LEAF_OPS = (Input, Param, Constant)
 VIEW_OPS = (Reshape,)
 
 __all__ = [
-    "ALL_OPS", "ENUMS", "GGUF_BLOCKS", "LEAF_OPS", "OP_TYPES", "VIEW_OPS", "ActKind", "Activation",
+    "ALL_OPS", "CacheWrite", "ENUMS", "GGUF_BLOCKS", "LEAF_OPS", "OP_TYPES", "VIEW_OPS", "ActKind", "Activation",
     "Argmax", "Attention", "Binary", "BinaryOp", "Cast", "CmpOp", "Compare", "Concat", "Constant", "Copy",
     "Cumsum", "DequantGroupedMatMul", "DequantMatMul", "DequantMatMulGguf", "Expand", "FftNorm",
     "FusedMatMulBiasAct", "FusedResidualLN", "FusedResidualRmsNorm", "Gather", "GatherGguf",

@@ -37,7 +37,10 @@ class Attention(Op):
     score_scale: float | None = None
     softcap: float | None = None
     window: int = 0
-    arity = (3, 4)
+    #: KV-cache mode: the last input is pos (i32[1]) and only keys [0, pos + S_q) exist; with
+    #: CAUSAL, query i sits at pos + i. Work is proportional to pos + S_q, not to k's length.
+    dynamic_kv: bool = False
+    arity = (3, 5)
 
     @property
     def kv_heads(self) -> int:
@@ -45,6 +48,10 @@ class Attention(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         q, k, v = ins[:3]
+        if self.dynamic_kv:
+            need(ins[-1].shape == (1,) and ins[-1].dtype in (DType.I32, DType.U32),
+                 f"dynamic_kv needs a last input pos i32[1], got {ins[-1]}")
+            ins = ins[:-1]
         need(self.num_heads % self.kv_heads == 0,
              f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.kv_heads}")
         needs_mask = self.mask_kind in (MaskKind.CUSTOM, MaskKind.BIAS)
@@ -100,3 +107,20 @@ class Rope(Op):
             need(ins[3].shape == (1,) and ins[3].dtype in (DType.I32, DType.U32),
                  f"position input must be i32[1], got {ins[3]}")
         return x
+
+
+@dataclass(frozen=True)
+class CacheWrite(Op):
+    """Write ``rows`` [S, ...] into ``cache`` [L, ...] at row ``pos`` (an i32[1] tensor read at run
+    time) IN PLACE: the output aliases the cache, so a Param cache keeps the rows across runs (a
+    KV cache). Rows that would land at or past L are dropped."""
+
+    arity = (3, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        cache, rows, pos = ins
+        need(cache.rank >= 1 and rows.rank == cache.rank and tuple(rows.shape[1:]) == tuple(cache.shape[1:]),
+             f"rows {rows} must be [S, {', '.join(str(d) for d in cache.shape[1:])}] for cache {cache}")
+        need(rows.dtype == cache.dtype, f"rows {rows} and cache {cache} dtypes differ")
+        need(pos.shape == (1,) and pos.dtype in (DType.I32, DType.U32), f"pos must be i32[1], got {pos}")
+        return cache

@@ -88,7 +88,8 @@ def ref_swiglu(op: composite.FusedSwiGLU, args, node):
     half = x.shape[-1] // 2
     first, second = _f64(x[..., :half]), _f64(x[..., half:])
     gate, up = (first, second) if op.gate_first else (second, first)
-    y = (up * gate * special.expit(gate)).astype(x.dtype)  # silu(g) = g * sigmoid(g)
+    with np.errstate(all="ignore"):  # inf * 0 -> NaN, as torch
+        y = (up * gate * special.expit(gate)).astype(x.dtype)  # silu(g) = g * sigmoid(g)
     return cast_values(y, op.cast_to) if op.cast_to is not None else y
 
 

@@ -113,6 +113,14 @@ def attention_mask(kind: MaskKind, s_q: int, s_k: int, window: int) -> np.ndarra
 @reference(ops.Attention)
 def ref_attention(op: ops.Attention, args, node):
     q, k, v = args[:3]
+    if op.dynamic_kv:  # keys [0, pos + S_q) exist; causal alignment uses that length
+        q_layout = attention_layout(ops.TensorType(q.shape, node.dtype), op.num_heads, op.head_dim)
+        kv_layout = attention_layout(ops.TensorType(k.shape, node.dtype), op.kv_heads, op.head_dim)
+        s_q = q.shape[2] if q_layout == "bhsd" else q.shape[1]
+        kv_axis = 2 if kv_layout == "bhsd" else 1
+        keep = np.arange(min(int(args[-1][0]) + s_q, k.shape[kv_axis]))
+        k, v = np.take(k, keep, axis=kv_axis), np.take(v, keep, axis=kv_axis)
+        args = list(args[:-1])
     heads, kv_heads, d = op.num_heads, op.kv_heads, op.head_dim
     lq = attention_layout(node.type, heads, d) if q.ndim == 4 else attention_layout(
         ops.TensorType(q.shape, node.dtype), heads, d)

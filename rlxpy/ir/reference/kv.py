@@ -1,0 +1,18 @@
+"""Reference semantics: in-place cache writes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlxpy.ir import ops
+from rlxpy.ir.reference import reference
+
+
+@reference(ops.CacheWrite)
+def ref_cache_write(op, args, node):
+    cache, rows, pos = args
+    out = np.array(cache, copy=True)
+    start = int(pos[0])
+    fit = max(0, min(rows.shape[0], cache.shape[0] - start))
+    out[start: start + fit] = rows[:fit]
+    return out

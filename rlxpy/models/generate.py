@@ -1,0 +1,129 @@
+"""Text generation with a compiled llama graph: chunked prefill, then one decode step per token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlxpy.errors import InputError
+from rlxpy.models.llama import LlamaConfig, build_llama
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    generated: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    upload_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated / self.decode_seconds if self.decode_seconds else 0.0
+
+
+class Generator:
+    """Owns the compiled prefill+decode executable and the KV-cache position."""
+
+    def __init__(self, config: LlamaConfig, chunk: int = 32, sampler: dict | None = None,
+                 seed: int = 0) -> None:
+        import rlxpy
+
+        started = time.perf_counter()
+        self.config = config
+        self.chunk = chunk
+        self.sampling = bool(sampler and sampler.get("temperature", 0) > 0)
+        self.seed = seed
+        self.graph = build_llama(config, chunk, sampler)
+        self.exe = rlxpy.compile(self.graph)
+        self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
+
+    @classmethod
+    def from_gguf(cls, path: str | Path, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
+                  seed: int = 0) -> tuple[Generator, Any]:
+        from rlxpy.frontends.gguf import load_gguf, upload_weights
+
+        model = load_gguf(path, context)
+        gen = cls(model.config, chunk, sampler, seed)
+        started = time.perf_counter()
+        upload_weights(gen.exe, model)
+        gen.stats.upload_seconds = time.perf_counter() - started
+        return gen, model
+
+    def _seed_input(self, prefix: str, step: int) -> dict[str, np.ndarray]:
+        if not self.sampling:
+            return {}
+        mixed = (self.seed * 0x9E3779B1 + step) & 0xFFFFFFFFFFFFFFFF
+        return {f"{prefix}_seed": np.array([mixed & 0xFFFFFFFF, mixed >> 32], np.uint32)}
+
+    def prefill(self, ids: Sequence[int]) -> int:
+        """Run the prompt through the model (from position 0); returns the first new token."""
+        if not ids:
+            raise InputError("the prompt is empty: give at least one token")
+        if len(ids) >= self.config.context:
+            raise InputError(f"prompt of {len(ids)} tokens does not fit the context of "
+                             f"{self.config.context} tokens (use a shorter prompt or a larger --context)")
+        started = time.perf_counter()
+        token = 0
+        for start in range(0, len(ids), self.chunk):
+            part = list(ids[start: start + self.chunk])
+            tokens = np.zeros(self.chunk, np.int32)
+            tokens[: len(part)] = part
+            out = self.exe.run({"prefill_tokens": tokens, "prefill_pos": np.array([start], np.int32),
+                                "prefill_last": np.array([len(part) - 1], np.int32),
+                                **self._seed_input("prefill", start)}, outputs=["prefill_next"])
+            token = int(out["prefill_next"].reshape(-1)[0])
+        self.position = len(ids)
+        self.stats.prompt_tokens = len(ids)
+        self.stats.prefill_seconds = time.perf_counter() - started
+        return token
+
+    def decode(self, token: int) -> int:
+        """Feed one token at the current position; returns the next token."""
+        if self.position >= self.config.context:
+            raise InputError(f"the KV cache is full ({self.config.context} tokens)")
+        started = time.perf_counter()
+        out = self.exe.run({"decode_tokens": np.array([token], np.int32),
+                            "decode_pos": np.array([self.position], np.int32),
+                            **self._seed_input("decode", self.position)}, outputs=["decode_next"])
+        self.position += 1
+        elapsed = time.perf_counter() - started
+        self.stats.step_seconds.append(elapsed)
+        self.stats.decode_seconds += elapsed
+        self.stats.generated += 1
+        return int(out["decode_next"].reshape(-1)[0])
+
+    def generate(self, ids: Sequence[int], max_tokens: int, stop: Sequence[int] = ()) -> Iterator[int]:
+        """Yield up to ``max_tokens`` new tokens, stopping after a token in ``stop``."""
+        self.stats = GenerationStats(compile_seconds=self.stats.compile_seconds,
+                                     upload_seconds=self.stats.upload_seconds)
+        token = self.prefill(ids)
+        for produced in range(max_tokens):
+            yield token
+            if token in stop or produced + 1 == max_tokens or self.position >= self.config.context:
+                return
+            token = self.decode(token)
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""
+        last = None
+        for start in range(0, len(ids), self.chunk):
+            part = list(ids[start: start + self.chunk])
+            tokens = np.zeros(self.chunk, np.int32)
+            tokens[: len(part)] = part
+            last = self.exe.run({"prefill_tokens": tokens, "prefill_pos": np.array([start], np.int32),
+                                 "prefill_last": np.array([len(part) - 1], np.int32),
+                                 **self._seed_input("prefill", start)}, outputs=["prefill_logits"])
+        self.position = len(ids)
+        return last["prefill_logits"].reshape(-1)  # type: ignore[index]

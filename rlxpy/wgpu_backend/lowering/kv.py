@@ -1,0 +1,24 @@
+"""KV-cache family: CacheWrite appends rows in place at a run-time position."""
+
+from __future__ import annotations
+
+from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+KV_WRITE = kernel("kv_write", params("KvWriteParams", ("n",), n=U32, width=U32, capacity=U32, cache=U32,
+                                     rows=U32, pos=U32))
+
+
+@lowers(ops.CacheWrite)
+def lower_cache_write(node: Node, ctx: LowerCtx) -> list[Step]:
+    cache, rows, pos = ctx.inputs(node)
+    row_bytes = rows.numel // max(rows.shape[0], 1) * rows.dtype.itemsize
+    if row_bytes % 4:
+        raise UnsupportedOpError(f"{where(node)}: cache rows of {row_bytes} bytes are not whole words")
+    width = row_bytes // 4
+    words = rows.shape[0] * width
+    return [ctx.dispatch(KV_WRITE, node, ctx.grid_1d(words), n=words, width=width, capacity=cache.shape[0],
+                         cache=ctx.offset(node), rows=ctx.offset(rows), pos=ctx.offset(pos))]

@@ -1,0 +1,197 @@
+"""Fft, WelchPeaks, LogMel and LogMelBackward vs torch.fft, scipy.signal.welch and torch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.signal
+import torch
+
+from rlxpy.errors import GraphError
+from rlxpy.ir.graph import Graph
+from rlxpy.ir.ops.core import FftNorm
+from rlxpy.ir.reference import run_reference
+
+
+def _rand(shape, seed, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def _run(g: Graph, node, **values):
+    g.output(node)
+    return run_reference(g, values)[node.name]
+
+
+def _torch_fft(z: torch.Tensor, inverse: bool, norm: FftNorm) -> torch.Tensor:
+    """rlxpy's norm names in torch's terms: BACKWARD = unscaled both ways, FORWARD = 1/N on the inverse."""
+    n = z.shape[-1]
+    if norm is FftNorm.ORTHO:
+        return (torch.fft.ifft if inverse else torch.fft.fft)(z, norm="ortho")
+    if not inverse:
+        return torch.fft.fft(z, norm="backward")
+    return torch.fft.ifft(z, norm="backward") * (1 if norm is FftNorm.FORWARD else n)
+
+
+@pytest.mark.parametrize("norm", list(FftNorm))
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("shape", [(1,), (3,), (17, 5), (2, 255), (2, 3, 16)])
+def test_fft_block_layout_matches_torch(shape, inverse, norm):
+    x = _rand(shape[:-1] + (2 * shape[-1],), 1)
+    g = Graph()
+    y = g.fft(g.input("x", x.shape), inverse, norm)
+    got = _run(g, y, x=x)
+    z = torch.complex(torch.from_numpy(x[..., : shape[-1]]).double(), torch.from_numpy(x[..., shape[-1]:]).double())
+    want = _torch_fft(z, inverse, norm)
+    want_blocks = torch.cat([want.real, want.imag], dim=-1).numpy()
+    scale = max(1.0, np.abs(want_blocks).max())
+    np.testing.assert_allclose(got, want_blocks, rtol=1e-5, atol=1e-5 * scale)
+    assert got.dtype == np.float32
+
+
+@pytest.mark.parametrize("norm", list(FftNorm))
+def test_fft_c64_and_f64_round_trips(norm):
+    rng = np.random.default_rng(2)
+    z = (rng.standard_normal((3, 12)) + 1j * rng.standard_normal((3, 12))).astype(np.complex64)
+    g = Graph()
+    forward = g.fft(g.input("z", z.shape, "c64"), norm=norm)
+    back = g.fft(forward, inverse=True, norm=norm)
+    x64 = rng.standard_normal((2, 14))
+    f64 = g.fft(g.input("x", x64.shape, "f64"), norm=norm)
+    g.output(forward, back, f64)
+    out = run_reference(g, {"z": z, "x": x64})
+    want = _torch_fft(torch.from_numpy(z), False, norm).numpy()
+    np.testing.assert_allclose(out[forward.name], want, rtol=1e-5, atol=1e-5)
+    assert out[forward.name].dtype == np.complex64
+    round_trip_scale = 12 if norm is FftNorm.BACKWARD else 1  # BACKWARD never scales: ifft(fft(x)) = N x
+    np.testing.assert_allclose(out[back.name], z * round_trip_scale, rtol=1e-5, atol=1e-4)
+    want64 = _torch_fft(torch.complex(torch.from_numpy(x64[:, :7]), torch.from_numpy(x64[:, 7:])), False, norm)
+    np.testing.assert_allclose(out[f64.name], torch.cat([want64.real, want64.imag], -1).numpy(), rtol=1e-12)
+
+
+def test_fft_propagates_nan_through_its_row_only():
+    x = _rand((2, 8), 3)
+    x[1, 2] = np.nan
+    g = Graph()
+    got = _run(g, g.fft(g.input("x", x.shape)), x=x)
+    assert np.isnan(got[1]).any() and not np.isnan(got[0]).any()
+
+
+def test_fft_shape_errors():
+    g = Graph()
+    with pytest.raises(GraphError, match=r"f \(Fft\): fft: last dim 5 .* is not 2N"):
+        g.fft(g.input("x", (3, 5)), name="f")
+    with pytest.raises(GraphError, match="fft takes f32/f64"):
+        g.fft(g.input("i", (4,), "i32"))
+    with pytest.raises(GraphError, match="static last dim"):
+        g.fft(g.input("s", (2, "N")))
+
+
+def _welch_case(batch, segments, n_fft, seed):
+    """Time signals and the block-layout spectra of their non-overlapping segments."""
+    signal = _rand((batch, segments * n_fft), seed).astype(np.float64)
+    spectra = np.fft.fft(signal.reshape(batch * segments, n_fft), axis=-1)
+    blocks = np.concatenate([spectra.real, spectra.imag], axis=-1).astype(np.float32)
+    return signal, blocks
+
+
+@pytest.mark.parametrize("batch, segments, n_fft, k", [(1, 1, 2, 1), (2, 3, 16, 4), (3, 5, 17, 9), (1, 2, 64, 33)])
+def test_welch_peaks_match_scipy_welch(batch, segments, n_fft, k):
+    signal, blocks = _welch_case(batch, segments, n_fft, seed=n_fft)
+    g = Graph()
+    y = g.welch_peaks(g.input("s", blocks.shape), k, segments)
+    got = _run(g, y, s=blocks).reshape(batch, k, 2)
+    _, psd = scipy.signal.welch(signal, fs=1.0, window="boxcar", nperseg=n_fft, noverlap=0, detrend=False,
+                                scaling="spectrum", return_onesided=True, axis=-1)
+    psd = psd * n_fft**2  # scipy divides by sum(window)^2; the op does not normalise
+    for b in range(batch):
+        want_bins = np.argsort(-psd[b], kind="stable")[:k]
+        np.testing.assert_array_equal(got[b, :, 0], want_bins)
+        np.testing.assert_allclose(got[b, :, 1], psd[b, want_bins], rtol=1e-4)
+
+
+def test_welch_peaks_break_ties_toward_the_lower_bin():
+    spectrum = np.zeros((1, 16), np.float32)
+    spectrum[0, [1, 3, 5]] = 2.0  # three equal bins among 5 one-sided bins of n_fft=8
+    g = Graph()
+    got = _run(g, g.welch_peaks(g.input("s", spectrum.shape), 4, 1), s=spectrum)
+    np.testing.assert_array_equal(got[0, 0::2], [1, 3, 0, 2])
+    np.testing.assert_allclose(got[0, 1::2], [8.0, 8.0, 0.0, 0.0])
+
+
+def test_welch_peaks_shape_errors():
+    g = Graph()
+    x = g.input("x", (6, 32))
+    with pytest.raises(GraphError, match=r"w \(WelchPeaks\): rows 6 are not a multiple of n_segments=4"):
+        g.welch_peaks(x, 2, 4, name="w")
+    with pytest.raises(GraphError, match="k=10 exceeds the 9 one-sided bins"):
+        g.welch_peaks(x, 10, 2)
+    with pytest.raises(GraphError, match="welch_peaks takes f32"):
+        g.welch_peaks(g.input("y", (2, 3, 32)), 1, 1)
+
+
+def _torch_log_mel(spectrum: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+    """Whisper's log-mel with a per-frame floor, written on complex magnitudes."""
+    n_fft = spectrum.shape[-1] // 2
+    n_bins = filters.shape[1]
+    z = torch.complex(spectrum[..., :n_fft], spectrum[..., n_fft:])[..., :n_bins]
+    mel = torch.abs(z) ** 2 @ filters.T
+    logs = torch.clamp(mel, min=1e-10).log10()
+    floor = (logs.max(dim=-1, keepdim=True).values - 8.0).detach()
+    return (torch.where(logs > floor, logs, floor) + 4.0) / 4.0
+
+
+def _log_mel_case(frames_shape, n_fft, n_mels, seed):
+    spectrum = _rand(frames_shape + (2 * n_fft,), seed)
+    filters = np.abs(_rand((n_mels, n_fft // 2 + 1), seed + 1)).astype(np.float32)
+    filters[0] = 0.0  # an all-zero filter: energy 0 -> clamped to 1e-10 -> floored (no gradient)
+    if frames_shape:
+        spectrum.reshape(-1, 2 * n_fft)[0] *= 1e-3  # a quiet frame
+    return spectrum, filters
+
+
+@pytest.mark.parametrize("frames_shape, n_fft, n_mels", [((1,), 2, 1), ((3,), 16, 5), ((2, 17), 25, 8)])
+def test_log_mel_matches_torch(frames_shape, n_fft, n_mels):
+    spectrum, filters = _log_mel_case(frames_shape, n_fft, n_mels, seed=4)
+    g = Graph()
+    y = g.log_mel(g.input("s", spectrum.shape), g.param("f", filters.shape))
+    g.output(y)
+    got = run_reference(g, {"s": spectrum}, {"f": filters})[y.name]
+    want = _torch_log_mel(torch.from_numpy(spectrum).double(), torch.from_numpy(filters).double()).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_log_mel_floor_is_per_frame():
+    spectrum = np.zeros((2, 8), np.float32)
+    spectrum[0, 0] = 1e4  # loud frame
+    spectrum[1, 0] = 1e-2  # quiet frame: its own floor, not the loud frame's
+    filters = np.eye(3, dtype=np.float32)
+    g = Graph()
+    y = g.log_mel(g.input("s", spectrum.shape), g.input("f", filters.shape))
+    got = _run(g, y, s=spectrum, f=filters)
+    # loud frame: log10 8, floor 0 lifts the silent mels (log10 1e-10 = -10) to 0
+    np.testing.assert_allclose(got[0], [(8 + 4) / 4, (0 + 4) / 4, (0 + 4) / 4], atol=1e-6)
+    # quiet frame: log10 -4, its floor -12 leaves them at -10 (a global floor would give 0)
+    np.testing.assert_allclose(got[1], [(-4 + 4) / 4, (-10 + 4) / 4, (-10 + 4) / 4], atol=1e-6)
+
+
+@pytest.mark.parametrize("frames_shape, n_fft, n_mels", [((1,), 2, 1), ((3,), 16, 5), ((2, 17), 25, 8)])
+def test_log_mel_backward_matches_torch_autograd(frames_shape, n_fft, n_mels):
+    spectrum, filters = _log_mel_case(frames_shape, n_fft, n_mels, seed=6)
+    dy = _rand(frames_shape + (n_mels,), 7)
+    g = Graph()
+    y = g.log_mel_backward(g.input("s", spectrum.shape), g.param("f", filters.shape), g.input("dy", dy.shape))
+    g.output(y)
+    got = run_reference(g, {"s": spectrum, "dy": dy}, {"f": filters})[y.name]
+    s = torch.from_numpy(spectrum).double().requires_grad_(True)
+    _torch_log_mel(s, torch.from_numpy(filters).double()).backward(torch.from_numpy(dy).double())
+    np.testing.assert_allclose(got, s.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_log_mel_shape_errors():
+    g = Graph()
+    s = g.input("s", (4, 32))
+    with pytest.raises(GraphError, match=r"lm \(LogMel\): filters must be \[n_mels, n_fft//2\+1 = 9\]"):
+        g.log_mel(s, g.param("f", (5, 16)), name="lm")
+    f = g.param("f2", (5, 9))
+    with pytest.raises(GraphError, match=r"dy must be \[4, 5\]"):
+        g.log_mel_backward(s, f, g.input("dy", (4, 6)))
