@@ -406,6 +406,17 @@ def test_if_picks_a_branch_like_python(pred):
     np.testing.assert_allclose(got, want.numpy(), rtol=RTOL, atol=ATOL)
 
 
+def test_if_takes_a_one_element_pred_of_higher_rank():
+    then = branch("then", lambda s, x: s.exp(x), [[]])
+    other = branch("else", lambda s, x: s.activation(x, "neg"), [[]])
+    g = Graph()
+    pred, x = g.input("pred", [1, 1]), g.input("x", [])
+    g.output(g.if_then_else(pred, then, other, [x], name="pick"))
+    assert g["pick"].shape == ()
+    for pv, want in ((1.0, np.exp(np.float32(0.5))), (0.0, -0.5)):
+        np.testing.assert_allclose(run_both(g, {"pred": [[pv]], "x": 0.5}), want, rtol=RTOL)
+
+
 def test_if_with_elementwise_pred_is_torch_where():
     g = if_graph(pred_shape=(3, 1))
     x, w = rand((3, 4), 3), rand((4,), 4)
@@ -429,7 +440,7 @@ def test_if_rejects_branch_with_two_outputs():
 @pytest.mark.parametrize("then_shapes, other_shapes, pred_shape, message", [
     ([[3]], [[3], [3]], [1], "else_branch has 2 Inputs, but 1 values are bound"),
     ([[4]], [[3]], [1], "then_branch Input 'in0' is f32[4], but the value bound to it is f32[3]"),
-    ([[3]], [[3]], [2], "pred f32[2] must broadcast to the branch output [3]"),
+    ([[3]], [[3]], [2], "pred f32[2] must hold one element or broadcast to the branch output [3]"),
 ])
 def test_if_rejects_mismatched_branches(then_shapes, other_shapes, pred_shape, message):
     then = branch("then", lambda s, *a: s.relu(a[0]), then_shapes)

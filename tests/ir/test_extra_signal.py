@@ -40,7 +40,8 @@ def test_fft_block_layout_matches_torch(shape, inverse, norm):
     g = Graph()
     y = g.fft(g.input("x", x.shape), inverse, norm)
     got = _run(g, y, x=x)
-    z = torch.complex(torch.from_numpy(x[..., : shape[-1]]).double(), torch.from_numpy(x[..., shape[-1]:]).double())
+    n = shape[-1]
+    z = torch.complex(torch.from_numpy(x[..., :n]).double(), torch.from_numpy(x[..., n:]).double())
     want = _torch_fft(z, inverse, norm)
     want_blocks = torch.cat([want.real, want.imag], dim=-1).numpy()
     scale = max(1.0, np.abs(want_blocks).max())
@@ -64,7 +65,8 @@ def test_fft_c64_and_f64_round_trips(norm):
     assert out[forward.name].dtype == np.complex64
     round_trip_scale = 12 if norm is FftNorm.BACKWARD else 1  # BACKWARD never scales: ifft(fft(x)) = N x
     np.testing.assert_allclose(out[back.name], z * round_trip_scale, rtol=1e-5, atol=1e-4)
-    want64 = _torch_fft(torch.complex(torch.from_numpy(x64[:, :7]), torch.from_numpy(x64[:, 7:])), False, norm)
+    z64 = torch.complex(torch.from_numpy(x64[:, :7]), torch.from_numpy(x64[:, 7:]))
+    want64 = _torch_fft(z64, False, norm)
     np.testing.assert_allclose(out[f64.name], torch.cat([want64.real, want64.imag], -1).numpy(), rtol=1e-12)
 
 
@@ -94,7 +96,8 @@ def _welch_case(batch, segments, n_fft, seed):
     return signal, blocks
 
 
-@pytest.mark.parametrize("batch, segments, n_fft, k", [(1, 1, 2, 1), (2, 3, 16, 4), (3, 5, 17, 9), (1, 2, 64, 33)])
+@pytest.mark.parametrize("batch, segments, n_fft, k",
+                         [(1, 1, 2, 1), (2, 3, 16, 4), (3, 5, 17, 9), (1, 2, 64, 33)])
 def test_welch_peaks_match_scipy_welch(batch, segments, n_fft, k):
     signal, blocks = _welch_case(batch, segments, n_fft, seed=n_fft)
     g = Graph()

@@ -40,7 +40,7 @@ def elementwise_graphs(draw):
 
     g = Graph("prop")
     floats, values = [], {}
-    for i in range(draw(st.integers(1, 4))):
+    for i in range(draw(st.integers(2, 4))):
         shape = sub_shape()
         floats.append(g.input(f"x{i}", shape))
         data = rng.standard_normal(shape).astype(np.float32)

@@ -97,8 +97,8 @@ class If(_SubGraphFields, Op):
     """``then_branch(*captures) if pred else else_branch(*captures)``; inputs ``[pred, *captures]``.
 
     Each branch has exactly one output, and both outputs share one type. ``pred`` is truthy where
-    it is != 0 (NaN counts as true, like Where); a one-element pred picks a branch, a larger one
-    selects element-wise (it must broadcast to the output's shape). Unfused into both branches
+    it is != 0 (NaN counts as true, like Where); a one-element pred (any rank) picks a branch, a
+    larger one selects element-wise (it must broadcast to the output's shape). Unfused into both branches
     inlined + ``Where(pred, then, else)``: both always run. Like ``torch.cond`` / ``lax.cond``
     with a scalar pred."""
 
@@ -117,8 +117,10 @@ class If(_SubGraphFields, Op):
             joint = broadcast_shapes(pred.shape, then_out.shape)
         except ValueError:
             joint = None
-        need(joint == tuple(then_out.shape),
-             f"pred {pred} must broadcast to the branch output {format_shape(then_out.shape)}")
+        single = is_static(pred.shape) and math.prod(pred.shape) == 1  # type: ignore[arg-type]
+        need(single or joint == tuple(then_out.shape),
+             f"pred {pred} must hold one element or broadcast to the branch output "
+             f"{format_shape(then_out.shape)}")
         return then_out
 
 

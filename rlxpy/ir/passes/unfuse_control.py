@@ -20,6 +20,8 @@ def expand_if(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node
     pred, captures = args[0], args[1:]
     (then_out,) = unfuser.inline(op.then_branch, captures, f"{name}/then")
     (else_out,) = unfuser.inline(op.else_branch, captures, f"{name}/else")
+    if pred.rank > then_out.rank:  # a one-element pred such as [1, 1] for a [3] output
+        pred = unfuser.reshape(pred, (), f"{name}/pred_scalar")
     return unfuser.emit(ops.Where(), [pred, then_out, else_out], name, exact=True)
 
 
