@@ -178,7 +178,8 @@ def test_as_dim_accepts_ints_symbols_and_numpy_ints():
     assert as_shape([2, "T", Sym("B")]) == (2, Sym("T"), Sym("B"))
 
 
-@pytest.mark.parametrize("bad,error", [(-1, ValueError), (True, TypeError), (2.0, TypeError), (None, TypeError)])
+@pytest.mark.parametrize("bad,error", [(-1, ValueError), (True, TypeError), (2.0, TypeError),
+                                       (None, TypeError)])
 def test_as_dim_rejects_bad_values(bad, error):
     with pytest.raises(error):
         as_dim(bad)

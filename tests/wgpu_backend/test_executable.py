@@ -1,0 +1,157 @@
+"""Executable behaviour: params, inputs, partial outputs, upload skipping, errors, debug tools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import assert_close, rand
+
+import rlxpy
+from rlxpy import env
+from rlxpy.errors import GraphError, InputError, UnsupportedOpError
+from rlxpy.ir.reference import run_reference
+
+
+def mlp_graph():
+    g = rlxpy.Graph("mlp2")
+    x = g.input("x", [5, 7])
+    h = g.linear(x, g.param("w1", [7, 9]), g.param("b1", [9]), "relu", name="h")
+    y = g.matmul(h, g.param("w2", [9, 3]), name="y")
+    g.output(y, h)
+    params = {"w1": rand((7, 9), 1), "b1": rand((9,), 2), "w2": rand((9, 3), 3)}
+    return g, params
+
+
+@pytest.fixture(scope="module")
+def mlp(device):
+    g, params = mlp_graph()
+    exe = rlxpy.compile(g)
+    for k, v in params.items():
+        exe.set_param(k, v)
+    return g, params, exe
+
+
+def test_two_layer_mlp_matches_torch(mlp):
+    import torch
+
+    g, params, exe = mlp
+    x = rand((5, 7), 4)
+    out = exe.run({"x": x})
+    h = torch.relu(torch.from_numpy(x) @ torch.from_numpy(params["w1"]) + torch.from_numpy(params["b1"]))
+    y = h @ torch.from_numpy(params["w2"])
+    assert_close(out["y"], y.numpy(), 1e-4, 1e-5, "y")
+    assert_close(out["h"], h.numpy(), 1e-4, 1e-5, "h")
+
+
+def test_outputs_subset_reads_and_runs_only_what_it_needs(mlp):
+    g, params, exe = mlp
+    x = rand((5, 7), 5)
+    out = exe.run({"x": x}, outputs=["h"])
+    assert list(out) == ["h"]
+    needed = exe._needed([exe.graph["h"]], True)[1]
+    assert len(needed) < len(exe.schedule.steps)
+    assert_close(out["h"], run_reference(g, {"x": x}, params)["h"], 1e-5, 1e-6)
+
+
+def test_bad_inputs_raise_clear_errors_and_executable_stays_usable(mlp):
+    g, params, exe = mlp
+    x = rand((5, 7), 6)
+    with pytest.raises(InputError, match="missing inputs: x"):
+        exe.run({})
+    with pytest.raises(InputError, match=r"unknown inputs \['z'\]"):
+        exe.run({"x": x, "z": x})
+    with pytest.raises(InputError, match=r"'x': expected shape \[5, 7\]"):
+        exe.run({"x": rand((7, 5), 6)})
+    with pytest.raises(InputError, match="not a graph output"):
+        exe.run({"x": x}, outputs=["nope"])
+    with pytest.raises(InputError, match="no param named 'w9'"):
+        exe.set_param("w9", params["w1"])
+    with pytest.raises(InputError, match="expected shape"):
+        exe.set_param("w1", params["w2"])
+    out = exe.run({"x": x})
+    assert_close(out["y"], run_reference(g, {"x": x}, params)["y"], 1e-4, 1e-5)
+
+
+def test_missing_param_is_reported(device):
+    g, params = mlp_graph()
+    exe = rlxpy.compile(g)
+    exe.set_param("w1", params["w1"])
+    with pytest.raises(InputError, match="params not set: b1, w2"):
+        exe.run({"x": rand((5, 7))})
+
+
+def test_unchanged_inputs_are_not_uploaded_again(mlp):
+    g, params, exe = mlp
+    x = rand((5, 7), 7)
+    calls = []
+    original = exe.arena.write
+
+    def counting(offset, data):
+        calls.append(offset)
+        return original(offset, data)
+
+    exe.arena.write = counting
+    try:
+        exe.run({"x": x})
+        exe.run({"x": x})
+        assert len(calls) <= 1
+        with env.override(RLX_WGPU_FORCE_INPUT_UPLOAD=1):
+            exe.run({"x": x})
+        assert len(calls) >= 1 + (len(calls) > 1)
+        before = len(calls)
+        exe.run({"x": x + 1})
+        assert len(calls) == before + 1
+    finally:
+        exe.arena.write = original
+
+
+def test_unknown_op_and_unlowered_op_errors(device):
+    g = rlxpy.Graph()
+    with pytest.raises(GraphError, match="is not an IR op"):
+        g.apply("softmax", [])
+    from rlxpy.wgpu_backend.schedule import LOWERERS
+
+    x = g.input("x", [4])
+    g.output(g.copy(x, name="c"))
+    saved = LOWERERS.pop(rlxpy.ops.Copy)
+    try:
+        with pytest.raises(UnsupportedOpError, match=r"c \(Copy\): .*inputs \[4\]"):
+            rlxpy.compile(g)
+    finally:
+        LOWERERS[rlxpy.ops.Copy] = saved
+
+
+def test_first_nan_node_names_the_culprit(device):
+    g = rlxpy.Graph()
+    x = g.input("x", [4])
+    y = g.activation(x, "log", name="log_x")
+    z = g.add(y, y, name="twice")
+    g.output(z)
+    exe = rlxpy.compile(g)
+    found = exe.first_nan_node({"x": np.array([1.0, -1.0, 2.0, 3.0], np.float32)})
+    assert found["node"] == "log_x" and found["op"] == "Activation" and found["inputs_finite"]
+    assert found["first_index"] == 1
+    assert exe.first_nan_node({"x": np.ones(4, np.float32)}) is None
+
+
+def test_report_counts_steps_and_arena(mlp):
+    _, _, exe = mlp
+    report = exe.report()
+    assert report.summary["steps"] == len(exe.schedule.steps) == 2
+    assert report.summary["steps_by_kind"] == {"G": 2}
+    assert [r["kernel"] for r in report.rows] == ["matmul_tiled", "matmul_tiled"]
+    text = report.text(2)
+    assert "matmul_tiled" in text and "arena" in text
+
+
+def test_raw_and_wrapper_encoding_agree(device):
+    g, params = mlp_graph()
+    x = rand((5, 7), 8)
+    results = []
+    for raw in (1, 0):
+        with env.override(RLX_WGPU_RAW_ENCODE=raw):
+            exe = rlxpy.compile(g)
+        for k, v in params.items():
+            exe.set_param(k, v)
+        results.append(exe.run({"x": x})["y"])
+    np.testing.assert_array_equal(results[0], results[1])
