@@ -192,12 +192,15 @@ class Builder:
 
     # -- attention ----------------------------------------------------------------------------
     def attention(self, q: NodeRef, k: NodeRef, v: NodeRef, num_heads: int, head_dim: int,
-                  num_kv_heads: int = 0, mask_kind: MaskKind | str = MaskKind.NONE, mask: NodeRef | None = None,
-                  score_scale: float | None = None, softcap: float | None = None, window: int = 0,
-                  name: str | None = None) -> Node:
+                  num_kv_heads: int = 0, mask_kind: MaskKind | str = MaskKind.NONE,
+                  mask: NodeRef | None = None, score_scale: float | None = None, softcap: float | None = None,
+                  window: int = 0, kv_len: NodeRef | None = None, name: str | None = None) -> Node:
+        """``kv_len``: a pos i32[1] tensor; keys [0, pos + S_q) are attended (KV-cache decoding)."""
         kind = mask_kind if isinstance(mask_kind, MaskKind) else MaskKind[mask_kind.upper()]
-        op = ops.Attention(num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window)
-        return self.add(op, [q, k, v] + ([mask] if mask is not None else []), name)
+        op = ops.Attention(num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window,
+                           kv_len is not None)
+        extra = ([mask] if mask is not None else []) + ([kv_len] if kv_len is not None else [])
+        return self.apply(op, [q, k, v, *extra], name)
 
     def cache_write(self, cache: NodeRef, rows: NodeRef, pos: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.CacheWrite(), [cache, rows, pos], name)
@@ -206,7 +209,7 @@ class Builder:
              interleaved: bool = False, position_offset: int = 0, position: NodeRef | None = None,
              name: str | None = None) -> Node:
         op = ops.Rope(head_dim, n_rot, interleaved, position_offset)
-        return self.add(op, [x, cos, sin] + ([position] if position is not None else []), name)
+        return self.apply(op, [x, cos, sin] + ([position] if position is not None else []), name)
 
 
 def as_shape_allow_minus(shape: Iterable) -> tuple:

@@ -3,6 +3,8 @@ movement, reductions, scans and selection, on odd shapes and NaN/inf edge values
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -125,6 +127,21 @@ def test_pow_negative_base_is_real_for_integral_exponents_nan_otherwise():
     out = run(lambda g, x, y: g.pow(x, y), a=a, b=b)
     close(out, torch.pow(t(a), t(b)))
     assert out[0] == -8 and out[1] == 4 and np.isnan(out[2]) and out[4] == 1 and out[5] == np.inf
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2.0, -1.0, 1 / 3])
+def test_pow_by_a_broadcast_scalar_follows_ieee_pow(exponent):
+    # The answer must not depend on broadcasting. numpy (and torch with a Python-number exponent)
+    # turn x ** 0.5 into sqrt(x) and x ** -0.5 into rsqrt(x): (-inf) ** 0.5 = NaN, (-0) ** 0.5 = -0.
+    # The IR follows IEEE pow (C's pow, math.pow), which torch.pow gives for a tensor exponent.
+    a = np.array([-np.inf, np.inf, -0.0, 0.0, -2.0, 4.0, np.nan], dtype=np.float32)
+    out = run(lambda g, x: g.pow(x, exponent), x=a)
+    full = torch.full(a.shape, exponent, dtype=torch.float64)
+    close(out, torch.pow(t(a).double(), full).float(), rtol=2e-6)
+    for value, got in zip(a.tolist()[:4], out.tolist()[:4]):  # the infinities and signed zeros
+        assert got == math.pow(value, exponent) and math.copysign(1, got) == math.copysign(1, math.pow(value, exponent))
+    scalar = run(lambda g, x, y: g.pow(x, y), x=np.array(-np.inf, np.float32), y=np.array(0.5, np.float32))
+    assert scalar.shape == () and scalar == np.inf
 
 
 def test_binary_scalar_operand_is_a_constant_of_the_same_dtype():

@@ -59,7 +59,7 @@ _OPERAND_COUNT = {ChainKind.ACTIVATION: 1, ChainKind.CAST: 1, ChainKind.BINARY: 
 _STEP_BIT = 1 << 31
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ChainOperand:
     """An external input (``is_step`` False) or an earlier step's result."""
 
@@ -70,7 +70,7 @@ class ChainOperand:
         """The §4.8 operand word: bit 31 marks a step result."""
         return (_STEP_BIT | self.index) if self.is_step else self.index
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         return f"{'s' if self.is_step else 'in'}{self.index}"
 
 
@@ -82,7 +82,7 @@ def chain_step(index: int) -> ChainOperand:
     return ChainOperand(True, index)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ChainStep:
     """One step: ``kind`` with its ``sub`` (ActKind / DType / BinaryOp / CmpOp / None for Where)
     applied to ``args`` (1, 1, 2, 2 or 3 operands; Where is (cond, on_true, on_false))."""
@@ -142,9 +142,9 @@ class ChainStep:
             sub = int(self.sub)  # type: ignore[arg-type]
         return (int(self.kind), sub, w[0], w[1] if len(w) > 1 else 0)
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         sub = "" if self.sub is None else f" {self.sub.name.lower()}"
-        return f"{self.kind.name.lower()}{sub}({', '.join(map(str, self.args))})"
+        return f"{self.kind.name.lower()}{sub}({', '.join(map(repr, self.args))})"
 
 
 def encode_chain(chain: Sequence[ChainStep]) -> tuple[int, ...]:

@@ -14,6 +14,10 @@ from rlxpy.ir.shape import Sym, format_shape
 
 
 def _bind_value(value: Any, binding: Mapping[str, int]) -> Any:
+    if isinstance(value, Graph):  # sub-graphs of If/While
+        return bind_graph(value, binding)
+    if hasattr(value, "graph") and isinstance(value.graph, Graph):
+        return dataclasses.replace(value, graph=bind_graph(value.graph, binding))
     if isinstance(value, Sym):
         return binding.get(value.name, value)
     if isinstance(value, tuple):

@@ -1,6 +1,6 @@
-// y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for short reductions (reduce_dim <= 64) or many outputs.
-// One thread per output t = o * inner + i, folding r sequentially; neighbouring threads read neighbouring i.
-// Bindings: 0 = arena window (u32 words), 1 = ReduceSerialParams (element offsets; divisor = n for mean, else 1).
+// y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for short reductions (reduce_dim <= 64).
+// One thread per output t = o * inner + i folding r in order; neighbouring threads read neighbouring i.
+// Bindings: 0 = arena window (u32 words), 1 = ReduceSerialParams (divisor = n for mean, else 1).
 struct ReduceSerialParams {
     outputs: u32,
     reduce_dim: u32,

@@ -1,6 +1,6 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for strided reductions (inner > 1, reduce_dim > 64).
-// Workgroup 16x16 per (o, tile of 16 columns): lid.x = column (coalesced reads), lid.y splits r; tree over lid.y.
-// Bindings: 0 = arena window (u32 words), 1 = ReduceTileParams (groups = outer * tiles; divisor as reduce_serial).
+// Workgroup 16x16 per (o, 16 columns): lid.x = column (coalesced reads), lid.y splits r; tree over lid.y.
+// Bindings: 0 = arena window (u32 words), 1 = ReduceTileParams (groups = outer * tiles, divisor as serial).
 struct ReduceTileParams {
     groups: u32,
     tiles: u32,

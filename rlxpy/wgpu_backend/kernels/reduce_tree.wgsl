@@ -1,6 +1,6 @@
 // y[row] = reduce_r x[row, r] (sum/mean/max/min/prod) over contiguous rows longer than 64 (inner == 1).
-// One workgroup of {{WG}} lanes per row: lane l folds r = l, l + {{WG}}, ...; then a tree in workgroup memory.
-// Bindings: 0 = arena window (u32 words), 1 = ReduceTreeParams (element offsets; divisor = n for mean, else 1).
+// One workgroup of {{WG}} lanes per row: lane l folds r = l, l + {{WG}}, ...; then a workgroup-memory tree.
+// Bindings: 0 = arena window (u32 words), 1 = ReduceTreeParams (divisor = n for mean, else 1).
 struct ReduceTreeParams {
     rows: u32,
     reduce_dim: u32,

@@ -1,5 +1,5 @@
-// y[o, r, i] = sum_{j <= r} x[o, j, i] (inclusive) or sum_{j < r} (exclusive, y[o, 0, i] = 0): cumsum on any axis.
-// One thread per line t = o * inner + i, scanning r sequentially; neighbouring threads read neighbouring i.
+// y[o, r, i] = sum_{j <= r} x[o, j, i] (inclusive) or sum_{j < r} (exclusive, y[o, 0, i] = 0), any axis.
+// One thread per line t = o * inner + i scanning r in order; neighbouring threads read neighbouring i.
 // Bindings: 0 = arena window (u32 words), 1 = ScanLinesParams (element offsets; exclusive = 0/1).
 struct ScanLinesParams {
     lines: u32,

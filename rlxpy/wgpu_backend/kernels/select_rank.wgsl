@@ -1,6 +1,6 @@
-// y[row, rank(c)] = c where rank(c) = #elements of the row ranked before x[row, c] (NaN largest, ties -> smaller
-// index), kept when rank < k: TopK for large k. One workgroup per ({{WG}} elements of a row); the row is streamed
-// through workgroup memory in tiles. Bindings: 0 = arena window, 1 = SelectRankParams (groups = rows * tiles).
+// y[row, rank(c)] = c when rank(c) < k; rank(c) = #elements ranked before x[row, c] (NaN largest, ties ->
+// smaller index): TopK for large k. One workgroup per {{WG}} elements of a row; the row streams through
+// workgroup memory in tiles. Bindings: 0 = arena window, 1 = SelectRankParams (groups = rows * tiles).
 struct SelectRankParams {
     groups: u32,
     tiles: u32,

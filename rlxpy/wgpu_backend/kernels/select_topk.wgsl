@@ -1,6 +1,6 @@
-// y[row, j] = index of the j-th largest x[row, :] (j < k; NaN largest, ties -> smaller index): TopK, and Argmax (k=1).
-// One workgroup of {{WG}} lanes per row; k rounds, each picks the best element ranked after the previous pick
-// (lane-strided scan, then a tree in workgroup memory). Bindings: 0 = arena window, 1 = SelectTopkParams.
+// y[row, j] = index of the j-th largest x[row, :], j < k (NaN largest, ties -> smaller index); Argmax: k=1.
+// One workgroup of {{WG}} lanes per row, k rounds: each picks the best element ranked after the last pick
+// (lane-strided scan + workgroup-memory tree). Bindings: 0 = arena window, 1 = SelectTopkParams.
 struct SelectTopkParams {
     rows: u32,
     cols: u32,

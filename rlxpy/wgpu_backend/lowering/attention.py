@@ -1,1 +1,177 @@
-"""Lowering family: attention (being written)."""
+"""Attention family: Attention (flash kernel, decode kernel with split-K); Rope and Sample live in
+rope.py and sample.py, imported at the bottom so that importing this module registers all three.
+
+Every layout of ``attention_layout`` is read in place through (batch, head, seq) strides in the
+uniform record; the head dim is always contiguous. S_q <= DECODE_MAX_Q uses attn_decode (one query
+row per workgroup, keys split across threads and, for long caches, across workgroups combined by
+attn_combine); larger S_q uses attn_flash (a block of queries per workgroup, K/V tiles through
+workgroup memory). Neither materialises the S_q x S_k score matrix.
+
+``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
+keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.attention import attention_layout
+from rlxpy.ir.ops.core import MaskKind, TensorType
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, word_type
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+MAX_HEAD_DIM = 256
+DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
+DECODE_WG = 256
+SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
+SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
+SPLIT_MAX = 32
+COMBINE_WG = 64
+
+_COMMON = dict(s_q=U32, s_k=U32, kv_len=U32, group=U32, q=U32, k=U32, v=U32, o=U32, mask=U32,
+               q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
+               m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32)
+ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1))
+ATTN_DECODE = kernel("attn_decode", params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32,
+                                           part=U32), workgroup=(DECODE_WG, 1, 1))
+ATTN_COMBINE = kernel("attn_combine", params("AttnCombineParams", rows=U32, heads=U32, s_q=U32, splits=U32,
+                                             part=U32, o=U32, q_sb=U32, q_sh=U32, q_ss=U32),
+                      workgroup=(COMBINE_WG, 1, 1))
+
+
+def flash_config(head_dim: int) -> dict[str, int]:
+    """Tile sizes of attn_flash for a head dim: 256 threads = BQ query rows x BK lanes, each lane
+    owning ceil(D / BK) <= 8 output dims; K/V go through workgroup memory DC dims at a time."""
+    if head_dim <= 128:
+        bq, bk, dc = 16, 16, min(64, head_dim)
+    else:
+        bq, bk, dc = 8, 32, 32
+    return {"BQ": bq, "BK": bk, "DC": dc, "KS": dc + 1, "ACC": math.ceil(head_dim / bk), "WG": bq * bk,
+            "QS_LEN": bq * head_dim, "KV_LEN": bk * (dc + 1)}
+
+
+def flash_shared_bytes(cfg: dict[str, int]) -> int:
+    return 4 * (cfg["QS_LEN"] + cfg["KV_LEN"] + cfg["WG"])
+
+
+def _seq_strides(node: Node, t: Node, layout: str, heads: int, head_dim: int, what: str
+                 ) -> tuple[int, int, tuple[int, int, int]]:
+    """(batch, seq, (batch stride, head stride, seq stride)) of q/k/v in its layout, checked."""
+    shape = t.shape
+    ok = shape[-1] == head_dim or (layout == "bs(hd)" and shape[-1] == heads * head_dim)
+    if layout == "bhsd":
+        batch, seq, strides = shape[0], shape[2], (heads * shape[2] * head_dim, shape[2] * head_dim, head_dim)
+        ok = ok and shape[1] == heads
+    elif layout in ("bshd", "bs(hd)"):
+        batch, seq, strides = shape[0], shape[1], (shape[1] * heads * head_dim, head_dim, heads * head_dim)
+        ok = ok and (layout == "bs(hd)" or shape[2] == heads)
+    else:  # "hsd": [B*H, S, D]
+        batch, seq, strides = shape[0] // heads, shape[1], (heads * shape[1] * head_dim, shape[1] * head_dim,
+                                                              head_dim)
+        ok = ok and shape[0] % heads == 0
+    if not ok:
+        raise GraphError(f"{where(node)}: {what} {t.type} does not fit layout {layout} with {heads} heads "
+                         f"of dim {head_dim}")
+    return batch, seq, strides
+
+
+def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, int, int, int]:
+    """(batch, head, query, key) element strides of a [B,S_k], [B,S_q,S_k] or [B,H,S_q,S_k] mask;
+    a size-1 dim broadcasts (stride 0)."""
+    names = {2: "bk", 3: "bqk", 4: "bhqk"}.get(mask.rank)
+    if names is None:
+        raise GraphError(f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k]")
+    strides = dict.fromkeys("bhqk", 0)
+    step = 1
+    for name, size in reversed(list(zip(names, mask.shape))):
+        if size not in (1, dims[name]):
+            want = "[" + ", ".join(str(dims[n]) for n in names) + "]"
+            raise GraphError(f"{where(node)}: mask {mask.type} does not broadcast to {want} "
+                             f"({'x'.join(names.upper())})")
+        strides[name] = step if size != 1 else 0
+        step *= size
+    return strides["b"], strides["h"], strides["q"], strides["k"]
+
+
+def _decode_splits(rows: int, s_k: int, head_dim: int, ctx: LowerCtx) -> int:
+    """Split-K factor for the decode kernel: enough workgroups to fill the GPU, bounded by the
+    keys (>= SPLIT_MIN_KEYS each) and by the scratch space the partial records need."""
+    splits = min(math.ceil(SPLIT_TARGET_GROUPS / rows), math.ceil(s_k / SPLIT_MIN_KEYS), SPLIT_MAX)
+    scratch_base, scratch_size = ctx.scratch
+    window_end = ctx.window_base + ctx.window_size
+    if scratch_base < ctx.window_base or scratch_base + scratch_size > window_end:
+        return 1  # the scratch area is outside this step's binding
+    fit = scratch_size // (4 * rows * (head_dim + 2))
+    return max(1, min(splits, fit))
+
+
+@lowers(ops.Attention)
+def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.Attention = node.op  # type: ignore[assignment]
+    q, k, v = ctx.inputs(node)[:3]
+    mask = ctx.inputs(node)[3] if len(node.inputs) > 3 else None
+    heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
+    for t, what in ((q, "q"), (k, "k"), (v, "v")):
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: attention is lowered for f32 only, {what} is {t.type}")
+    if head_dim > MAX_HEAD_DIM:
+        raise LimitError(f"{where(node)}: head_dim {head_dim} exceeds the {MAX_HEAD_DIM} the attention "
+                         "kernels support")
+    layout_q = attention_layout(TensorType(q.shape, q.dtype), heads, head_dim)
+    layout_k = attention_layout(TensorType(k.shape, k.dtype), kv_heads, head_dim)
+    batch, s_q, (q_sb, q_sh, q_ss) = _seq_strides(node, q, layout_q, heads, head_dim, "q")
+    batch_k, s_k, (k_sb, k_sh, k_ss) = _seq_strides(node, k, layout_k, kv_heads, head_dim, "k")
+    if batch_k != batch or v.shape != k.shape:
+        raise GraphError(f"{where(node)}: q {q.type} has batch {batch} but k {k.type} / v {v.type} have "
+                         f"batch {batch_k}")
+    if min(batch, s_q, s_k, heads) == 0:
+        raise GraphError(f"{where(node)}: empty attention (q {q.type}, k {k.type})")
+    m_sb = m_sh = m_sq = m_sk = 0
+    load_mask = "ld_f32"
+    if mask is not None:
+        m_sb, m_sh, m_sq, m_sk = _mask_strides(node, mask, {"b": batch, "h": heads, "q": s_q, "k": s_k})
+        load_mask = word_type(mask.dtype, f"{where(node)} mask")[1]
+    scale = op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim)
+    fields = dict(s_q=s_q, s_k=s_k, kv_len=s_k, group=heads // kv_heads, q=ctx.offset(q), k=ctx.offset(k),
+                  v=ctx.offset(v), o=ctx.offset(node), mask=ctx.offset(mask) if mask is not None else 0,
+                  q_sb=q_sb, q_sh=q_sh, q_ss=q_ss, k_sb=k_sb, k_sh=k_sh, k_ss=k_ss,
+                  m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk, scale=scale, softcap=op.softcap or 0.0,
+                  window=op.window)
+    subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
+    if s_q <= DECODE_MAX_Q:
+        return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
+    cfg = flash_config(head_dim)
+    shared = flash_shared_bytes(cfg)
+    if shared > ctx.facts.max_workgroup_storage or cfg["WG"] > ctx.facts.max_invocations:
+        raise LimitError(f"{where(node)}: attn_flash needs {shared} B of workgroup memory and {cfg['WG']} "
+                         f"threads; the device allows {ctx.facts.max_workgroup_storage} B / "
+                         f"{ctx.facts.max_invocations}")
+    grid = (math.ceil(s_q / cfg["BQ"]), heads, batch)
+    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **cfg}, **fields)]
+
+
+def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int,
+                  head_dim: int) -> list[Step]:
+    if DECODE_WG > ctx.facts.max_invocations:
+        raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads per workgroup")
+    s_q, s_k = fields["s_q"], fields["s_k"]
+    rows = batch * heads * s_q
+    splits = _decode_splits(rows, s_k, head_dim, ctx)
+    part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
+    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "WG": DECODE_WG}
+    steps = [ctx.dispatch(ATTN_DECODE, node, (splits, heads * s_q, batch), decode_subs, **fields,
+                          heads=heads, splits=splits, part=part)]
+    if splits > 1:
+        steps.append(ctx.dispatch(ATTN_COMBINE, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "D": head_dim},
+                                  rows=rows, heads=heads, s_q=s_q, splits=splits, part=part, o=fields["o"],
+                                  q_sb=fields["q_sb"], q_sh=fields["q_sh"], q_ss=fields["q_ss"]))
+    return steps
+
+
+# Rope and Sample register their lowerers on import (lowering/__init__.py imports this module).
+from rlxpy.wgpu_backend.lowering import rope, sample  # noqa: E402, F401

@@ -1,1 +1,153 @@
-"""Lowering family: reduce (being written)."""
+"""Reduce family: Reduce (sum/mean/max/min/prod), Cumsum, Argmax and TopK on f32.
+
+Every op sees its input as ``[outer, n, inner]`` around the reduced/scanned axes (contiguous axes
+merge into one ``n``). Kernel choice:
+
+* Reduce: ``n <= 64`` -> one thread per output (reduce_serial); ``inner == 1`` -> one workgroup
+  per row with a tree (reduce_tree); otherwise a 16x16 workgroup per 16 adjacent outputs, reading
+  coalesced along ``inner`` (reduce_tile).
+* Cumsum: long contiguous rows -> one workgroup per row (scan_rows), else one thread per line.
+* Argmax / TopK (last axis): one workgroup per row picking k times (select_topk); for large k,
+  where k passes over the row would cost more than ranking every element, select_rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.core import ReduceOp
+from rlxpy.ir.shape import normalize_axis
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+REDUCE_SERIAL = kernel("reduce_serial", params(
+    "ReduceSerialParams", ("outputs",), outputs=U32, reduce_dim=U32, inner=U32, x=U32, y=U32, divisor=F32))
+REDUCE_TREE = kernel("reduce_tree", params(
+    "ReduceTreeParams", ("rows",), rows=U32, reduce_dim=U32, x=U32, y=U32, divisor=F32),
+    shared_bytes=256 * 4)
+REDUCE_TILE = kernel("reduce_tile", params(
+    "ReduceTileParams", ("groups",), groups=U32, tiles=U32, reduce_dim=U32, inner=U32, x=U32, y=U32,
+    divisor=F32), workgroup=(16, 16, 1), shared_bytes=256 * 4)
+SCAN_LINES = kernel("scan_lines", params(
+    "ScanLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, x=U32, y=U32, exclusive=U32))
+SCAN_ROWS = kernel("scan_rows", params(
+    "ScanRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32, exclusive=U32), shared_bytes=256 * 4)
+SELECT_TOPK = kernel("select_topk", params(
+    "SelectTopkParams", ("rows",), rows=U32, cols=U32, k=U32, x=U32, y=U32), shared_bytes=256 * 8)
+SELECT_RANK = kernel("select_rank", params(
+    "SelectRankParams", ("groups",), groups=U32, tiles=U32, cols=U32, k=U32, x=U32, y=U32),
+    shared_bytes=256 * 4)
+
+#: Reductions up to this length run one thread per output (the catalogue's split).
+SERIAL_MAX = 64
+#: Scans longer than this (on contiguous rows) use one workgroup per row.
+SCAN_ROW_MIN = 64
+TILE_COLS = 16
+#: TopK picks by k passes up to this k; above it ranking costs cols^2 instead of k * cols.
+SELECT_PASSES_MAX_K = 64
+#: Rows this long always use k passes: ranking would cost cols^2 per row.
+RANK_MAX_COLS = 16384
+
+#: op -> (identity, combine(a, b)) in WGSL; max/min propagate NaN like torch.amax/amin.
+_REDUCE_WGSL = {
+    ReduceOp.SUM: ("0.0", "a + b"),
+    ReduceOp.MEAN: ("0.0", "a + b"),
+    ReduceOp.MAX: ("-inf_f32()", "maxp(a, b)"),
+    ReduceOp.MIN: ("inf_f32()", "minp(a, b)"),
+    ReduceOp.PROD: ("1.0", "a * b"),
+}
+
+
+def split_axes(shape: Sequence[int], first: int, last: int) -> tuple[int, int, int]:
+    """(outer, n, inner) of ``shape`` around the contiguous axes ``first..last`` (inclusive)."""
+    return math.prod(shape[:first]), math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+
+
+def require_f32(node: Node, x: Node, what: str) -> None:
+    if x.dtype is not DType.F32:
+        raise UnsupportedOpError(f"{where(node)}: {what} is lowered for f32 input only, got {x.type}")
+
+
+@lowers(ops.Reduce)
+def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
+    """``y[o, i] = op_r x[o, r, i]`` like torch.sum/mean/amax/amin/prod (NaN propagates in max/min)."""
+    (x,) = ctx.inputs(node)
+    require_f32(node, x, "Reduce")
+    op: ops.Reduce = node.op
+    axes = sorted({normalize_axis(a, x.rank) for a in op.axes})
+    outer, reduce_dim, inner = split_axes(x.shape, axes[0], axes[-1])
+    if reduce_dim == 0 and op.op in (ReduceOp.MAX, ReduceOp.MIN):
+        raise UnsupportedOpError(f"{where(node)}: {op.op.name.lower()} over an empty axis has no identity "
+                                 f"(input {x.type})")
+    if node.numel == 0:
+        return []
+    identity, combine = _REDUCE_WGSL[op.op]
+    subs = {"PRELUDE": PRELUDE, "IDENTITY": identity, "COMBINE": combine}
+    # mean divides the sum by n at the end, like torch.mean (0 / 0 = NaN for an empty axis)
+    divisor = float(reduce_dim) if op.op is ReduceOp.MEAN else 1.0
+    offsets = {"x": ctx.offset(x), "y": ctx.offset(node), "divisor": divisor}
+    if reduce_dim <= SERIAL_MAX:
+        outputs = outer * inner
+        return [ctx.dispatch(REDUCE_SERIAL, node, ctx.grid_1d(outputs), subs, outputs=outputs,
+                             reduce_dim=reduce_dim, inner=inner, **offsets)]
+    if inner == 1:
+        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), subs, rows=outer, reduce_dim=reduce_dim,
+                             **offsets)]
+    tiles = math.ceil(inner / TILE_COLS)
+    return [ctx.dispatch(REDUCE_TILE, node, ctx.grid_rows(outer * tiles), subs, groups=outer * tiles,
+                         tiles=tiles, reduce_dim=reduce_dim, inner=inner, **offsets)]
+
+
+@lowers(ops.Cumsum)
+def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Prefix sums along any axis, like torch.cumsum; exclusive shifts by one (y[0] = 0)."""
+    (x,) = ctx.inputs(node)
+    require_f32(node, x, "Cumsum")
+    axis = normalize_axis(node.op.axis, x.rank)
+    outer, axis_dim, inner = split_axes(x.shape, axis, axis)
+    if node.numel == 0:
+        return []
+    exclusive = int(node.op.exclusive)
+    if inner == 1 and axis_dim > SCAN_ROW_MIN:
+        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE}, rows=outer,
+                             cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
+    lines = outer * inner
+    return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
+                         axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
+
+
+def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]:
+    """Indices of the k best per last-axis row into ``node`` (i32 [rows, k])."""
+    require_f32(node, x, what)
+    cols = x.shape[-1] if x.rank else 1
+    if cols == 0:
+        raise UnsupportedOpError(f"{where(node)}: {what} of an empty last axis has no answer (input {x.type})")
+    rows = x.numel // cols
+    if rows == 0:
+        return []
+    if k <= SELECT_PASSES_MAX_K or cols > RANK_MAX_COLS:
+        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE}, rows=rows, cols=cols,
+                             k=k, x=ctx.offset(x), y=ctx.offset(node))]
+    tiles = math.ceil(cols / SELECT_RANK.workgroup[0])
+    return [ctx.dispatch(SELECT_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
+                         groups=rows * tiles, tiles=tiles, cols=cols, k=k, x=ctx.offset(x), y=ctx.offset(node))]
+
+
+@lowers(ops.Argmax)
+def lower_argmax(node: Node, ctx: LowerCtx) -> list[Step]:
+    """First index of the row maximum, NaN counting as the maximum (torch.argmax)."""
+    (x,) = ctx.inputs(node)
+    return _select(node, ctx, x, 1, "Argmax")
+
+
+@lowers(ops.TopK)
+def lower_topk(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Indices of the k largest, descending, NaN largest, ties -> smaller index (stable torch.topk)."""
+    (x,) = ctx.inputs(node)
+    return _select(node, ctx, x, node.op.k, "TopK")

@@ -1,0 +1,57 @@
+// Split-K attention combine, f32: out = sum_s acc_s * e^(m_s - m) / sum_s l_s * e^(m_s - m), m = max_s m_s.
+// One workgroup per query row (b, h, i), grid folded into y past 65535; thread t owns dims t, t + WG, ...
+// Bindings: 0 = arena window (u32 words), 1 = AttnCombineParams (part = partial records [acc[D], m, l]).
+struct AttnCombineParams {
+    rows: u32,
+    heads: u32,
+    s_q: u32,
+    splits: u32,
+    part: u32,
+    o: u32,
+    q_sb: u32,
+    q_sh: u32,
+    q_ss: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: AttnCombineParams;
+
+{{PRELUDE}}
+
+const D: u32 = {{D}}u;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let first = p.part + row * p.splits * (D + 2u);
+    // a split with no keys has l == 0 and m = -inf: skip it (a NaN row keeps its NaN: NaN != 0)
+    var m = bitcast<f32>(0xff800000u);
+    for (var s = 0u; s < p.splits; s++) {
+        let rec = first + s * (D + 2u);
+        if (ld_f32(rec + D + 1u) != 0.0) {
+            m = max(m, ld_f32(rec + D));
+        }
+    }
+    let i = row % p.s_q;
+    let h = (row / p.s_q) % p.heads;
+    let b = row / (p.s_q * p.heads);
+    let o_base = p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+    for (var d = t; d < D; d += {{WG}}u) {
+        var l = 0.0;
+        var acc = 0.0;
+        for (var s = 0u; s < p.splits; s++) {
+            let rec = first + s * (D + 2u);
+            let ls = ld_f32(rec + D + 1u);
+            if (ls != 0.0) {
+                let w = exp(ld_f32(rec + D) - m);
+                l += ls * w;
+                acc += ld_f32(rec + d) * w;
+            }
+        }
+        st_f32(o_base + d, select(acc / l, 0.0, l == 0.0));
+    }
+}

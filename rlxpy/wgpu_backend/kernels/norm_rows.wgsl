@@ -1,0 +1,89 @@
+// y = (s - mean) * rsqrt(var + eps) * gamma (+ beta) [center=1, LayerNorm], or s * rsqrt(mean(s^2) + eps)
+// * gamma (+ beta) [center=0, RmsNorm] on the last axis; s = x (+ residual) (+ bias); centred 2-pass var.
+// One workgroup of {{WG}} lanes per row. Bindings: 0 = arena window (u32 words), 1 = NormRowsParams.
+struct NormRowsParams {
+    rows: u32,
+    cols: u32,
+    x: u32,
+    residual: u32,
+    bias: u32,
+    gamma: u32,
+    beta: u32,
+    y: u32,
+    has_residual: u32,
+    has_bias: u32,
+    has_beta: u32,
+    center: u32,
+    eps: f32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: NormRowsParams;
+
+{{PRELUDE}}
+
+var<workgroup> partial: array<f32, {{WG}}>;
+
+// s = x (+ residual) (+ bias): the fused residual is recomputed in every pass instead of stored.
+fn load_sum(row_base: u32, c: u32) -> f32 {
+    var v = ld_f32(p.x + row_base + c);
+    if (p.has_residual == 1u) {
+        v = v + ld_f32(p.residual + row_base + c);
+    }
+    if (p.has_bias == 1u) {
+        v = v + ld_f32(p.bias + c);
+    }
+    return v;
+}
+
+fn workgroup_sum(lane: u32, value: f32) -> f32 {
+    partial[lane] = value;
+    workgroupBarrier();
+    for (var stride = {{WG}}u / 2u; stride > 0u; stride = stride / 2u) {
+        if (lane < stride) {
+            partial[lane] = partial[lane] + partial[lane + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    workgroupBarrier();  // every lane has read the total before partial is reused
+    return total;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let lane = lid.x;
+    let row_base = row * p.cols;
+    let count = f32(p.cols);
+    // The mean is kept as shift + mean_offset: (s - shift) is exact for values near s[0], so a large
+    // common offset (mean 1e4, std 1) costs no precision, unlike a mean rounded to f32.
+    var shift: f32 = 0.0;
+    var mean_offset: f32 = 0.0;
+    if (p.center == 1u) {
+        shift = load_sum(row_base, 0u);
+        var part: f32 = 0.0;
+        for (var c = lane; c < p.cols; c = c + {{WG}}u) {
+            part = part + (load_sum(row_base, c) - shift);
+        }
+        mean_offset = workgroup_sum(lane, part) / count;
+    }
+    var squares: f32 = 0.0;
+    for (var c = lane; c < p.cols; c = c + {{WG}}u) {
+        let centred = (load_sum(row_base, c) - shift) - mean_offset;
+        squares = squares + centred * centred;
+    }
+    let inv_scale = 1.0 / sqrt(workgroup_sum(lane, squares) / count + p.eps);
+    for (var c = lane; c < p.cols; c = c + {{WG}}u) {
+        let centred = (load_sum(row_base, c) - shift) - mean_offset;
+        var out = centred * inv_scale * ld_f32(p.gamma + c);
+        if (p.has_beta == 1u) {
+            out = out + ld_f32(p.beta + c);
+        }
+        st_f32(p.y + row_base + c, out);
+    }
+}

@@ -1,0 +1,63 @@
+// Rotary embedding, f32: per head, pair (a, b) -> (a c - b s, b c + a s); dims >= n_rot copied unchanged.
+// One thread per output element of x [..., S, L]; pairs are (i, i + n_rot/2) or, interleaved, (2i, 2i + 1).
+// Bindings: 0 = arena window (u32 words), 1 = RopeRotateParams (position = s + offset [+ pos input value]).
+struct RopeRotateParams {
+    n: u32,
+    seq: u32,
+    width: u32,
+    head_dim: u32,
+    n_rot: u32,
+    x: u32,
+    cos: u32,
+    sin: u32,
+    y: u32,
+    max_pos: u32,
+    offset: i32,
+    pos_input: u32,
+    has_pos: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: RopeRotateParams;
+
+{{PRELUDE}}
+
+const INTERLEAVED: bool = {{INTERLEAVED}};
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * {{WG}}u;
+    if (e >= p.n) {
+        return;
+    }
+    let col = e % p.width;
+    let d = col % p.head_dim;
+    let x = ld_f32(p.x + e);
+    if (d >= p.n_rot) {
+        st_f32(p.y + e, x);
+        return;
+    }
+    var pos = i32((e / p.width) % p.seq) + p.offset;
+    if (p.has_pos == 1u) {
+        pos += ld_i32(p.pos_input);
+    }
+    // a run-time position past the table cannot raise: clamp it into the table
+    let row = u32(clamp(pos, 0, i32(p.max_pos) - 1));
+    let half = p.n_rot / 2u;
+    var i: u32;
+    var partner: u32;
+    var first: bool;
+    if (INTERLEAVED) {
+        i = d / 2u;
+        first = (d & 1u) == 0u;
+        partner = select(e - 1u, e + 1u, first);
+    } else {
+        i = d % half;
+        first = d < half;
+        partner = select(e - half, e + half, first);
+    }
+    let c = ld_f32(p.cos + row * half + i);
+    let s = ld_f32(p.sin + row * half + i);
+    let other = ld_f32(p.x + partner);
+    st_f32(p.y + e, select(x * c + other * s, x * c - other * s, first));
+}

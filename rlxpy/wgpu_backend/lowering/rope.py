@@ -1,0 +1,47 @@
+"""Rope lowering (registered through lowering/attention.py): one rope_rotate dispatch.
+
+x is [..., S, L] with L = heads * head_dim and the sequence on the second-to-last axis; the
+cos/sin tables are [max_pos, n_rot/2]. The position of row s is s + position_offset, plus the
+value of the optional i32[1] position input, read by the kernel at run time (KV-cache decode).
+Matches transformers' ``apply_rotary_pos_emb`` (half-split) and llama.cpp's interleaved rope.
+"""
+
+from __future__ import annotations
+
+from rlxpy.errors import GraphError, UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import I32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+ROPE_ROTATE = kernel("rope_rotate", params(
+    "RopeRotateParams", n=U32, seq=U32, width=U32, head_dim=U32, n_rot=U32, x=U32, cos=U32, sin=U32, y=U32,
+    max_pos=U32, offset=I32, pos_input=U32, has_pos=U32))
+
+
+@lowers(ops.Rope)
+def lower_rope(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.Rope = node.op  # type: ignore[assignment]
+    x, cos, sin = ctx.inputs(node)[:3]
+    position = ctx.inputs(node)[3] if len(node.inputs) > 3 else None
+    for t, what in ((x, "x"), (cos, "cos"), (sin, "sin")):
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: rope is lowered for f32 only, {what} is {t.type}")
+    if position is not None and position.dtype not in (DType.I32, DType.U32):
+        raise GraphError(f"{where(node)}: position input must be i32[1], got {position.type}")
+    seq, width = x.shape[-2], x.shape[-1]
+    max_pos = cos.shape[0]
+    if op.position_offset < 0 or op.position_offset + seq > max_pos:
+        raise GraphError(f"{where(node)}: positions {op.position_offset}..{op.position_offset + seq - 1} "
+                         f"exceed the cos/sin tables {cos.type} (max_pos {max_pos})")
+    if node.numel == 0:
+        return []
+    return [ctx.dispatch(ROPE_ROTATE, node, ctx.grid_1d(node.numel),
+                         {"PRELUDE": PRELUDE, "INTERLEAVED": "true" if op.interleaved else "false"},
+                         n=node.numel, seq=seq, width=width, head_dim=op.head_dim, n_rot=op.rot,
+                         x=ctx.offset(x), cos=ctx.offset(cos), sin=ctx.offset(sin), y=ctx.offset(node),
+                         max_pos=max_pos, offset=op.position_offset,
+                         pos_input=ctx.offset(position) if position is not None else 0,
+                         has_pos=int(position is not None))]

@@ -1,0 +1,60 @@
+"""rlxpy's llama graph against transformers' LlamaForCausalLM with the same (random) weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlxpy.frontends.hf_llama import config_from_hf, load_into, weights_from_hf
+from rlxpy.models.generate import Generator
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    return model
+
+
+@pytest.fixture(scope="module")
+def generator(device, tiny_llama):
+    gen = Generator(config_from_hf(tiny_llama.config, context=64), chunk=8)
+    load_into(gen.exe, weights_from_hf(tiny_llama.state_dict()))
+    return gen
+
+
+@pytest.mark.parametrize("length", [1, 7, 19])
+def test_prefill_logits_match_transformers(tiny_llama, generator, length):
+    import torch
+
+    ids = list(np.random.default_rng(length).integers(0, 101, size=length))
+    with torch.no_grad():
+        want = tiny_llama(torch.tensor([ids])).logits[0, -1].numpy()
+    got = generator.logits(ids)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_greedy_decode_matches_generate(tiny_llama, generator):
+    import torch
+
+    ids = [5, 17, 42, 3, 99, 64, 7, 1, 33, 2]
+    with torch.no_grad():
+        out = tiny_llama.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                  min_new_tokens=32, pad_token_id=0)
+    want = out[0, len(ids):].tolist()
+    got = list(generator.generate(ids, 32))
+    assert got == want
+
+
+def test_prompt_longer_than_context_is_refused(generator):
+    from rlxpy.errors import InputError
+
+    with pytest.raises(InputError, match="does not fit the context of 64"):
+        generator.prefill(list(range(70)))

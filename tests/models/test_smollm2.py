@@ -1,0 +1,70 @@
+"""SmolLM2-135M-Instruct (the real Q4_1 GGUF) against transformers loading the same file."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from rlxpy.frontends.gguf import default_model_path
+from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
+from rlxpy.models.generate import Generator
+
+PROMPT = "The three primary colors are"
+
+
+@pytest.fixture(scope="module")
+def path():
+    return default_model_path()
+
+
+@pytest.fixture(scope="module")
+def hf_model(path):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, torch_dtype="float32").eval()
+
+
+@pytest.fixture(scope="module")
+def generator(device, path):
+    gen, model = Generator.from_gguf(path, context=256, chunk=16)
+    return gen, model
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(path):
+    return GgufTokenizer.from_gguf(path).encode(PROMPT)
+
+
+def test_prompt_logits_match_transformers(hf_model, generator, prompt_ids):
+    import torch
+
+    gen, _ = generator
+    with torch.no_grad():
+        want = hf_model(torch.tensor([prompt_ids])).logits[0, -1].numpy()
+    got = gen.logits(prompt_ids)
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert rel < 1e-3, rel
+    assert int(np.argmax(got)) == int(np.argmax(want))
+
+
+def test_32_greedy_tokens_match_transformers(hf_model, generator, prompt_ids):
+    import torch
+
+    gen, _ = generator
+    with torch.no_grad():
+        out = hf_model.generate(torch.tensor([prompt_ids]), max_new_tokens=32, min_new_tokens=32,
+                                do_sample=False)
+    want = out[0, len(prompt_ids):].tolist()
+    assert list(gen.generate(prompt_ids, 32)) == want
+
+
+def test_arena_is_small_next_to_the_file(generator):
+    gen, model = generator
+    cfg = model.config
+    kv_bytes = 2 * cfg.layers * cfg.context * cfg.kv_heads * cfg.dim * 4
+    arena = gen.exe.arena.size
+    print(f"arena {arena / 2**20:.1f} MiB, file {model.file_size() / 2**20:.1f} MiB, KV {kv_bytes / 2**20:.1f} MiB")
+    assert arena <= 1.5 * model.file_size() + kv_bytes
