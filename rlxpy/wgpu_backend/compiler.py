@@ -26,11 +26,7 @@ class CompiledSchedule:
 
 def prepare(graph: Graph) -> Graph:
     """verify -> unfuse -> verify: a static graph of primitives."""
-    try:
-        from rlxpy.ir.passes.unfuse import unfuse
-    except ImportError:  # TEMP until the unfuse pass lands
-        def unfuse(g: Graph) -> Graph:
-            return g
+    from rlxpy.ir.passes.unfuse import unfuse
 
     graph.verify()
     if not graph.is_static():

@@ -209,6 +209,8 @@ def test_region_errors_name_the_problem():
         g.elementwise_region([x, g.input("c", (5,))], relu)
     with pytest.raises(GraphError, match=r"prologue input 0 must be \[1, 2, 2, 3\]"):
         g.elementwise_region([g.input("p", (1, 2, 4, 6))], relu, (1, 2, 4, 6), prologue="resize_nearest_2x")
+    with pytest.raises(GraphError, match=r"needs a static NCHW output with even H, W, got \[1, 2, 3, 6\]"):
+        g.elementwise_region([g.input("o", (1, 2, 1, 3))], relu, (1, 2, 3, 6), prologue="resize_nearest_2x")
     with pytest.raises(GraphError, match="names inputs beyond"):
         g.elementwise_region([x], relu, scalar_input_mask=0b10)
 

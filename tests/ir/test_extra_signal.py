@@ -193,8 +193,10 @@ def test_log_mel_backward_matches_torch_autograd(frames_shape, n_fft, n_mels):
 def test_log_mel_shape_errors():
     g = Graph()
     s = g.input("s", (4, 32))
-    with pytest.raises(GraphError, match=r"lm \(LogMel\): filters must be \[n_mels, n_fft//2\+1 = 9\]"):
+    with pytest.raises(GraphError, match=r"lm \(LogMel\): filters must be \[n_mels >= 1, n_fft//2\+1 = 9\]"):
         g.log_mel(s, g.param("f", (5, 16)), name="lm")
+    with pytest.raises(GraphError, match=r"got f32\[0, 9\]"):
+        g.log_mel(s, g.param("f0", (0, 9)))
     f = g.param("f2", (5, 9))
     with pytest.raises(GraphError, match=r"dy must be \[4, 5\]"):
         g.log_mel_backward(s, f, g.input("dy", (4, 6)))

@@ -136,6 +136,8 @@ ERRORS = [
      "n_rot 10 must be even"),
     ("Rope", [(3, 8), (4, 3), (4, 3)], lambda g, x, c, s: _rope(g, x, c, s, head_dim=8),
      "cos/sin must be [max_pos, 4], got f32[4, 3] and f32[4, 3]"),
+    ("Rope", [(5, 8), (6, 4), (6, 4)], lambda g, x, c, s: _rope(g, x, c, s, head_dim=8, position_offset=2),
+     "positions 2..6 exceed the 6-row cos/sin tables"),
     ("Rope", [(3, 8), (4, 4), (4, 4), ((1,), "f32")], lambda g, x, c, s, p: _rope(g, x, c, s, p, head_dim=8),
      "position input must be i32[1], got f32[1]"),
     ("DequantMatMulGguf", [(3, 32), ((4, 34), "u8")],

@@ -3,8 +3,6 @@ movement, reductions, scans and selection, on odd shapes and NaN/inf edge values
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -136,10 +134,9 @@ def test_pow_by_a_broadcast_scalar_follows_ieee_pow(exponent):
     # The IR follows IEEE pow (C's pow, math.pow), which torch.pow gives for a tensor exponent.
     a = np.array([-np.inf, np.inf, -0.0, 0.0, -2.0, 4.0, np.nan], dtype=np.float32)
     out = run(lambda g, x: g.pow(x, exponent), x=a)
-    full = torch.full(a.shape, exponent, dtype=torch.float64)
-    close(out, torch.pow(t(a).double(), full).float(), rtol=2e-6)
-    for value, got in zip(a.tolist()[:4], out.tolist()[:4]):  # the infinities and signed zeros
-        assert got == math.pow(value, exponent) and math.copysign(1, got) == math.copysign(1, math.pow(value, exponent))
+    expected = torch.pow(t(a).double(), torch.full(a.shape, exponent, dtype=torch.float64)).float()
+    close(out, expected, rtol=2e-6)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(expected.numpy()))  # signed zeros too
     scalar = run(lambda g, x, y: g.pow(x, y), x=np.array(-np.inf, np.float32), y=np.array(0.5, np.float32))
     assert scalar.shape == () and scalar == np.inf
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType, quants
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from rlxpy.errors import InputError
 from rlxpy.ir import DType, Graph
 from rlxpy.ir.ops import ActKind, Attention, MaskKind, Rope
 from rlxpy.ir.ops.quant import gguf_row_bytes
@@ -369,6 +370,12 @@ def test_rope_bs_hd_layout_with_position_input(interleaved):
     else:
         expected = hf_rope(x_bhsd, np.cos(angles), np.sin(angles), positions, head_dim)
     close(out, expected.transpose(1, 2).reshape(b, s, heads * head_dim), atol=1e-6)
+
+
+def test_rope_position_input_past_the_tables_is_an_input_error():
+    cos, sin, _ = rope_tables(8, 4)
+    with pytest.raises(InputError, match=r"rope \(Rope\): positions 7..9 exceed the 8-row cos/sin tables"):
+        rope(rand((1, 3, 4), 45), cos, sin, np.array([6], np.int32), head_dim=4, position_offset=1)
 
 
 def test_rope_at_position_zero_is_identity():

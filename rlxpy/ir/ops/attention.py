@@ -106,6 +106,11 @@ class Rope(Op):
         if len(ins) == 4:
             need(ins[3].shape == (1,) and ins[3].dtype in (DType.I32, DType.U32),
                  f"position input must be i32[1], got {ins[3]}")
+        seq, max_pos = x.shape[-2], cos.shape[0]
+        if isinstance(seq, int) and isinstance(max_pos, int):
+            need(self.position_offset + seq <= max_pos,
+                 f"positions {self.position_offset}..{self.position_offset + seq - 1} exceed the "
+                 f"{max_pos}-row cos/sin tables")
         return x
 
 

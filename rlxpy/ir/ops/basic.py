@@ -118,8 +118,10 @@ class Activation(Op):
 
 @dataclass(frozen=True)
 class Binary(Op):
-    """``a op b`` with numpy broadcasting. Pow of a negative base gives numpy's answer
-    (real for integral exponents, NaN otherwise), unlike the original's GPU NaN."""
+    """``a op b`` with numpy broadcasting. Pow is IEEE pow (C's pow; torch.pow with a tensor
+    exponent): a negative base gives a real value for integral exponents, NaN otherwise, unlike
+    the original's GPU NaN; (-inf) ** 0.5 = +inf (not sqrt's NaN). Integer Div truncates toward
+    zero (torch.div(rounding_mode="trunc")); an integer x / 0 gives x."""
 
     op: BinaryOp
     arity = (2, 2)

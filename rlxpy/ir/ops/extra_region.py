@@ -183,6 +183,14 @@ def _numel(shape: Shape) -> int | None:
     return math.prod(shape) if is_static(shape) else None  # type: ignore[arg-type]
 
 
+def _half_resolution(out_shape: Shape) -> Shape:
+    """The prologue input's shape [N, C, H/2, W/2] for an NCHW output with even H and W."""
+    even = len(out_shape) == 4 and is_static(out_shape) and all(d % 2 == 0 for d in out_shape[2:])  # type: ignore[operator]
+    need(even, f"resize prologue needs a static NCHW output with even H, W, got {format_shape(out_shape)}")
+    n, c, h, w = out_shape
+    return (n, c, h // 2, w // 2)  # type: ignore[operator]
+
+
 def check_region_inputs(ins: Sequence[TensorType], out_shape: Shape, scalar_mask: int, modulus: Sequence[int],
                         prologue: RegionPrologue, prologue_input: int, rule_index: Any = None) -> None:
     """Apply §4.8's read rule to each input: prologue input, scalar, modulus, or full size.
@@ -193,11 +201,7 @@ def check_region_inputs(ins: Sequence[TensorType], out_shape: Shape, scalar_mask
         rule = pick(i)
         numel = _numel(t.shape)
         if prologue is RegionPrologue.RESIZE_NEAREST_2X and rule == prologue_input:
-            need(len(out_shape) == 4 and is_static(out_shape) and out_shape[2] % 2 == 0  # type: ignore[operator]
-                 and out_shape[3] % 2 == 0, f"resize prologue needs a static NCHW output with even H, W, got "  # type: ignore[operator]
-                 f"{format_shape(out_shape)}")
-            n, c, h, w = out_shape
-            want = (n, c, h // 2, w // 2)  # type: ignore[operator]
+            want = _half_resolution(out_shape)
             need(tuple(t.shape) == want, f"prologue input {i} must be {format_shape(want)}, got {t}")
         elif scalar_mask >> rule & 1:
             need(numel == 1, f"input {i} is marked scalar but is {t}")

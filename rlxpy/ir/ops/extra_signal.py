@@ -88,8 +88,8 @@ def _log_mel_check(spectrum: TensorType, filters: TensorType) -> int:
          f"log_mel needs float spectrum and filters, got {spectrum} and {filters}")
     n_fft = block_length(spectrum, "log_mel")
     n_bins = n_fft // 2 + 1
-    need(filters.rank == 2 and filters.shape[1] == n_bins,
-         f"filters must be [n_mels, n_fft//2+1 = {n_bins}] for spectrum {spectrum}, got {filters}")
+    need(filters.rank == 2 and filters.shape[1] == n_bins and filters.shape[0] != 0,
+         f"filters must be [n_mels >= 1, n_fft//2+1 = {n_bins}] for spectrum {spectrum}, got {filters}")
     return n_bins
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlxpy.errors import InputError, where
 from rlxpy.ir import ops
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.core import MaskKind
@@ -164,6 +165,9 @@ def ref_rope(op: ops.Rope, args, node):
     x, cos, sin = args[:3]
     offset = op.position_offset + (int(args[3][0]) if len(args) > 3 else 0)
     seq = x.shape[-2]
+    if offset < 0 or offset + seq > cos.shape[0]:  # the position input is only known now
+        raise InputError(f"{where(node)}: positions {offset}..{offset + seq - 1} exceed the "
+                         f"{cos.shape[0]}-row cos/sin tables")
     heads = x.shape[-1] // op.head_dim
     half = op.rot // 2
     c = _f64(cos[offset: offset + seq])[:, None, :]  # [S, 1, half]

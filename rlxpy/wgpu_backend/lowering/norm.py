@@ -1,1 +1,106 @@
-"""Lowering family: norm (being written)."""
+"""Norm family: Softmax (any axis), LayerNorm, RmsNorm, FusedResidualLN, FusedResidualRmsNorm on f32.
+
+Softmax on contiguous rows longer than 32 runs one workgroup per row (softmax_rows: an online
+max/sum pass, then a write pass); other axes and short rows run one thread per line
+(softmax_lines). The four norms share norm_rows: one workgroup per last-axis row, the fused
+residual sum recomputed in each pass, LayerNorm with a centred two-pass variance.
+"""
+
+from __future__ import annotations
+
+from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.ir.shape import normalize_axis
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.lowering.reduce import split_axes
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+SOFTMAX_ROWS = kernel("softmax_rows", params(
+    "SoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8)
+SOFTMAX_LINES = kernel("softmax_lines", params(
+    "SoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, x=U32, y=U32))
+NORM_ROWS = kernel("norm_rows", params(
+    "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32, y=U32,
+    has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4)
+
+#: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
+SOFTMAX_LINE_MAX_COLS = 32
+
+
+def _require_f32(node: Node, tensors: list[Node], what: str) -> None:
+    for t in tensors:
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: {what} is lowered for f32 only, got {t.name} {t.type}")
+
+
+@lowers(ops.Softmax)
+def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``, like torch.softmax (a row holding NaN,
+    +inf, or only -inf comes out all NaN)."""
+    (x,) = ctx.inputs(node)
+    _require_f32(node, [x], "Softmax")
+    axis = normalize_axis(node.op.axis, x.rank)
+    outer, axis_dim, inner = split_axes(x.shape, axis, axis)
+    if node.numel == 0:
+        return []
+    if inner == 1 and axis_dim > SOFTMAX_LINE_MAX_COLS:
+        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE}, rows=outer,
+                             cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
+    lines = outer * inner
+    return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
+                         axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node))]
+
+
+def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | None, bias: Node | None,
+          gamma: Node, beta: Node | None, eps: float, what: str) -> list[Step]:
+    present = [t for t in (x, residual, bias, gamma, beta) if t is not None]
+    _require_f32(node, present, what)
+    cols = x.shape[-1]
+    if node.numel == 0:
+        return []
+    rows = x.numel // cols
+    return [ctx.dispatch(
+        NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE}, rows=rows, cols=cols, x=ctx.offset(x),
+        residual=ctx.offset(residual) if residual is not None else 0,
+        bias=ctx.offset(bias) if bias is not None else 0, gamma=ctx.offset(gamma),
+        beta=ctx.offset(beta) if beta is not None else 0, y=ctx.offset(node),
+        has_residual=int(residual is not None), has_bias=int(bias is not None), has_beta=int(beta is not None),
+        center=int(center), eps=eps)]
+
+
+@lowers(ops.LayerNorm)
+def lower_layer_norm(node: Node, ctx: LowerCtx) -> list[Step]:
+    """torch.nn.functional.layer_norm over the last axis (biased variance); beta optional."""
+    x, gamma, *beta = ctx.inputs(node)
+    return _norm(node, ctx, True, x, None, None, gamma, beta[0] if beta else None, node.op.eps, "LayerNorm")
+
+
+@lowers(ops.RmsNorm)
+def lower_rms_norm(node: Node, ctx: LowerCtx) -> list[Step]:
+    """torch.nn.functional.rms_norm over the last axis, plus beta when given."""
+    x, gamma, *beta = ctx.inputs(node)
+    return _norm(node, ctx, False, x, None, None, gamma, beta[0] if beta else None, node.op.eps, "RmsNorm")
+
+
+def _residual_inputs(node: Node, ctx: LowerCtx) -> tuple[Node, Node, Node | None, Node, Node]:
+    inputs = ctx.inputs(node)
+    x, residual = inputs[0], inputs[1]
+    bias = inputs[2] if node.op.has_bias else None
+    return x, residual, bias, inputs[-2], inputs[-1]
+
+
+@lowers(ops.FusedResidualLN)
+def lower_fused_residual_ln(node: Node, ctx: LowerCtx) -> list[Step]:
+    """LayerNorm(x + residual (+ bias)) in one dispatch; the sum is never stored."""
+    x, residual, bias, gamma, beta = _residual_inputs(node, ctx)
+    return _norm(node, ctx, True, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualLN")
+
+
+@lowers(ops.FusedResidualRmsNorm)
+def lower_fused_residual_rms_norm(node: Node, ctx: LowerCtx) -> list[Step]:
+    """RmsNorm(x + residual (+ bias)) * gamma + beta in one dispatch."""
+    x, residual, bias, gamma, beta = _residual_inputs(node, ctx)
+    return _norm(node, ctx, False, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualRmsNorm")

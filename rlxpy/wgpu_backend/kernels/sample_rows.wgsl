@@ -1,0 +1,286 @@
+// Token sampling, f32 logits -> i32 id per row: argmax (temperature 0) or softmax/top-k/top-p + Gumbel-max.
+// One workgroup per row (grid folded into y past 65535), threads stride the vocab; the logits are only read.
+// Bindings: 0 = arena window (u32 words), 1 = SampleRowsParams (seed from the uniforms or a u32[2] input).
+struct SampleRowsParams {
+    rows: u32,
+    vocab: u32,
+    x: u32,
+    y: u32,
+    greedy: u32,
+    temperature: f32,
+    top_k: u32,
+    top_p: f32,
+    filtered: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    seed_input: u32,
+    has_seed: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: SampleRowsParams;
+
+{{PRELUDE}}
+
+const WG: u32 = {{WG}}u;
+
+var<workgroup> red_f: array<f32, {{WG}}>;
+var<workgroup> red_u: array<u32, {{WG}}>;
+var<workgroup> red_c: array<u32, {{WG}}>;
+var<workgroup> out_f: f32;
+var<workgroup> out_u: u32;
+var<workgroup> out_c: u32;
+
+// numpy.argmax order: NaN beats everything, then larger values, ties -> lower index
+fn better(av: f32, ai: u32, bv: f32, bi: u32) -> bool {
+    let an = is_nan(av);
+    let bn = is_nan(bv);
+    if (an != bn) {
+        return an;
+    }
+    if (!an && av != bv) {
+        return av > bv;
+    }
+    return ai < bi;
+}
+
+struct Best {
+    value: f32,
+    index: u32,
+}
+
+// argmax of (value, index) pairs over the workgroup; call from uniform control flow
+fn reduce_best(t: u32, value: f32, index: u32) -> Best {
+    red_f[t] = value;
+    red_u[t] = index;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (t < stride && better(red_f[t + stride], red_u[t + stride], red_f[t], red_u[t])) {
+            red_f[t] = red_f[t + stride];
+            red_u[t] = red_u[t + stride];
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        out_f = red_f[0];
+        out_u = red_u[0];
+    }
+    return Best(workgroupUniformLoad(&out_f), workgroupUniformLoad(&out_u));
+}
+
+struct Tally {
+    count: u32,
+    ties: u32,
+    mass: f32,
+}
+
+// sums of (count, ties, mass) over the workgroup; call from uniform control flow
+fn reduce_tally(t: u32, mine: Tally) -> Tally {
+    red_u[t] = mine.count;
+    red_c[t] = mine.ties;
+    red_f[t] = mine.mass;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (t < stride) {
+            red_u[t] += red_u[t + stride];
+            red_c[t] += red_c[t + stride];
+            red_f[t] += red_f[t + stride];
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        out_u = red_u[0];
+        out_c = red_c[0];
+        out_f = red_f[0];
+    }
+    return Tally(workgroupUniformLoad(&out_u), workgroupUniformLoad(&out_c), workgroupUniformLoad(&out_f));
+}
+
+// order-preserving u32 key of a float (larger float -> larger key); -0 is folded onto +0
+fn key_of(value: f32) -> u32 {
+    let bits = bitcast<u32>(select(value, 0.0, value == 0.0));
+    return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
+}
+
+fn value_of(key: u32) -> f32 {
+    return bitcast<f32>(select(~key, key & 0x7fffffffu, (key & 0x80000000u) != 0u));
+}
+
+fn rotl(x: u32, r: u32) -> u32 {
+    return (x << r) | (x >> (32u - r));
+}
+
+// Threefry2x32 with 20 rounds (Random123), as threefry2x32 in ir/reference/nn.py
+fn threefry(c0: u32, c1: u32, k0: u32, k1: u32) -> vec2<u32> {
+    var ks = array<u32, 3>(k0, k1, 0x1BD11BDAu ^ k0 ^ k1);
+    var x = vec2<u32>(c0 + k0, c1 + k1);
+    for (var g = 0u; g < 5u; g++) {
+        let rots = select(vec4<u32>(13u, 15u, 26u, 6u), vec4<u32>(17u, 29u, 16u, 24u), (g & 1u) == 1u);
+        for (var r = 0u; r < 4u; r++) {
+            x.x += x.y;
+            x.y = rotl(x.y, rots[r]);
+            x.y ^= x.x;
+        }
+        let inject = g + 1u;
+        x.x += ks[inject % 3u];
+        x.y += ks[(inject + 1u) % 3u] + inject;
+    }
+    return x;
+}
+
+// natural log to a few ulp, for normal x > 0: WGSL's log() only promises 2^-21 absolute error near 1,
+// which would wreck -log(u) for u close to 1. x = m 2^e, m in [sqrt(1/2), sqrt(2)), atanh series.
+fn log_accurate(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    var e = f32(i32((bits >> 23u) & 0xffu) - 126);
+    var m = bitcast<f32>((bits & 0x7fffffu) | 0x3f000000u);  // [0.5, 1)
+    if (m < 0.70710678) {
+        m = m * 2.0;
+        e = e - 1.0;
+    }
+    let y = (m - 1.0) / (m + 1.0);
+    let y2 = y * y;
+    let series = y * (2.0 + y2 * (0.6666666667 + y2 * (0.4 + y2 * (0.2857142857 + y2 * (0.2222222222
+        + y2 * (0.1818181818 + y2 * 0.1538461538))))));
+    return e * 0.69314718056 + series;
+}
+
+fn prob(x: f32, x_max: f32, total: f32) -> f32 {
+    return exp((x - x_max) / p.temperature) / total;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = p.x + row * p.vocab;
+    var best_v = bitcast<f32>(0xff800000u);
+    var best_i = 0xffffffffu;
+    for (var j = t; j < p.vocab; j += WG) {
+        let x = ld_f32(base + j);
+        if (better(x, j, best_v, best_i)) {
+            best_v = x;
+            best_i = j;
+        }
+    }
+    let top = reduce_best(t, best_v, best_i);
+    if (p.greedy == 1u) {
+        if (t == 0u) {
+            st_i32(p.y + row, i32(top.index));
+        }
+        return;
+    }
+    // the reference's softmax turns a non-finite max into NaN everywhere, and then picks token 0
+    if (is_nan(top.value) || abs(top.value) == inf_f32()) {
+        if (t == 0u) {
+            st_i32(p.y + row, 0);
+        }
+        return;
+    }
+    if (p.top_k == 1u) {  // only the first maximum survives the filter
+        if (t == 0u) {
+            st_i32(p.y + row, i32(top.index));
+        }
+        return;
+    }
+    let x_max = top.value;
+    var mine = 0.0;
+    for (var j = t; j < p.vocab; j += WG) {
+        mine += exp((ld_f32(base + j) - x_max) / p.temperature);
+    }
+    let total = reduce_tally(t, Tally(0u, 0u, mine)).mass;
+    // Kept tokens = a prefix of the order (probability desc, index asc): those with key > cut, and the
+    // first `keep_ties` (by index) of those with key == cut. Without filtering, cut = 0 keeps all.
+    var cut = 0u;
+    var last_kept = 0xffffffffu;
+    if (p.filtered == 1u) {
+        let k_limit = select(p.vocab, p.top_k, p.top_k > 0u);
+        let p_limit = select(2.0, p.top_p, p.top_p > 0.0 && p.top_p < 1.0);
+        // smallest key c whose strictly-better tokens still leave room: count < top_k and mass < top_p
+        var lo = 0u;
+        var hi = 0xffffffffu;
+        while (lo < hi) {
+            let mid = lo + (hi - lo) / 2u;
+            var part = Tally(0u, 0u, 0.0);
+            for (var j = t; j < p.vocab; j += WG) {
+                let x = ld_f32(base + j);
+                if (key_of(x) > mid) {
+                    part.count += 1u;
+                    part.mass += prob(x, x_max, total);
+                }
+            }
+            let all = reduce_tally(t, part);
+            if (all.count < k_limit && all.mass < p_limit) {
+                hi = mid;
+            } else {
+                lo = mid + 1u;
+            }
+        }
+        cut = lo;
+        var part = Tally(0u, 0u, 0.0);
+        for (var j = t; j < p.vocab; j += WG) {
+            let x = ld_f32(base + j);
+            let key = key_of(x);
+            if (key > cut) {
+                part.count += 1u;
+                part.mass += prob(x, x_max, total);
+            } else if (key == cut) {
+                part.ties += 1u;
+            }
+        }
+        let above = reduce_tally(t, part);
+        // tokens equal to the cut value are kept while the count and the mass before them allow
+        var keep_ties = min(above.ties, k_limit - above.count);
+        let p_tie = prob(value_of(cut), x_max, total);
+        if (p_limit < 1.5 && p_tie > 0.0) {
+            keep_ties = min(keep_ties, u32(clamp(ceil((p_limit - above.mass) / p_tie), 1.0, 4.0e9)));
+        }
+        if (keep_ties < above.ties) {  // the index of the last kept tie, by binary search
+            var first = 0u;
+            var last = p.vocab - 1u;
+            while (first < last) {
+                let mid = first + (last - first) / 2u;
+                var part_ties = Tally(0u, 0u, 0.0);
+                for (var j = t; j <= mid; j += WG) {
+                    part_ties.ties += u32(key_of(ld_f32(base + j)) == cut);
+                }
+                if (reduce_tally(t, part_ties).ties >= keep_ties) {
+                    last = mid;
+                } else {
+                    first = mid + 1u;
+                }
+            }
+            last_kept = first;
+        }
+    }
+    // Gumbel-max: argmax over kept tokens of log p + g, g = -log(-log(u)), u from Threefry(row, token)
+    var seed = vec2<u32>(p.seed_lo, p.seed_hi);
+    if (p.has_seed == 1u) {
+        seed = vec2<u32>(ld_u32(p.seed_input), ld_u32(p.seed_input + 1u));
+    }
+    let key = threefry(0u, 0u, seed.x, seed.y);
+    var best_s = bitcast<f32>(0xff800000u);
+    var best_j = 0xffffffffu;
+    for (var j = t; j < p.vocab; j += WG) {
+        let x = ld_f32(base + j);
+        let kx = key_of(x);
+        if (kx > cut || (kx == cut && j <= last_kept)) {
+            let bits = threefry(row, j, key.x, key.y).x;
+            let u = max(f32(bits >> 8u) * (1.0 / 16777216.0), 1e-30);
+            let gumbel = -log_accurate(-log_accurate(u));
+            // log p = (x - max) / T - log(sum): the constant does not move the argmax
+            let score = (x - x_max) / p.temperature + gumbel;
+            if (better(score, j, best_s, best_j)) {
+                best_s = score;
+                best_j = j;
+            }
+        }
+    }
+    let chosen = reduce_best(t, best_s, best_j);
+    if (t == 0u) {
+        st_i32(p.y + row, i32(chosen.index));
+    }
+}

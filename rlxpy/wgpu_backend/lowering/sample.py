@@ -1,0 +1,52 @@
+"""Sample lowering (registered through lowering/attention.py): one sample_rows dispatch.
+
+One workgroup per row of logits [..., V] writes one i32 token id. temperature 0 is argmax with
+numpy's rules (NaN first, ties -> lowest index). Otherwise, as ``sample_rows`` in the reference
+(op-catalog §1.5): softmax of logits / T, top-k / top-p keeping the crossing token, Gumbel-max
+with Threefry2x32-20 keyed by the seed attribute or the optional u32[2] seed input. The kept set
+is found by a binary search over the logits' order-preserving bit keys (no sort, no scratch), so
+the logits are only read, never overwritten (unlike the original's kernel).
+"""
+
+from __future__ import annotations
+
+from rlxpy.errors import GraphError, UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+SAMPLE_WG = 256
+SAMPLE_ROWS = kernel("sample_rows", params(
+    "SampleRowsParams", rows=U32, vocab=U32, x=U32, y=U32, greedy=U32, temperature=F32, top_k=U32,
+    top_p=F32, filtered=U32, seed_lo=U32, seed_hi=U32, seed_input=U32, has_seed=U32),
+    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=3 * 4 * SAMPLE_WG + 12)
+
+
+@lowers(ops.Sample)
+def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.Sample = node.op  # type: ignore[assignment]
+    logits = ctx.inputs(node)[0]
+    seed_input = ctx.inputs(node)[1] if len(node.inputs) > 1 else None
+    if logits.dtype is not DType.F32:
+        raise UnsupportedOpError(f"{where(node)}: sample is lowered for f32 logits only, got {logits.type}")
+    if seed_input is not None and seed_input.dtype not in (DType.U32, DType.I32):
+        raise GraphError(f"{where(node)}: seed input must be u32[2] or i32[2], got {seed_input.type}")
+    vocab = logits.shape[-1]
+    if vocab == 0:
+        raise GraphError(f"{where(node)}: cannot sample from an empty vocabulary ({logits.type})")
+    rows = node.numel
+    if rows == 0:
+        return []
+    top_k = op.top_k if op.top_k < vocab else 0  # keeping every token is no filter
+    filtering = top_k > 0 or 0.0 < op.top_p < 1.0
+    seed = op.seed & (1 << 64) - 1
+    return [ctx.dispatch(SAMPLE_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE},
+                         rows=rows, vocab=vocab, x=ctx.offset(logits), y=ctx.offset(node),
+                         greedy=int(op.temperature == 0.0), temperature=max(op.temperature, 1e-6),
+                         top_k=top_k, top_p=op.top_p, filtered=int(filtering),
+                         seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,
+                         seed_input=ctx.offset(seed_input) if seed_input is not None else 0,
+                         has_seed=int(seed_input is not None))]
