@@ -26,7 +26,7 @@ class Segment:
     """Consecutive GPU dispatches encoded into one pass, or one host step."""
 
     kind: str  # "gpu" | "host"
-    dispatches: list[tuple[Any, int, tuple[int, int, int], int]]  # (pipeline, offsets index, grid, step)
+    dispatches: list[tuple[Any, int, int]]  # (pipeline, uniform slot, step index); grids live in Encoder
     host: Step | None = None
 
 
@@ -52,6 +52,8 @@ class Encoder:
             entries=[{"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
                      {"binding": 1, "resource": {"buffer": self.uniform_buffer, "offset": 0, "size": record}}])
         self.segments: list[Segment] = []
+        self.grids: list[tuple[int, int, int]] = [s.grid for s in steps]  # the active extent edits these
+        self.slot_of: dict[int, int] = {}
         self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
         blob = bytearray(self.stride * max(len(gpu_steps), 1))
@@ -68,9 +70,10 @@ class Encoder:
                 raise KernelError(f"{step.label}: {e}") from e
             if not self.segments or self.segments[-1].kind != "gpu":
                 self.segments.append(Segment("gpu", []))
-            if step.workgroups > 0:
-                self.segments[-1].dispatches.append((pipeline, slot, step.grid, index))
+            self.slot_of[index] = slot
+            self.segments[-1].dispatches.append((pipeline, slot, index))
         device.queue.write_buffer(self.uniform_buffer, 0, bytes(blob))
+        self.blob = blob
         self.offsets = offsets
         self._setup_raw()
         self.host_seconds: dict[int, float] = {}
@@ -89,14 +92,21 @@ class Encoder:
         current = None
         if self.raw:
             lib, internal, bg, offs = self._lib, cpass._internal, self._raw_bind_group, self._c_offsets
-            for pipeline, slot, grid, _ in segment.dispatches:
+            grids = self.grids
+            for pipeline, slot, index in segment.dispatches:
+                x, y, z = grids[index]
+                if x == 0 or y == 0 or z == 0:
+                    continue
                 if pipeline is not current:
                     lib.wgpuComputePassEncoderSetPipeline(internal, pipeline._internal)
                     current = pipeline
                 lib.wgpuComputePassEncoderSetBindGroup(internal, 0, bg, 2, offs + 2 * slot)
-                lib.wgpuComputePassEncoderDispatchWorkgroups(internal, grid[0], grid[1], grid[2])
+                lib.wgpuComputePassEncoderDispatchWorkgroups(internal, x, y, z)
         else:
-            for pipeline, slot, grid, _ in segment.dispatches:
+            for pipeline, slot, index in segment.dispatches:
+                grid = self.grids[index]
+                if 0 in grid:
+                    continue
                 if pipeline is not current:
                     cpass.set_pipeline(pipeline)
                     current = pipeline
@@ -115,7 +125,7 @@ class Encoder:
                     if self.steps.index(segment.host) in steps:  # type: ignore[arg-type]
                         chosen.append(segment)
                     continue
-                kept = [d for d in segment.dispatches if d[3] in steps]
+                kept = [d for d in segment.dispatches if d[2] in steps]
                 if kept:
                     if chosen and chosen[-1].kind == "gpu":
                         chosen[-1] = Segment("gpu", chosen[-1].dispatches + kept)
@@ -152,6 +162,13 @@ class Encoder:
             return []
         data = self.arena.map_staging(cursor)
         return [data[dst: dst + size] for dst, size in placed]
+
+    def write_uniforms(self, index: int, record: bytes) -> None:
+        """Replace one step's uniform record (active extent); lands before the next submit."""
+        start = self.slot_of[index] * self.stride
+        if bytes(self.blob[start: start + len(record)]) != record:
+            self.blob[start: start + len(record)] = record
+            self.device.queue.write_buffer(self.uniform_buffer, start, record)
 
     def gpu_step_count(self) -> int:
         return sum(len(s.dispatches) for s in self.segments if s.kind == "gpu")

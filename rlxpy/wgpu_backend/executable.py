@@ -73,6 +73,7 @@ class WgpuExecutable:
         self.last_run_seconds = 0.0
         self._keep_all = keep_all
         self._debug_twin: WgpuExecutable | None = None
+        self.active_extent: tuple[int, int] | None = None
         self._needed_cache: dict[tuple[int, ...], tuple[set[int], frozenset[int]]] = {}
         if env.report_level() >= 1:
             from rlxpy.wgpu_backend.debug import print_report
@@ -176,6 +177,24 @@ class WgpuExecutable:
             return
         self.arena.write(self.schedule.node_offset(node.id), flat.tobytes())
         self._last_inputs[name] = flat.copy()
+
+    def set_active_extent(self, extent: tuple[int, int] | None) -> int:
+        """Run the next runs on the first ``actual`` of ``upper`` leading rows (None: full).
+
+        Returns how many steps scale. No recompile; uniforms are rewritten only on change."""
+        from rlxpy.wgpu_backend.extent import apply_extent
+
+        actual, upper = extent if extent is not None else (1, 1)
+        if extent is None:
+            for index, step in enumerate(self.schedule.steps):
+                if step.kind == "gpu":
+                    self.encoder.write_uniforms(index, step.uniforms)
+                    self.encoder.grids[index] = step.grid
+            self.active_extent = None
+            return 0
+        count = apply_extent(self.schedule.steps, self.encoder, actual, upper)
+        self.active_extent = (actual, upper)
+        return count
 
     def sync(self) -> None:
         """Wait until the GPU finished everything submitted so far."""

@@ -36,6 +36,8 @@ class Step:
     out_shape: str = ""
     host: Callable[[Any], None] | None = None
     scales: tuple[str, ...] = ()  # uniform fields that grow with the active extent
+    extent_axis: int = -1  # grid axis that shrinks with the active extent (-1: keep the grid)
+    extent_rows: int = 0  # leading dim of the step's node: the extent it can scale, 0 = none
     copy: tuple[int, int, int] | None = None  # (src byte offset, dst byte offset, bytes)
 
     @property
@@ -106,13 +108,15 @@ class LowerCtx:
 
     # -- steps --------------------------------------------------------------------------------
     def dispatch(self, kernel: Kernel, node: Node, grid: tuple[int, int, int],
-                 subs: dict[str, object] | None = None, **fields: float | int) -> Step:
+                 subs: dict[str, object] | None = None, scalable: bool = True, **fields: float | int) -> Step:
+        """A GPU step. ``scalable=False`` opts it out of the active extent (it then runs in full)."""
         if any(g > MAX_GROUPS for g in grid):
             raise LimitError(f"{where(node)}: grid {grid} exceeds {MAX_GROUPS} workgroups per dimension")
         return Step("gpu", f"{kernel.name}:{node.name}", node.name, kernel.name,
                     kernel.source(**(subs or {})), kernel.params.pack(fields), grid,
                     (self.window_base, self.window_size), format_shape(node.shape),
-                    scales=kernel.params.scales)
+                    scales=kernel.params.scales if scalable else (), extent_axis=kernel.extent_axis,
+                    extent_rows=int(node.shape[0]) if node.rank and scalable else 0)
 
     def host(self, node: Node, name: str, fn: Callable[[Any], None]) -> Step:
         return Step("host", f"{name}:{node.name}", node.name, name, out_shape=format_shape(node.shape), host=fn)

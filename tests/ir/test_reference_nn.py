@@ -307,6 +307,21 @@ def test_attention_softcap_before_causal_mask(softcap):
     close(out, expected)
 
 
+@pytest.mark.parametrize("layout", ["bhsd", "bs(hd)"])
+@pytest.mark.parametrize("pos", [0, 4, 12])
+def test_attention_dynamic_kv_attends_the_first_pos_plus_s_q_keys(layout, pos):
+    # a KV cache of 17 rows of which pos + S_q are filled: same as SDPA over those keys, causal
+    q, k, v = qkv(1, 6, 2, 3, 17, 4, seed=42)
+    ins = [to_layout(a, layout) for a in (q, k, v)] + [np.array([pos], np.int32)]
+    attrs = dict(num_heads=6, head_dim=4, num_kv_heads=2, mask_kind=MaskKind.CAUSAL, dynamic_kv=True)
+    out = run(lambda g, *xs: g.apply(Attention(**attrs), list(xs), "attn"), q=ins[0], k=ins[1], v=ins[2],
+              pos=ins[3])
+    filled = pos + 3
+    expected = sdpa(q, k[:, :, :filled], v[:, :, :filled], attn_mask=keep_mask(MaskKind.CAUSAL, 3, filled),
+                    enable_gqa=True)
+    close(from_layout(out, layout, 1, 6), expected)
+
+
 # -- rotary embedding --------------------------------------------------------------------------------
 def rope_tables(max_pos: int, rot: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """cos/sin [max_pos, rot/2] and the angles, theta_i = pos * base^(-2i/rot)."""

@@ -86,6 +86,8 @@ class Kernel:
     params: Layout
     workgroup: tuple[int, int, int] = (256, 1, 1)
     shared_bytes: int = 0
+    #: Grid axis that shrinks with the active extent (0 = a folded 1-D grid), -1 = keep the grid.
+    extent_axis: int = -1
 
     def source(self, **subs: object) -> str:
         text = (KERNEL_DIR / f"{self.name}.wgsl").read_text()
@@ -99,12 +101,12 @@ class Kernel:
 
 
 def kernel(name: str, params: Layout, workgroup: tuple[int, int, int] = (256, 1, 1),
-           shared_bytes: int = 0) -> Kernel:
+           shared_bytes: int = 0, extent_axis: int = -1) -> Kernel:
     if name in KERNELS:
         raise RegistryError(f"kernel {name} declared twice")
     if not (KERNEL_DIR / f"{name}.wgsl").exists():
         raise RegistryError(f"kernel {name}: no file kernels/{name}.wgsl")
-    KERNELS[name] = Kernel(name, params, workgroup, shared_bytes)
+    KERNELS[name] = Kernel(name, params, workgroup, shared_bytes, extent_axis)
     return KERNELS[name]
 
 

@@ -16,14 +16,17 @@ from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference.core import cast_values
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn, word_type
+from rlxpy.wgpu_backend.lowering.shape_ops import cast_half_steps, is_half_cast
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-EW_UNARY = kernel("ew_unary", params("EwUnaryParams", ("n",), n=U32, x=U32, y=U32))
-EW_BINARY = kernel("ew_binary", params("EwBinaryParams", ("n",), n=U32, a=U32, b=U32, y=U32))
-EW_COMPARE = kernel("ew_compare", params("EwCompareParams", ("n",), n=U32, a=U32, b=U32, y=U32))
-EW_WHERE = kernel("ew_where", params("EwWhereParams", ("n",), n=U32, c=U32, a=U32, b=U32, y=U32))
-EW_CAST = kernel("ew_cast", params("EwCastParams", ("n",), n=U32, x=U32, y=U32))
-COPY_WORDS = kernel("copy_words", params("CopyWordsParams", ("n",), n=U32, x=U32, y=U32))
+EW_UNARY = kernel("ew_unary", params("EwUnaryParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
+EW_BINARY = kernel("ew_binary", params("EwBinaryParams", ("n",), n=U32, a=U32, b=U32, y=U32), extent_axis=0)
+EW_COMPARE = kernel("ew_compare", params("EwCompareParams", ("n",), n=U32, a=U32, b=U32, y=U32),
+                   extent_axis=0)
+EW_WHERE = kernel("ew_where", params("EwWhereParams", ("n",), n=U32, c=U32, a=U32, b=U32, y=U32),
+                   extent_axis=0)
+EW_CAST = kernel("ew_cast", params("EwCastParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
+COPY_WORDS = kernel("copy_words", params("CopyWordsParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
 
 #: WGSL expression of each activation on ``v`` (f32), matching the reference's formulas.
 ACTIVATION_WGSL = {
@@ -39,7 +42,9 @@ ACTIVATION_WGSL = {
     ActKind.GELU: "0.5 * v * (1.0 + erf_f32(v * 0.70710678118654752))",
     ActKind.SILU: "v / (1.0 + exp(-v))",
     ActKind.GELU_APPROX: "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
-    ActKind.ROUND: "sign(v) * floor(abs(v) + 0.5)",
+    # half away from zero without adding 0.5 in f32 (0.49999997 + 0.5 rounds up to 1.0, and
+    # 2^23 + 1 + 0.5 rounds to 2^23 + 2): v - trunc(v) is exact
+    ActKind.ROUND: "select(trunc(v), trunc(v) + sign(v), abs(v - trunc(v)) >= 0.5)",
     ActKind.SIN: "sin(v)",
     ActKind.COS: "cos(v)",
     ActKind.TAN: "tan(v)",
@@ -52,16 +57,21 @@ _FLOAT_BINARY = {
 }
 _INT_BINARY = {
     **_FLOAT_BINARY, BinaryOp.MAX: "max(a, b)", BinaryOp.MIN: "min(a, b)", BinaryOp.POW: "pow_int(a, b)",
-    BinaryOp.DIV: "select(a / b, {T}(0), b == {T}(0))",
+    BinaryOp.DIV: "select(a / b, a, b == {T}(0))",  # trunc division; x / 0 = x like the reference
 }
-# Integer pow by squaring; only pasted into integer variants (WGSL has no integer pow).
+# Integer pow by squaring; only pasted into integer variants (WGSL has no integer pow). A negative
+# exponent gives the truncated real power like the reference: 1 and -1 stay +-1, others give 0
+# (0 ** -k, undefined in integers, gives 0). ``x + 1 == 0`` tests x == -1 without a u32(-1) literal.
 INT_POW_WGSL = """
 fn pow_int(x: {T}, y: {T}) -> {T} {
     var result: {T} = {T}(1);
     var base = x;
     var e = y;
     if (e < {T}(0)) {
-        return {T}(0);
+        if (x == {T}(1) || (x + {T}(1) == {T}(0) && (e & {T}(1)) == {T}(0))) {
+            return {T}(1);
+        }
+        return select({T}(0), x, x + {T}(1) == {T}(0));
     }
     while (e > {T}(0)) {
         if ((e & {T}(1)) == {T}(1)) {
@@ -101,6 +111,8 @@ def lower_binary(node: Node, ctx: LowerCtx) -> list[Step]:
             "INT_FNS": INT_POW_WGSL.replace("{T}", compute) if compute != "f32" else "",
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
             "STORE": store_fn(node.dtype), "EXPR": table[node.op.op].replace("{T}", compute)}
+    if node.dtype is DType.BOOL:  # bool is stored 0/1: True + True must not store 2
+        subs["EXPR"] = f"select(0u, 1u, ({subs['EXPR']}) != 0u)"
     return [ctx.dispatch(EW_BINARY, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
@@ -110,12 +122,34 @@ def _common_type(node: Node, *dtypes: DType) -> str:
     return "f32" if "f32" in kinds else ("i32" if "i32" in kinds else "u32")
 
 
+# Mixed i32 / u32 compares (no common 32-bit type): an ordering key (0 for negative i32, else 1;
+# then the bits) keeps -1 < 4294967295 as numpy's int64 promotion does.
+MIXED_COMPARE_WGSL = """
+fn key_i32(i: u32) -> vec2<u32> { return vec2<u32>(select(1u, 0u, bitcast<i32>(buf[i]) < 0), buf[i]); }
+fn key_u32(i: u32) -> vec2<u32> { return vec2<u32>(1u, buf[i]); }
+fn order(a: vec2<u32>, b: vec2<u32>) -> i32 {
+    if (a.x != b.x) {
+        return select(1, -1, a.x < b.x);
+    }
+    if (a.y != b.y) {
+        return select(1, -1, a.y < b.y);
+    }
+    return 0;
+}
+"""
+
+
 @lowers(ops.Compare)
 def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
     a, b = ctx.inputs(node)
     subs = {"PRELUDE": PRELUDE, "T": _common_type(node, a.dtype, b.dtype),
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
             "EXPR": _COMPARE[node.op.op]}
+    if {_compute_type(node, a.dtype), _compute_type(node, b.dtype)} == {"i32", "u32"}:
+        keys = {"i32": "key_i32", "u32": "key_u32"}
+        subs.update({"PRELUDE": PRELUDE + MIXED_COMPARE_WGSL, "T": "vec2<u32>",
+                     "LOAD_A": keys[_compute_type(node, a.dtype)], "LOAD_B": keys[_compute_type(node, b.dtype)],
+                     "EXPR": _COMPARE[node.op.op].replace(" b", " 0").replace("a ", "order(a, b) ")})
     return [ctx.dispatch(EW_COMPARE, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
@@ -149,7 +183,9 @@ def lower_cast(node: Node, ctx: LowerCtx) -> list[Step]:
                 "EXPR": _cast_expr(x.dtype, node.dtype)}
         return [ctx.dispatch(EW_CAST, node, ctx.grid_1d(node.numel), subs,
                              n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
-    # f16/bf16/f64/i64/... casts: rare at run time (mostly at graph edges), done on the host
+    if is_half_cast(x.dtype, node.dtype):  # f16/bf16 <-> f32/i32/u32/bool: two elements per thread
+        return cast_half_steps(node, ctx)
+    # f64/i64/i8/... casts: rare at run time (mostly at graph edges), done on the host
     src_id, dst_id, to = x.id, node.id, node.dtype
 
     def run(io) -> None:

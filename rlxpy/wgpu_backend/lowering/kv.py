@@ -8,7 +8,7 @@ from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-KV_WRITE = kernel("kv_write", params("KvWriteParams", ("n",), n=U32, width=U32, capacity=U32, cache=U32,
+KV_WRITE = kernel("kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32,
                                      rows=U32, pos=U32))
 
 
@@ -20,5 +20,6 @@ def lower_cache_write(node: Node, ctx: LowerCtx) -> list[Step]:
         raise UnsupportedOpError(f"{where(node)}: cache rows of {row_bytes} bytes are not whole words")
     width = row_bytes // 4
     words = rows.shape[0] * width
-    return [ctx.dispatch(KV_WRITE, node, ctx.grid_1d(words), n=words, width=width, capacity=cache.shape[0],
+    # the node's leading dim is the cache capacity, not the rows written: never extent-scaled
+    return [ctx.dispatch(KV_WRITE, node, ctx.grid_1d(words), scalable=False, n=words, width=width, capacity=cache.shape[0],
                          cache=ctx.offset(node), rows=ctx.offset(rows), pos=ctx.offset(pos))]

@@ -17,7 +17,7 @@ MATMUL_TILED = kernel(
     "matmul_tiled",
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
            stride_a=U32, stride_w=U32, stride_y=U32),
-    workgroup=(16, 16, 1), shared_bytes=8192)
+    workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
 TILE = 64
 
 
@@ -34,7 +34,8 @@ def _gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -
         raise UnsupportedOpError(f"{where(node)}: batch {batch} exceeds 65535 workgroups")
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
     grid = (max(1, math.ceil(n / TILE)), max(1, math.ceil(m / TILE)), batch)
-    return [ctx.dispatch(MATMUL_TILED, node, grid, {"PRELUDE": PRELUDE, "EXPR": expr},
+    # rows scale with the active extent only when they are the flattened leading dims
+    return [ctx.dispatch(MATMUL_TILED, node, grid, {"PRELUDE": PRELUDE, "EXPR": expr}, scalable=w.rank == 2,
                          m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
                          bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
                          stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,

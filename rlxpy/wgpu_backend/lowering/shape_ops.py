@@ -19,13 +19,15 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, store_fn
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_RANK = 6
 _STRIDED_FIELDS = {name: U32 for name in ("n", "words", "w0", "x", "y", "elem_bytes", "src_base", "dst_base",
                                           "keep_axis", "keep_lo", "keep_hi")}
-_STRIDED_FIELDS.update({f"{kind}{k}": U32 for kind in "dst" for k in range(MAX_RANK)})
+# then dims d0..d5, source strides s0..s5, destination strides t0..t5 (outermost first)
+for _prefix in ("d", "s", "t"):
+    _STRIDED_FIELDS.update({f"{_prefix}{k}": U32 for k in range(MAX_RANK)})
 SHAPE_STRIDED = kernel("shape_strided", params("ShapeStridedParams", **_STRIDED_FIELDS))
 SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", n=U32, words=U32, x=U32, idx=U32, y=U32,
                                               elem_bytes=U32, inner=U32, count=U32, dim=U32))
@@ -326,5 +328,5 @@ def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
                          y=ctx.offset(node))]
 
 
-__all__ = ["Axis", "HALF_TYPES", "WORD_TYPES", "cast_half_steps", "coalesce", "contiguous_strides",
+__all__ = ["Axis", "HALF_TYPES", "cast_half_steps", "coalesce", "contiguous_strides",
            "is_half_cast", "strided_step"]

@@ -1,0 +1,6 @@
+"""CPU steps run between GPU passes (ARCHITECTURE rule 6: host fallback is explicit).
+
+Each module builds closures ``fn(io)`` for ``LowerCtx.host``: ``io.read(node_id)`` gives a node's
+arena contents as an array, ``io.write(node_id, array)`` stores a result. They do numpy math only
+and never touch wgpu, so they can be tested without a device.
+"""

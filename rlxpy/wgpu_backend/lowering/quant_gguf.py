@@ -1,0 +1,167 @@
+"""GGUF matmuls and lookups with the weights left quantised in the arena (GGML block layout).
+
+* ``DequantMatMulGguf``: ``y = x @ dequant(W)^T`` (ggml_mul_mat). Up to ``GEMV_MAX_ROWS`` rows of
+  x (decode) run the bandwidth-bound GEMV kernel: each weight row is read once, by a team of
+  lanes striding over its 32-element units, with x staged in workgroup memory. More rows
+  (prefill) run the tiled kernel, which dequantises a 64x16 tile of W into workgroup memory.
+* ``GatherGguf``: one workgroup per looked-up row, dequantised exactly like gguf-py.
+* ``DequantGroupedMatMul`` (MoE): the GEMV kernel in grouped mode, one x row per grid row,
+  each reading the W slab of its expert. Right for decode; prefill re-reads each expert per
+  token (correct, not fast).
+
+Types with a WGSL decoder: ``quant_gguf_wgsl.GPU_TYPES``. The others (Q8_1, Q8_K, IQ4_NL,
+IQ4_XS) run as host steps (``host_ops/gguf_matmul.py``) and show up as such in the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
+from rlxpy.host_ops import gguf_matmul
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.quant import gguf_row_bytes
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, decode_source
+from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
+
+GEMV_THREADS = 256
+XS_FLOATS = 4096  # workgroup floats of the GEMV's x chunk (16 KiB, the portable limit)
+QUANT_GGUF_GEMV = kernel(
+    "quant_gguf_gemv",
+    params("QuantGgufGemvParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32,
+           units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32),
+    workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)
+QUANT_GGUF_TILED = kernel(
+    "quant_gguf_tiled",
+    params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
+    workgroup=(16, 16, 1), shared_bytes=8192)
+QUANT_GGUF_GATHER = kernel(
+    "quant_gguf_gather",
+    params("QuantGgufGatherParams", ("count",), count=U32, rows=U32, k=U32, table=U32, idx=U32, y=U32,
+           row_bytes=U32))
+
+GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
+MAX_LANES = 32  # lanes per weight row: enough to cover typical rows in one or two passes
+TILE = 64
+UNIT = 32  # elements per decode unit (quant_gguf_wgsl)
+
+#: WGSL body of ``expert_of(i)`` per expert-index dtype (truncate toward zero, like the reference).
+EXPERT_LOADS = {
+    DType.F32: "let v = trunc(bitcast<f32>(buf[p.idx + i]));\n"
+               "    if (v >= 0.0 && v < f32(p.experts)) { return i32(v); }\n    return -1;",
+    DType.I32: "let v = bitcast<i32>(buf[p.idx + i]);\n"
+               "    if (v >= 0 && u32(v) < p.experts) { return v; }\n    return -1;",
+    DType.U32: "let v = buf[p.idx + i];\n    if (v < p.experts) { return i32(v); }\n    return -1;",
+}
+#: WGSL body of ``row_of(i)`` per index dtype: truncate, then clamp into [0, rows - 1].
+INDEX_LOADS = {
+    DType.F32: "let v = trunc(bitcast<f32>(buf[p.idx + i]));\n"
+               "    if (!(v > 0.0)) { return 0u; }  // negative or NaN\n"
+               "    return min(u32(min(v, f32(p.rows - 1u))), p.rows - 1u);",
+    DType.I32: "return u32(clamp(bitcast<i32>(buf[p.idx + i]), 0, i32(p.rows) - 1));",
+    DType.U32: "return min(buf[p.idx + i], p.rows - 1u);",
+}
+
+
+def gemv_plan(units: int) -> tuple[int, int]:
+    """(lanes per weight row, weight rows per workgroup): the fewest passes of at most
+    ``MAX_LANES`` lanes over a row's units, split evenly so no pass leaves lanes idle."""
+    passes = max(1, math.ceil(units / MAX_LANES))
+    lanes = max(1, math.ceil(units / passes))
+    return lanes, GEMV_THREADS // lanes
+
+
+def chunk_elems(x_rows: int, k: int) -> int:
+    """Elements of each x row staged per chunk: all of them when they fit, in 256-multiples."""
+    chunk = max(256, XS_FLOATS // x_rows // 256 * 256)
+    return min(chunk, max(256, math.ceil(k / 256) * 256))
+
+
+def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
+    if x.dtype is not DType.F32:
+        raise UnsupportedOpError(f"{where(node)}: x must be f32, got {x.type}")
+    if ctx.window_size >= 1 << 32:
+        raise LimitError(f"{where(node)}: byte offsets of a {ctx.window_size / 2**30:.1f} GiB window "
+                         f"do not fit the kernels' u32 addressing")
+    if shared_bytes > ctx.facts.max_workgroup_storage:
+        raise LimitError(f"{where(node)}: needs {shared_bytes} B of workgroup memory, the device "
+                         f"allows {ctx.facts.max_workgroup_storage}")
+
+
+def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
+              idx: Node | None = None, experts: int = 0) -> Step:
+    """The GEMV dispatch: ``m`` x rows together, or (``idx`` given) one grid row per x row."""
+    grouped = idx is not None
+    rows_in_wg = 1 if grouped else m
+    kc = chunk_elems(rows_in_wg, k)
+    _check(node, ctx, x, 4 * max(rows_in_wg * kc, rows_in_wg * GEMV_THREADS))
+    units = math.ceil(k / UNIT)
+    lanes, rows_per_wg = gemv_plan(units)
+    row_bytes = gguf_row_bytes(qtype, k)
+    groups = max(1, math.ceil(n / rows_per_wg))
+    grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
+    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "KC": kc, "XS": rows_in_wg * kc // 4,
+            "GROUPED": "true" if grouped else "false",
+            "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
+    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),
+                        w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes, units=units,
+                        tpr=lanes, rows_per_wg=rows_per_wg, w_stride=n * row_bytes,
+                        idx=ctx.offset(idx) if grouped else 0, experts=experts)
+
+
+def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
+    _check(node, ctx, x, QUANT_GGUF_TILED.shared_bytes)
+    grid = (math.ceil(n / TILE), math.ceil(m / TILE), 1)
+    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, {"DECODE": decode_source(qtype)}, m=m, n=n, k=k,
+                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
+                        row_bytes=gguf_row_bytes(qtype, k))
+
+
+@lowers(ops.DequantMatMulGguf)
+def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
+    x, w = ctx.inputs(node)
+    op: ops.DequantMatMulGguf = node.op
+    if op.qtype not in GPU_TYPES:
+        return [ctx.host(node, "gguf_matmul",
+                         gguf_matmul.matmul_step(x.id, w.id, node.id, op.qtype, op.n, op.k))]
+    m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
+    if m == 0 or op.n == 0:
+        return []
+    if m <= GEMV_MAX_ROWS:
+        return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
+    return [tiled_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
+
+
+@lowers(ops.DequantGroupedMatMul)
+def lower_dequant_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    x, w, idx = ctx.inputs(node)
+    op: ops.DequantGroupedMatMul = node.op
+    if op.qtype not in GPU_TYPES or idx.dtype not in EXPERT_LOADS:
+        # other index dtypes are rare enough that the host step (any dtype) covers them
+        return [ctx.host(node, "gguf_grouped_matmul",
+                         gguf_matmul.grouped_step(x.id, w.id, idx.id, node.id, op.qtype, op.n, op.k))]
+    m = x.shape[0]
+    if m == 0 or op.n == 0:
+        return []
+    return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, idx=idx, experts=w.shape[0])]
+
+
+@lowers(ops.GatherGguf)
+def lower_gather_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
+    table, idx = ctx.inputs(node)
+    op: ops.GatherGguf = node.op
+    if op.qtype not in GPU_TYPES:
+        return [ctx.host(node, "gguf_gather", gguf_matmul.gather_step(table.id, idx.id, node.id, op.qtype, op.k))]
+    count = idx.numel
+    if count == 0 or op.k == 0:
+        return []
+    if table.shape[0] == 0:
+        raise GraphError(f"{where(node)}: table {table.type} has no rows to look up")
+    _check(node, ctx, node, 0)
+    return [ctx.dispatch(QUANT_GGUF_GATHER, node, ctx.grid_rows(count),
+                         {"DECODE": decode_source(op.qtype), "INDEX": INDEX_LOADS[idx.dtype]},
+                         count=count, rows=table.shape[0], k=op.k, table=ctx.offset(table) * 4,
+                         idx=ctx.offset(idx), y=ctx.offset(node), row_bytes=gguf_row_bytes(op.qtype, op.k))]

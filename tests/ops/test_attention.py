@@ -1,0 +1,264 @@
+"""Attention on the GPU vs torch's scaled_dot_product_attention (masks built by hand, bottom-right
+aligned; GQA by repeat_interleave) and vs the numpy reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_close
+
+import rlxpy
+from rlxpy.errors import GraphError, LimitError, UnsupportedOpError
+from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.encode import Encoder
+from rlxpy.wgpu_backend.kernels.params import KERNELS
+
+TOL = (2e-4, 2e-5)
+
+
+def shape_of(layout: str, batch: int, heads: int, seq: int, dim: int) -> tuple[int, ...]:
+    return {"bhsd": (batch, heads, seq, dim), "bshd": (batch, seq, heads, dim),
+            "bs(hd)": (batch, seq, heads * dim), "hsd": (batch * heads, seq, dim)}[layout]
+
+
+def to_bhsd(x: np.ndarray, layout: str, heads: int, dim: int) -> torch.Tensor:
+    """torch [B, H, S, D] float64 view of a tensor in ``layout`` (written apart from the reference)."""
+    t = torch.from_numpy(x).double()
+    if layout == "bshd":
+        return t.permute(0, 2, 1, 3)
+    if layout == "bs(hd)":
+        return t.unflatten(2, (heads, dim)).permute(0, 2, 1, 3)
+    if layout == "hsd":
+        return t.unflatten(0, (-1, heads))
+    return t
+
+
+def from_bhsd(t: torch.Tensor, layout: str) -> np.ndarray:
+    if layout == "bshd":
+        t = t.permute(0, 2, 1, 3)
+    elif layout == "bs(hd)":
+        t = t.permute(0, 2, 1, 3).flatten(2)
+    elif layout == "hsd":
+        t = t.flatten(0, 1)
+    return t.contiguous().numpy()
+
+
+def keep_mask(kind: str, s_q: int, s_k: int, window: int) -> torch.Tensor:
+    """Bottom-right aligned causal / sliding-window keep mask [S_q, S_k]: query i sits at S_k - S_q + i."""
+    pos = torch.arange(s_q)[:, None] + (s_k - s_q)
+    keys = torch.arange(s_k)[None, :]
+    keep = keys <= pos
+    if kind == "sliding_window":
+        keep = keep & (keys >= pos - window)
+    return keep
+
+
+def torch_attention(q, k, v, layout, layout_kv, heads, kv_heads, dim, kind="none", mask=None, window=0,
+                    scale=None, softcap=None, kv_len=None):
+    """Oracle: torch SDPA on float64, with fully masked rows replaced by the mean of V."""
+    qt, kt, vt = to_bhsd(q, layout, heads, dim), to_bhsd(k, layout_kv, kv_heads, dim), \
+        to_bhsd(v, layout_kv, kv_heads, dim)
+    if kv_len is not None:
+        kt, vt = kt[:, :, :kv_len], vt[:, :, :kv_len]
+    kt = kt.repeat_interleave(heads // kv_heads, dim=1)
+    vt = vt.repeat_interleave(heads // kv_heads, dim=1)
+    s_q, s_k = qt.shape[2], kt.shape[2]
+    attn_mask = None
+    if kind in ("causal", "sliding_window"):
+        attn_mask = keep_mask(kind, s_q, s_k, window).expand(qt.shape[0], heads, s_q, s_k)
+    elif kind == "custom":
+        m = torch.from_numpy(np.asarray(mask, dtype=np.float64))
+        m = m[:, None, None, :] if m.ndim == 2 else (m[:, None] if m.ndim == 3 else m)
+        attn_mask = (m >= 0.5).expand(qt.shape[0], heads, s_q, s_k)
+    elif kind == "bias":
+        m = torch.from_numpy(np.asarray(mask, dtype=np.float64))
+        attn_mask = (m[:, None, None, :] if m.ndim == 2 else (m[:, None] if m.ndim == 3 else m))
+    if softcap:  # SDPA has no softcap: the same math, spelled out
+        scores = qt @ kt.transpose(-1, -2) * (scale if scale is not None else dim ** -0.5)
+        scores = softcap * torch.tanh(scores / softcap)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool \
+                else scores + attn_mask
+        out = torch.softmax(scores, -1) @ vt
+    else:
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=attn_mask, scale=scale)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        dead = ~attn_mask.any(-1, keepdim=True)  # SDPA gives NaN there; rlxpy averages V uniformly
+        out = torch.where(dead, vt.mean(-2, keepdim=True).expand_as(out), out)
+    return from_bhsd(out, layout)
+
+
+def build(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="none", mask_shape=None,
+          mask_dtype="f32", **attrs):
+    g = rlxpy.Graph("attn")
+    q = g.input("q", shape_of(layout, batch, heads, s_q, dim))
+    k = g.input("k", shape_of(layout_kv, batch, kv_heads, s_k, dim))
+    v = g.input("v", shape_of(layout_kv, batch, kv_heads, s_k, dim))
+    mask = g.input("mask", mask_shape, mask_dtype) if mask_shape is not None else None
+    y = g.attention(q, k, v, heads, dim, num_kv_heads=kv_heads, mask_kind=kind, mask=mask, **attrs)
+    g.output(y)
+    return g, y
+
+
+def feeds_for(g: rlxpy.Graph, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for node in g.inputs():
+        feeds[node.name] = rng.standard_normal(node.shape).astype(np.float32)
+    return feeds
+
+
+def run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="none", mask=None,
+             mask_dtype="f32", seed=0, expect_kernels=None, **attrs):
+    g, y = build(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind,
+                 None if mask is None else mask.shape, mask_dtype, **attrs)
+    feeds = feeds_for(g, seed)
+    if mask is not None:
+        feeds["mask"] = mask
+    exe = rlxpy.compile(g)
+    gpu = exe.run(feeds)[y.name]
+    ref = run_reference(g, feeds)[y.name]
+    want = torch_attention(feeds["q"], feeds["k"], feeds["v"], layout, layout_kv, heads, kv_heads, dim, kind,
+                           mask, attrs.get("window", 0), attrs.get("score_scale"), attrs.get("softcap"))
+    assert_close(ref, want, *TOL, "reference vs torch")
+    assert_close(gpu, want, *TOL, "GPU vs torch")
+    if expect_kernels is not None:
+        assert [s.kernel for s in exe.schedule.steps] == expect_kernels
+    return exe, feeds, gpu
+
+
+# (layout of q, layout of k/v, batch, heads, kv heads, S_q, S_k, head_dim, mask kind, kernels)
+CASES = [
+    ("bhsd", "bhsd", 2, 2, 2, 7, 7, 64, "causal", ["attn_flash"]),
+    ("bshd", "bshd", 1, 3, 1, 129, 129, 7, "causal", ["attn_flash"]),
+    ("bs(hd)", "bs(hd)", 2, 8, 1, 7, 129, 80, "none", ["attn_flash"]),
+    ("hsd", "hsd", 2, 3, 3, 1, 129, 1, "none", ["attn_decode", "attn_combine"]),
+    ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attn_decode"]),
+    ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attn_flash"]),  # S_q > S_k: dead rows
+    ("hsd", "hsd", 1, 3, 3, 17, 129, 128, "sliding_window", ["attn_flash"]),
+    ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attn_decode", "attn_combine"]),
+    ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attn_flash"]),
+    ("bs(hd)", "hsd", 1, 2, 2, 2, 300, 256, "sliding_window", ["attn_decode", "attn_combine"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-H{c[3]}/{c[4]}-q{c[5]}k{c[6]}d{c[7]}-{c[8]}")
+def test_attention_matches_torch_sdpa(device, case):
+    layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, kernels = case
+    run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, window=5, expect_kernels=kernels)
+
+
+@pytest.mark.parametrize("mask_shape,s_q,dtype", [
+    ("bk", 7, "f32"), ("bqk", 7, "f32"), ("bhqk", 7, "f32"), ("bk", 1, "bool"), ("1hqk", 17, "f32"),
+])
+def test_attention_custom_keep_mask_shapes(device, mask_shape, s_q, dtype):
+    batch, heads, s_k = 2, 3, 129
+    shape = {"bk": (batch, s_k), "bqk": (batch, s_q, s_k), "bhqk": (batch, heads, s_q, s_k),
+             "1hqk": (1, heads, s_q, s_k)}[mask_shape]
+    rng = np.random.default_rng(3)
+    mask = rng.uniform(0, 1, size=shape).astype(np.float32)
+    if mask_shape == "bk":
+        mask[0] = 0.2  # batch 0 sees no key at all: its rows average V
+    if dtype == "bool":
+        mask = mask >= 0.5
+    run_case("bhsd", "bhsd", batch, heads, heads, s_q, s_k, 64, "custom", mask=mask, mask_dtype=dtype)
+
+
+@pytest.mark.parametrize("s_q", [1, 9])
+def test_attention_additive_bias_scale_and_softcap(device, s_q):
+    batch, heads, s_k = 1, 2, 19
+    bias = np.random.default_rng(4).standard_normal((batch, heads, s_q, s_k)).astype(np.float32) * 3
+    bias[..., 5] = -np.inf  # an additive -inf removes that key
+    run_case("bshd", "bshd", batch, heads, heads, s_q, s_k, 16, "bias", mask=bias, score_scale=0.7, softcap=2.5)
+
+
+def test_fully_masked_rows_average_v_without_nan(device):
+    """CAUSAL with S_q > S_k: the first rows see no key; CUSTOM: an all-zero keep-mask row."""
+    for s_q, kind in ((9, "causal"), (2, "causal")):
+        s_k = 4 if s_q == 9 else 1  # decode case: S_q = 2 > S_k = 1, row 0 is dead
+        _, feeds, gpu = run_case("bhsd", "bhsd", 1, 2, 2, s_q, s_k, 8, kind)
+        assert not np.isnan(gpu).any()
+        dead = s_q - s_k
+        assert_close(gpu[:, :, :dead], np.broadcast_to(feeds["v"].mean(2, keepdims=True), gpu[:, :, :dead].shape),
+                     *TOL, "dead rows = mean of V")
+    mask = np.ones((1, 3, 5), np.float32)
+    mask[0, 1] = 0.0
+    _, feeds, gpu = run_case("bhsd", "bhsd", 1, 2, 2, 3, 5, 8, "custom", mask=mask)
+    assert not np.isnan(gpu).any()
+
+
+def test_nan_in_query_stays_in_its_row(device):
+    g, y = build("bhsd", "bhsd", 1, 2, 2, 6, 6, 8, "causal")
+    feeds = feeds_for(g, 1)
+    feeds["q"][0, 1, 2, 3] = np.nan
+    gpu = rlxpy.compile(g).run(feeds)[y.name]
+    assert np.isnan(gpu[0, 1, 2]).all()
+    rest = np.ones(gpu.shape, bool)
+    rest[0, 1, 2] = False
+    assert not np.isnan(gpu[rest]).any()
+    assert_close(gpu, run_reference(g, feeds)[y.name], *TOL, "GPU vs reference")
+
+
+def set_kv_len(exe, kv_len: int) -> None:
+    """Rewrite the scaled ``kv_len`` uniform as the active-extent machinery will, and re-encode."""
+    steps = []
+    for step in exe.schedule.steps:
+        if "kv_len" in step.scales:
+            layout = KERNELS[step.kernel].params
+            values = layout.unpack(step.uniforms)
+            values["kv_len"] = kv_len
+            step = dataclasses.replace(step, uniforms=layout.pack(values))
+        steps.append(step)
+    exe.encoder = Encoder(exe.device, exe.arena, steps, exe.schedule.window_size)
+
+
+@pytest.mark.parametrize("s_q,kind", [(1, "causal"), (2, "none"), (9, "causal"), (9, "sliding_window")])
+def test_kv_len_limits_the_keys_and_aligns_causal(device, s_q, kind):
+    heads, kv_heads, s_k, kv_len, dim = 4, 2, 300, 129, 64
+    g, y = build("bshd", "bshd", 1, heads, kv_heads, s_q, s_k, dim, kind, window=6)
+    exe = rlxpy.compile(g)
+    assert all("kv_len" in s.scales for s in exe.schedule.steps if s.kernel.startswith("attn_") and
+               s.kernel != "attn_combine")
+    set_kv_len(exe, kv_len)
+    feeds = feeds_for(g, 2)
+    feeds["k"][:, kv_len:] = np.nan  # an unfilled cache: never read
+    feeds["v"][:, kv_len:] = np.nan
+    gpu = exe.run(feeds)[y.name]
+    want = torch_attention(feeds["q"], feeds["k"], feeds["v"], "bshd", "bshd", heads, kv_heads, dim, kind,
+                           window=6, kv_len=kv_len)
+    assert_close(gpu, want, *TOL, "GPU vs torch on the first kv_len keys")
+
+
+def test_head_dim_above_256_is_a_limit_error(device):
+    g, _ = build("bhsd", "bhsd", 1, 1, 1, 2, 2, 257)
+    with pytest.raises(LimitError, match=r"attention_0 \(Attention\): head_dim 257"):
+        rlxpy.compile(g)
+
+
+def test_bad_attention_inputs_are_named_errors(device):
+    g = rlxpy.Graph("bad")
+    q = g.input("q", (1, 2, 4, 8), "f16")
+    k = g.input("k", (1, 2, 4, 8), "f16")
+    g.output(g.attention(q, k, k, 2, 8))
+    with pytest.raises(UnsupportedOpError, match=r"\(Attention\): attention is lowered for f32 only"):
+        rlxpy.compile(g)
+    g = rlxpy.Graph("bad_batch")  # q batch 2, k batch 3
+    y = g.attention(g.input("q", (2, 2, 4, 8)), g.input("k", (3, 2, 4, 8)), g.input("v", (3, 2, 4, 8)), 2, 8)
+    g.output(y)
+    with pytest.raises(GraphError, match="batch 2 but k"):
+        rlxpy.compile(g)
+    g = rlxpy.Graph("bad_heads")  # rank-4 q that is neither [B,H,S,D] nor [B,S,H,D] with H = 2
+    y = g.attention(g.input("q", (1, 4, 3, 8)), g.input("k", (1, 2, 4, 8)), g.input("v", (1, 2, 4, 8)), 2, 8)
+    g.output(y)
+    with pytest.raises(GraphError, match="does not fit layout bshd"):
+        rlxpy.compile(g)
+    g, _ = build("bhsd", "bhsd", 2, 2, 2, 3, 5, 8, "custom", mask_shape=(3, 5))
+    with pytest.raises(GraphError, match=r"mask f32\[3, 5\] does not broadcast"):
+        rlxpy.compile(g)
+    with pytest.raises(GraphError, match="takes 4 inputs"):
+        build("bhsd", "bhsd", 1, 2, 2, 3, 5, 8, "custom")
