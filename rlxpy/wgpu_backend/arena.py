@@ -94,6 +94,7 @@ class Arena:
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.buffer = device.device.create_buffer(label=label, size=size, usage=usage)
         self._staging: Any = None
+        self._transfer: Any = None
         self._staging_size = 0
         self._pending_upload = 0
 
@@ -108,6 +109,26 @@ class Arena:
         if self._pending_upload > 256 << 20:
             self.device.queue.submit([])
             self._pending_upload = 0
+
+    def gpu_copies(self, encoder: Any, copies: list[tuple[int, int, int]] | tuple) -> None:
+        """Arena-to-arena copies through a transfer buffer (wgpu refuses a copy within one buffer)."""
+        import wgpu
+
+        total = sum(align_up(n, 4) for _, _, n in copies)
+        if self._transfer is None or self._transfer.size < total:
+            if self._transfer is not None:
+                self._transfer.destroy()
+            self._transfer = self.device.device.create_buffer(
+                label="rlx_transfer", size=max(align_up(total, 256), 256),
+                usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        cursor = 0
+        for src, _, n in copies:
+            encoder.copy_buffer_to_buffer(self.buffer, src, self._transfer, cursor, align_up(n, 4))
+            cursor += align_up(n, 4)
+        cursor = 0
+        for _, dst, n in copies:
+            encoder.copy_buffer_to_buffer(self._transfer, cursor, self.buffer, dst, align_up(n, 4))
+            cursor += align_up(n, 4)
 
     def staging(self, size: int) -> Any:
         """A MAP_READ buffer of at least ``size`` bytes, reused across runs."""

@@ -134,11 +134,15 @@ class Encoder:
             self._subsets[steps] = chosen
         return self._subsets[steps]
 
-    def run(self, host_io: Any, reads: Sequence[tuple[int, int]], steps: frozenset[int] | None = None
-            ) -> list[bytes]:
-        """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``."""
+    def run(self, host_io: Any, reads: Sequence[tuple[int, int]], steps: frozenset[int] | None = None,
+            copies: Sequence[tuple[int, int, int]] = ()) -> list[bytes]:
+        """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``.
+
+        ``copies`` (src, dst, bytes) move arena bytes on the GPU before the first pass (feeds)."""
         dev = self.device.device
         encoder = dev.create_command_encoder(label="rlx_run")
+        if copies:
+            self.arena.gpu_copies(encoder, copies)
         for index, segment in enumerate(self.segments_for(steps)):
             if segment.kind == "gpu":
                 self._encode_pass(encoder, segment)

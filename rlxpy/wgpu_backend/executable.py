@@ -111,13 +111,18 @@ class WgpuExecutable:
                 self.arena.write(self.schedule.node_offset(node.id), node.op.data)
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
-            ) -> dict[str, np.ndarray]:
-        """Run the schedule; returns {output name: array}. ``outputs`` limits what is read back."""
+    def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+            feeds: Mapping[str, GpuHandle] | None = None) -> dict[str, np.ndarray]:
+        """Run the schedule; returns {output name: array}.
+
+        ``outputs``: compute and read back only these. ``feeds``: {input name: GpuHandle} copies a
+        tensor already on the GPU (e.g. last run's output) into the input, with no host round-trip."""
         started = time.perf_counter()
         wanted = self._resolve_outputs(outputs)
         needed, steps = self._needed(wanted, outputs is not None)
-        staged = self._validate_inputs(inputs or {}, needed)
+        copies = self._feed_copies(feeds or {})
+        fed = set(feeds or {})
+        staged = self._validate_inputs({k: v for k, v in (inputs or {}).items()}, needed, fed)
         missing = sorted(set(self._params) - self._params_set)
         if missing:
             raise InputError(f"params not set: {', '.join(missing[:10])}"
@@ -126,7 +131,7 @@ class WgpuExecutable:
             self._upload_input(name, node, data)
         reads = [] if env.BENCH_DISPATCH_ONLY else [
             (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
-        raw = self.encoder.run(HostIO(self), reads, steps)
+        raw = self.encoder.run(HostIO(self), reads, steps, copies)
         result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
         self.last_run_seconds = time.perf_counter() - started
         if env.NAN_TRACE or env.DUMP_NODES:
@@ -152,13 +157,33 @@ class WgpuExecutable:
             self._needed_cache[key] = (needed, steps)
         return self._needed_cache[key]
 
-    def _validate_inputs(self, inputs: Mapping[str, Any], needed: set[int] | None = None
-                         ) -> dict[str, tuple[Node, np.ndarray]]:
+    def handle(self, name: str) -> GpuHandle:
+        """A handle on node ``name``'s bytes in the arena (an output or input), read on demand."""
+        node = self.graph[name] if isinstance(name, str) else name
+        return GpuHandle(self, node)
+
+    def _feed_copies(self, feeds: Mapping[str, GpuHandle]) -> list[tuple[int, int, int]]:
+        copies = []
+        for name, handle in feeds.items():
+            if name not in self._inputs:
+                raise InputError(f"feed {name!r} is not a graph input; inputs: {sorted(self._inputs)}")
+            node = self._inputs[name]
+            if not isinstance(handle, GpuHandle) or handle.exe is not self:
+                raise InputError(f"feed {name!r}: expected a GpuHandle of this executable, got {handle!r}")
+            if handle.node.type != node.type:
+                raise InputError(f"feed {name!r} ({node.type}) from {handle.node.name} ({handle.node.type}): "
+                                 "types differ")
+            copies.append((handle.offset, self.schedule.node_offset(node.id), node.nbytes))
+            self._last_inputs.pop(name, None)  # the slot no longer holds the last upload
+        return copies
+
+    def _validate_inputs(self, inputs: Mapping[str, Any], needed: set[int] | None = None,
+                         fed: set[str] = frozenset()) -> dict[str, tuple[Node, np.ndarray]]:
         unknown = [k for k in inputs if k not in self._inputs]
         if unknown:
             raise InputError(f"unknown inputs {unknown}; graph inputs: {sorted(self._inputs)}")
         absent = [k for k, node in self._inputs.items()
-                  if k not in inputs and (needed is None or node.id in needed)]
+                  if k not in inputs and k not in fed and (needed is None or node.id in needed)]
         if absent:
             expected = ", ".join(f"{k} {self._inputs[k].type}" for k in absent)
             raise InputError(f"missing inputs: {expected}")
@@ -240,6 +265,20 @@ class WgpuExecutable:
     def __repr__(self) -> str:
         return (f"<WgpuExecutable {self.graph.name}: {len(self.schedule.steps)} steps, "
                 f"arena {self.arena.size / 2**20:.1f} MiB on {self.device.name}>")
+
+
+class GpuHandle:
+    """A tensor that stays on the GPU: feed it into an input, or read it when needed."""
+
+    def __init__(self, exe: WgpuExecutable, node: Node) -> None:
+        self.exe, self.node = exe, node
+        self.offset = exe.schedule.node_offset(node.id)
+
+    def read(self) -> np.ndarray:
+        return self.exe._read_node(self.node)
+
+    def __repr__(self) -> str:
+        return f"<GpuHandle {self.node.name} {self.node.type}>"
 
 
 def compile_graph(graph: Graph, bindings: Mapping[str, int] | None = None, **options: Any) -> Any:

@@ -155,3 +155,30 @@ def test_raw_and_wrapper_encoding_agree(device):
             exe.set_param(k, v)
         results.append(exe.run({"x": x})["y"])
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_feeding_an_output_back_without_a_host_round_trip(device):
+    g = rlxpy.Graph("counter")
+    x = g.input("x", [6])
+    y = g.add(x, g.param("one", [6]), name="y")
+    g.param("other", [7])
+    g.output(y)
+    exe = rlxpy.compile(g)
+    exe.set_param("one", np.ones(6, np.float32))
+    exe.set_param("other", np.ones(7, np.float32))
+    exe.run({"x": np.arange(6, dtype=np.float32)})
+    handle = exe.handle("y")
+    uploads = []
+    original = exe.arena.write
+    exe.arena.write = lambda offset, data: uploads.append(offset) or original(offset, data)
+    try:
+        for _ in range(3):
+            exe.run(feeds={"x": handle}, outputs=["y"])
+    finally:
+        exe.arena.write = original
+    assert uploads == []  # nothing went through the host
+    np.testing.assert_array_equal(handle.read(), np.arange(6) + 4)
+    with pytest.raises(InputError, match="types differ"):
+        exe.run(feeds={"x": exe.handle("other")})
+    with pytest.raises(InputError, match="not a graph input"):
+        exe.run(feeds={"y": handle})

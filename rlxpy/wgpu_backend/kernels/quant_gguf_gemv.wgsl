@@ -39,8 +39,9 @@ fn expert_of(i: u32) -> i32 {
 fn unit_dot(rb: u32, u: u32, xv: u32) {
     for (var hf = 0u; hf < 2u; hf = hf + 1u) {
         let sm = q_scale(rb, u, hf);
-        var dq: array<f32, MR>;
-        var sx: array<f32, MR>;
+        // explicit initialisers: naga hoists loop-local vars and would not re-zero them
+        var dq = array<f32, MR>();
+        var sx = array<f32, MR>();
         for (var cc = 0u; cc < 4u; cc = cc + 1u) {
             let c = hf * 4u + cc;
             let q = q_chunk(rb, u, c);

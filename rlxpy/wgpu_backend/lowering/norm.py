@@ -15,7 +15,7 @@ from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
-from rlxpy.wgpu_backend.lowering.reduce import split_axes
+from rlxpy.wgpu_backend.lowering.reduce import row_lanes, split_axes
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 SOFTMAX_ROWS = kernel("softmax_rows", params(
@@ -47,8 +47,8 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     if inner == 1 and axis_dim > SOFTMAX_LINE_MAX_COLS:
-        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE}, rows=outer,
-                             cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
+        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE, **row_lanes(axis_dim)},
+                             rows=outer, cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
     lines = outer * inner
     return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
                          axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node))]
@@ -63,7 +63,7 @@ def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | Non
         return []
     rows = x.numel // cols
     return [ctx.dispatch(
-        NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE}, rows=rows, cols=cols, x=ctx.offset(x),
+        NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)}, rows=rows, cols=cols, x=ctx.offset(x),
         residual=ctx.offset(residual) if residual is not None else 0,
         bias=ctx.offset(bias) if bias is not None else 0, gamma=ctx.offset(gamma),
         beta=ctx.offset(beta) if beta is not None else 0, y=ctx.offset(node),

@@ -54,6 +54,15 @@ SELECT_PASSES_MAX_K = 64
 #: Rows this long always use k passes: ranking would cost cols^2 per row.
 RANK_MAX_COLS = 16384
 
+#: Row kernels run 64 lanes on rows up to this length, else 256 (an idle lane still costs barriers).
+SMALL_ROW_MAX = 1024
+
+
+def row_lanes(cols: int) -> dict[str, object]:
+    """``{{WG}}`` for one-workgroup-per-row kernels (the tree loops need a power of two)."""
+    return {"WG": 64 if cols <= SMALL_ROW_MAX else 256}
+
+
 #: op -> (identity, combine(a, b)) in WGSL; max/min propagate NaN like torch.amax/amin.
 _REDUCE_WGSL = {
     ReduceOp.SUM: ("0.0", "a + b"),
@@ -97,7 +106,7 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
         return [ctx.dispatch(REDUCE_SERIAL, node, ctx.grid_1d(outputs), subs, outputs=outputs,
                              reduce_dim=reduce_dim, inner=inner, **offsets)]
     if inner == 1:
-        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), subs, rows=outer, reduce_dim=reduce_dim,
+        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), {**subs, **row_lanes(reduce_dim)}, rows=outer, reduce_dim=reduce_dim,
                              **offsets)]
     tiles = math.ceil(inner / TILE_COLS)
     return [ctx.dispatch(REDUCE_TILE, node, ctx.grid_rows(outer * tiles), subs, groups=outer * tiles,
@@ -115,8 +124,8 @@ def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
         return []
     exclusive = int(node.op.exclusive)
     if inner == 1 and axis_dim > SCAN_ROW_MIN:
-        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE}, rows=outer,
-                             cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
+        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE, **row_lanes(axis_dim)},
+                             rows=outer, cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
     lines = outer * inner
     return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
                          axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
@@ -132,8 +141,8 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
     if rows == 0:
         return []
     if k <= SELECT_PASSES_MAX_K or cols > RANK_MAX_COLS:
-        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE}, rows=rows, cols=cols,
-                             k=k, x=ctx.offset(x), y=ctx.offset(node))]
+        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)},
+                             rows=rows, cols=cols, k=k, x=ctx.offset(x), y=ctx.offset(node))]
     tiles = math.ceil(cols / SELECT_RANK.workgroup[0])
     return [ctx.dispatch(SELECT_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
                          groups=rows * tiles, tiles=tiles, cols=cols, k=k, x=ctx.offset(x), y=ctx.offset(node))]
