@@ -28,6 +28,8 @@ def _encode(value: Any) -> Any:
         return [_encode(v) for v in value]
     if hasattr(value, "to_json_dict"):  # sub-graphs of control-flow ops
         return {"$graph": value.to_json_dict()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # region chain steps
+        return [_encode(getattr(value, f.name)) for f in dataclasses.fields(value)]
     return value
 
 

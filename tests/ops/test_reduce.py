@@ -93,7 +93,8 @@ def test_reduce_matches_torch(device, shape, axes, keep, kernel):
         assert_close(got, torch_reduce(feed, op, axes, keep), rtol, atol, f"{op} over {axes} of {shape}")
 
 
-@pytest.mark.parametrize("shape, axes", [((6, 40), (1,)), ((6, 300), (1,)), ((300, 6), (0,)), ((40, 6), (0,))])
+@pytest.mark.parametrize("shape, axes", [((6, 40), (1,)), ((6, 300), (1,)), ((300, 6), (0,)),
+                                         ((40, 6), (0,))])
 def test_reduce_nan_and_inf_rows_like_torch(device, shape, axes):
     x = rand(shape, seed=3)
     lines = np.moveaxis(x, axes[0], -1)  # a view: writes land in x, one reduced line per row
@@ -135,15 +136,20 @@ def torch_cumsum(x: np.ndarray, axis: int, exclusive: bool) -> np.ndarray:
     return total.numpy()
 
 
+def both_cumsums(g, x, axis: int) -> dict:
+    return {exclusive: g.cumsum(x, axis, exclusive=exclusive) for exclusive in (False, True)}
+
+
 def cumsum_atol(x: np.ndarray, axis: int) -> np.ndarray:
     """Per element: f32 prefix sums may be off by a few eps times the running sum of |x|."""
     running = np.cumsum(np.abs(np.nan_to_num(x, posinf=0, neginf=0)).astype(np.float64), axis=axis)
     return 2 * EPS32 * np.sqrt(x.shape[axis]) * running.max(axis=axis, keepdims=True) + 1e-7
 
 
-@pytest.mark.parametrize("shape, axis, kernel", CUMSUM_CASES, ids=[f"{c[0]}-axis{c[1]}" for c in CUMSUM_CASES])
+@pytest.mark.parametrize("shape, axis, kernel", CUMSUM_CASES,
+                         ids=[f"{c[0]}-axis{c[1]}" for c in CUMSUM_CASES])
 def test_cumsum_matches_torch(device, shape, axis, kernel):
-    g, exe, outs = compile_graph(shape, lambda g, x: {e: g.cumsum(x, axis, exclusive=e) for e in (False, True)})
+    g, exe, outs = compile_graph(shape, lambda g, x: both_cumsums(g, x, axis))
     assert set(kernels_of(exe).values()) == {kernel}
     x = rand(shape, seed=sum(shape))
     got = exe.run({"x": x})
@@ -160,7 +166,7 @@ def test_cumsum_nan_and_inf_like_torch(device, shape, axis):
     lines[1, 3] = np.inf
     lines[2, 4], lines[2, 15] = np.inf, -np.inf
     lines[3, :] = -np.inf
-    g, exe, outs = compile_graph(shape, lambda g, x: {e: g.cumsum(x, axis, exclusive=e) for e in (False, True)})
+    g, exe, outs = compile_graph(shape, lambda g, x: both_cumsums(g, x, axis))
     got = exe.run({"x": x})
     atol = float(cumsum_atol(x, axis).max())
     for exclusive, node in outs.items():
@@ -175,7 +181,7 @@ def test_cumsum_rejects_int_input(device):
 # -- argmax / topk -----------------------------------------------------------------------------
 
 def stable_topk_indices(x: np.ndarray, k: int) -> np.ndarray:
-    """Descending order, NaN first, ties -> smaller index: two stable argsorts (not the reference's lexsort)."""
+    """Descending, NaN first, ties -> smaller index: two stable argsorts (the reference uses lexsort)."""
     nan = np.isnan(x)
     by_value = np.argsort(np.where(nan, 0.0, -x.astype(np.float64)), axis=-1, kind="stable")
     nan_first = np.argsort(~np.take_along_axis(nan, by_value, -1), axis=-1, kind="stable")
@@ -214,7 +220,8 @@ def test_argmax_and_topk_match_torch(device, shape):
         for k in ks:
             indices = got[outs[k].name]
             assert indices.dtype == np.int32
-            assert_close(indices, stable_topk_indices(x, k).astype(np.int32), 0, 0, f"top{k} indices of {what}")
+            want = stable_topk_indices(x, k).astype(np.int32)
+            assert_close(indices, want, 0, 0, f"top{k} indices of {what}")
             values = np.take_along_axis(x, indices.astype(np.int64), -1)
             assert_close(values, torch.topk(torch.from_numpy(x), k, dim=-1).values.numpy(), 0, 0,
                          f"top{k} values of {what}")

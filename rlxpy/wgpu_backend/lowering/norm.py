@@ -23,8 +23,8 @@ SOFTMAX_ROWS = kernel("softmax_rows", params(
 SOFTMAX_LINES = kernel("softmax_lines", params(
     "SoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, x=U32, y=U32))
 NORM_ROWS = kernel("norm_rows", params(
-    "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32, y=U32,
-    has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4)
+    "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32,
+    y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4)
 
 #: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
 SOFTMAX_LINE_MAX_COLS = 32
@@ -47,8 +47,9 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     if inner == 1 and axis_dim > SOFTMAX_LINE_MAX_COLS:
-        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE, **row_lanes(axis_dim)},
-                             rows=outer, cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
+        subs = {"PRELUDE": PRELUDE, **row_lanes(axis_dim)}
+        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, rows=outer, cols=axis_dim,
+                             x=ctx.offset(x), y=ctx.offset(node))]
     lines = outer * inner
     return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
                          axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node))]
@@ -62,13 +63,15 @@ def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | Non
     if node.numel == 0:
         return []
     rows = x.numel // cols
-    return [ctx.dispatch(
-        NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)}, rows=rows, cols=cols, x=ctx.offset(x),
-        residual=ctx.offset(residual) if residual is not None else 0,
-        bias=ctx.offset(bias) if bias is not None else 0, gamma=ctx.offset(gamma),
-        beta=ctx.offset(beta) if beta is not None else 0, y=ctx.offset(node),
-        has_residual=int(residual is not None), has_bias=int(bias is not None), has_beta=int(beta is not None),
-        center=int(center), eps=eps)]
+    fields = {"residual": 0, "bias": 0, "beta": 0}  # an absent operand: offset 0, flag 0, never read
+    for name, t in (("residual", residual), ("bias", bias), ("beta", beta)):
+        if t is not None:
+            fields[name] = ctx.offset(t)
+    flags = {"has_residual": int(residual is not None), "has_bias": int(bias is not None),
+             "has_beta": int(beta is not None)}
+    return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)},
+                         rows=rows, cols=cols, x=ctx.offset(x), gamma=ctx.offset(gamma), y=ctx.offset(node),
+                         center=int(center), eps=eps, **fields, **flags)]
 
 
 @lowers(ops.LayerNorm)

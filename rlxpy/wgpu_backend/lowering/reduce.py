@@ -106,8 +106,8 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
         return [ctx.dispatch(REDUCE_SERIAL, node, ctx.grid_1d(outputs), subs, outputs=outputs,
                              reduce_dim=reduce_dim, inner=inner, **offsets)]
     if inner == 1:
-        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), {**subs, **row_lanes(reduce_dim)}, rows=outer, reduce_dim=reduce_dim,
-                             **offsets)]
+        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), {**subs, **row_lanes(reduce_dim)},
+                             rows=outer, reduce_dim=reduce_dim, **offsets)]
     tiles = math.ceil(inner / TILE_COLS)
     return [ctx.dispatch(REDUCE_TILE, node, ctx.grid_rows(outer * tiles), subs, groups=outer * tiles,
                          tiles=tiles, reduce_dim=reduce_dim, inner=inner, **offsets)]
@@ -122,30 +122,32 @@ def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
     outer, axis_dim, inner = split_axes(x.shape, axis, axis)
     if node.numel == 0:
         return []
-    exclusive = int(node.op.exclusive)
+    fields = {"x": ctx.offset(x), "y": ctx.offset(node), "exclusive": int(node.op.exclusive)}
     if inner == 1 and axis_dim > SCAN_ROW_MIN:
-        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), {"PRELUDE": PRELUDE, **row_lanes(axis_dim)},
-                             rows=outer, cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
+        subs = {"PRELUDE": PRELUDE, **row_lanes(axis_dim)}
+        grid = ctx.grid_rows(outer)
+        return [ctx.dispatch(SCAN_ROWS, node, grid, subs, rows=outer, cols=axis_dim, **fields)]
     lines = outer * inner
     return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
-                         axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node), exclusive=exclusive)]
+                         axis_dim=axis_dim, inner=inner, **fields)]
 
 
 def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]:
     """Indices of the k best per last-axis row into ``node`` (i32 [rows, k])."""
     require_f32(node, x, what)
-    cols = x.shape[-1] if x.rank else 1
+    cols = x.shape[-1]
     if cols == 0:
-        raise UnsupportedOpError(f"{where(node)}: {what} of an empty last axis has no answer (input {x.type})")
+        raise UnsupportedOpError(f"{where(node)}: {what} of an empty last axis has no answer ({x.type})")
     rows = x.numel // cols
     if rows == 0:
         return []
+    fields = {"cols": cols, "k": k, "x": ctx.offset(x), "y": ctx.offset(node)}
     if k <= SELECT_PASSES_MAX_K or cols > RANK_MAX_COLS:
-        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)},
-                             rows=rows, cols=cols, k=k, x=ctx.offset(x), y=ctx.offset(node))]
+        subs = {"PRELUDE": PRELUDE, **row_lanes(cols)}
+        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, **fields)]
     tiles = math.ceil(cols / SELECT_RANK.workgroup[0])
     return [ctx.dispatch(SELECT_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
-                         groups=rows * tiles, tiles=tiles, cols=cols, k=k, x=ctx.offset(x), y=ctx.offset(node))]
+                         groups=rows * tiles, tiles=tiles, **fields)]
 
 
 @lowers(ops.Argmax)
