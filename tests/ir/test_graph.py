@@ -242,6 +242,16 @@ def test_duplicate_names_are_refused_and_auto_names_skip_taken_ones():
     assert g.apply(ops.FusedResidualLN(), [x, x, gamma, beta]).name == "fused_residual_l_n_0"
 
 
+def test_attention_and_rope_builders_make_the_ops():
+    g = Graph("g")
+    q, k = g.input("q", (1, 4, 3, 8)), g.input("k", (1, 2, 5, 8))
+    att = g.attention(q, k, k, 4, 8, num_kv_heads=2, mask_kind="causal", softcap=30.0, name="att")
+    assert att.op == Attention(4, 8, 2, MaskKind.CAUSAL, None, 30.0) and att.inputs == (q.id, k.id, k.id)
+    cos = g.input("cos", (16, 4))
+    rope = g.rope(q, cos, cos, 8, interleaved=True, position_offset=2, name="rope")
+    assert rope.op == Rope(8, 0, True, 2) and rope.type == q.type
+
+
 # -- queries ------------------------------------------------------------------------------------------
 def test_lookup_and_queries():
     g = Graph("g")

@@ -54,9 +54,9 @@ def reduce_tolerance(x: np.ndarray, op: str, axes: tuple[int, ...], keep: bool) 
     if op in ("max", "min"):
         return 0.0, 0.0
     if op == "prod":
-        return 2 * EPS32 * n + 1e-6, 0.0
+        return 4 * EPS32 * np.sqrt(n) + 1e-6, 0.0
     magnitude = float(np.abs(x).sum(axis=axes).max()) if x.size else 0.0
-    atol = 4 * EPS32 * magnitude * np.sqrt(n) + 1e-7
+    atol = 2 * EPS32 * magnitude + 1e-7  # measured errors stay below 0.2 eps * sum |x|
     return 1e-6, atol / n if op == "mean" else atol
 
 
@@ -143,7 +143,7 @@ def both_cumsums(g, x, axis: int) -> dict:
 def cumsum_atol(x: np.ndarray, axis: int) -> np.ndarray:
     """Per element: f32 prefix sums may be off by a few eps times the running sum of |x|."""
     running = np.cumsum(np.abs(np.nan_to_num(x, posinf=0, neginf=0)).astype(np.float64), axis=axis)
-    return 2 * EPS32 * np.sqrt(x.shape[axis]) * running.max(axis=axis, keepdims=True) + 1e-7
+    return 2 * EPS32 * running.max(axis=axis, keepdims=True) + 1e-7
 
 
 @pytest.mark.parametrize("shape, axis, kernel", CUMSUM_CASES,

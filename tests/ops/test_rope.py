@@ -60,7 +60,8 @@ def rope_graph(shape, max_pos, head_dim, n_rot, interleaved, offset, with_positi
     cos = g.input("cos", (max_pos, (n_rot or head_dim) // 2))
     sin = g.input("sin", (max_pos, (n_rot or head_dim) // 2))
     pos = g.input("pos", (1,), "i32") if with_position else None
-    y = g.rope(x, cos, sin, head_dim, n_rot=n_rot, interleaved=interleaved, position_offset=offset, position=pos)
+    y = g.rope(x, cos, sin, head_dim, n_rot=n_rot, interleaved=interleaved, position_offset=offset,
+               position=pos)
     g.output(y)
     return g, y
 
@@ -125,9 +126,8 @@ def test_rope_propagates_nan_and_inf_to_its_pair_only(device):
 
 
 def test_rope_bad_inputs_are_named_errors(device):
-    g, _ = rope_graph((1, 5, 8), 4, 8, 0, False, 0, False)  # 5 positions, 4-row tables
-    with pytest.raises(GraphError, match=r"rope_0 \(Rope\): positions 0..4 exceed the cos/sin tables"):
-        rlxpy.compile(g)
+    with pytest.raises(GraphError, match=r"rope_0 \(Rope\): positions 0..4 exceed"):
+        rope_graph((1, 5, 8), 4, 8, 0, False, 0, False)  # 5 positions, 4-row tables
     g = rlxpy.Graph("rope_f16")
     y = g.rope(g.input("x", (2, 8), "f16"), g.input("c", (2, 4), "f16"), g.input("s", (2, 4), "f16"), 8)
     g.output(y)

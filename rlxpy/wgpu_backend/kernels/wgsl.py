@@ -36,6 +36,24 @@ fn erf_f32(x: f32) -> f32 {
     let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
     return sign(x) * (1.0 - poly * exp(-x * x));
 }
+// atan with ~2 ulp error on every GPU (WGSL only promises 4096 ulp; lavapipe's is off by 3e-6):
+// reduce |x| to [0, tan(pi/8)] via atan(x) = pi/2 - atan(1/x) and pi/4 + atan((x-1)/(x+1)), then the
+// odd polynomial of Cephes' atanf. NaN propagates through the arithmetic, atan(+-inf) = +-pi/2.
+fn atan_f32(x: f32) -> f32 {
+    var t = abs(x);
+    var base = 0.0;
+    if (t > 2.414213562373095) {
+        base = 1.5707963267948966;
+        t = -1.0 / t;
+    } else if (t > 0.4142135623730950) {
+        base = 0.7853981633974483;
+        t = (t - 1.0) / (t + 1.0);
+    }
+    let z = t * t;
+    let poly = (((0.0805374449538 * z - 0.138776856032) * z + 0.199777106478) * z - 0.333329491539) * z;
+    let magnitude = base + (t + t * poly);
+    return select(magnitude, -magnitude, (bitcast<u32>(x) & 0x80000000u) != 0u);  // atan(-0) = -0
+}
 // tanh with its argument clamped so exp() cannot overflow into inf/inf; NaN still propagates.
 fn tanh_safe(x: f32) -> f32 { return select(tanh(clamp(x, -15.0, 15.0)), x, is_nan(x)); }
 """

@@ -20,7 +20,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.attention import attention_layout
-from rlxpy.ir.ops.core import MaskKind, TensorType
+from rlxpy.ir.ops.core import TensorType
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, word_type
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
@@ -85,7 +85,8 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
     a size-1 dim broadcasts (stride 0)."""
     names = {2: "bk", 3: "bqk", 4: "bhqk"}.get(mask.rank)
     if names is None:
-        raise GraphError(f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k]")
+        raise GraphError(f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or "
+                         "[B, H, S_q, S_k]")
     strides = dict.fromkeys("bhqk", 0)
     step = 1
     for name, size in reversed(list(zip(names, mask.shape))):
@@ -167,8 +168,9 @@ def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: in
     steps = [ctx.dispatch(ATTN_DECODE, node, (splits, heads * s_q, batch), decode_subs, **fields,
                           heads=heads, splits=splits, part=part)]
     if splits > 1:
-        steps.append(ctx.dispatch(ATTN_COMBINE, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "D": head_dim},
-                                  rows=rows, heads=heads, s_q=s_q, splits=splits, part=part, o=fields["o"],
+        combine_subs = {"PRELUDE": PRELUDE, "D": head_dim}
+        steps.append(ctx.dispatch(ATTN_COMBINE, node, ctx.grid_rows(rows), combine_subs, rows=rows,
+                                  heads=heads, s_q=s_q, splits=splits, part=part, o=fields["o"],
                                   q_sb=fields["q_sb"], q_sh=fields["q_sh"], q_ss=fields["q_ss"]))
     return steps
 

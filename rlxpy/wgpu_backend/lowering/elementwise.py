@@ -48,7 +48,7 @@ ACTIVATION_WGSL = {
     ActKind.SIN: "sin(v)",
     ActKind.COS: "cos(v)",
     ActKind.TAN: "tan(v)",
-    ActKind.ATAN: "atan(v)",
+    ActKind.ATAN: "atan_f32(v)",
 }
 
 _FLOAT_BINARY = {

@@ -1,1 +1,182 @@
-"""placeholder"""
+"""Generic group-wise quantised matmul (``DequantMatMul``, op-catalog §1.3 table) on the GPU.
+
+``y = x @ dequant(W)`` with W [K, N] row-major (flat element ``e = kk*N + col``), packed as
+int8 / int8_asym / int4 (scales, zero points per (K-block, column)), fp8 e4m3 / e5m2 (no scale)
+or nvfp4 (E2M1 nibbles, e4m3 byte scales per 16 rows of K, one global f32 scale). The decode
+mirrors ``rlxpy/ir/reference/quant.py``: ``value = (q - zero) * scale``. Up to
+``GEMV_MAX_ROWS`` rows of x run a GEMV (one thread per 4 columns walks K block by block);
+more run a 64x64 tiled kernel that dequantises each 16x64 tile of W into workgroup memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import HELPERS
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+_FIELDS = dict(m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, scale=U32, zp=U32, block=U32, blocks=U32)
+QUANT_GENERIC_GEMV = kernel("quant_generic_gemv", params("QuantGenericGemvParams", ("m",), **_FIELDS),
+                            workgroup=(64, 1, 1))
+QUANT_GENERIC_TILED = kernel("quant_generic_tiled", params("QuantGenericTiledParams", ("m",), **_FIELDS),
+                             workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
+GEMV_MAX_ROWS = 8
+TILE = 64
+NVFP4_GROUP = 16  # nvfp4 scales cover 16 rows of K whatever block_size says
+#: inputs each scheme reads (x, w_q, then scale, then zp / global scale)
+NEEDS = {"int8": 3, "int8_asym": 4, "int4": 3, "fp8_e4m3": 2, "fp8_e5m2": 2, "nvfp4": 4}
+
+# Minifloat decoders (OCP FP8 and E2M1); exact in f32. NaN/inf codes decode to 0 like the reference.
+MINIFLOATS = """
+fn fp8_e4m3(b: u32) -> f32 {
+    let ex = (b >> 3u) & 15u;
+    let mant = f32(b & 7u) * 0.125;
+    var mag = select(ldexp(1.0 + mant, i32(ex) - 7), mant * 0.015625, ex == 0u);
+    mag = select(mag, 0.0, (b & 0x7fu) == 0x7fu);
+    return select(mag, -mag, (b & 0x80u) != 0u);
+}
+fn fp8_e5m2(b: u32) -> f32 {
+    let ex = (b >> 2u) & 31u;
+    let mant = f32(b & 3u) * 0.25;
+    var mag = select(ldexp(1.0 + mant, i32(ex) - 15), mant * 6.103515625e-5, ex == 0u);
+    mag = select(mag, 0.0, ex == 31u);
+    return select(mag, -mag, (b & 0x80u) != 0u);
+}
+fn fp4_e2m1(c: u32) -> f32 {
+    let ex = (c >> 1u) & 3u;
+    let half = f32(c & 1u) * 0.5;
+    let mag = select(ldexp(1.0 + half, i32(ex) - 1), half, ex == 0u);
+    return select(mag, -mag, (c & 8u) != 0u);
+}
+struct Affine {
+    scale: vec4<f32>,
+    zero: vec4<f32>,
+}
+fn col_mask(col: u32) -> vec4<f32> {
+    return select(vec4<f32>(1.0), vec4<f32>(0.0), vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(p.n));
+}
+// f32 words at word offset base + col .. col + 3 (only those inside the row are read)
+fn words4(base: u32, col: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (col + i < p.n) {
+            v[i] = bitcast<f32>(buf[base + col + i]);
+        }
+    }
+    return v;
+}
+"""
+
+# codes4(e): decoded codes of W elements e .. e+3; affine4(blk, col): scale/zero of 4 columns
+_CODES_8BIT = "let w = ld_word(p.w + e);"
+_CODES_4BIT = "let w = ld_word(p.w + (e >> 1u)) >> ((e & 1u) << 2u);"
+_SCHEMES = {
+    "int8": (_CODES_8BIT + "\n    return sbytes4(w);",
+             "return Affine(words4(p.scale + blk * p.n, col), vec4<f32>(0.0));"),
+    "int8_asym": (_CODES_8BIT + "\n    return sbytes4(w);",
+                  "return Affine(words4(p.scale + blk * p.n, col), words4(p.zp + blk * p.n, col));"),
+    "int4": (_CODES_4BIT + "\n    let s = bitcast<i32>(w);\n"
+             "    return vec4<f32>(f32((s << 28u) >> 28u), f32((s << 24u) >> 28u), f32((s << 20u) >> 28u),\n"
+             "                     f32((s << 16u) >> 28u));",
+             "return Affine(words4(p.scale + blk * p.n, col), vec4<f32>(0.0));"),
+    "fp8_e4m3": (_CODES_8BIT + "\n    return vec4<f32>(fp8_e4m3(w & 0xffu), fp8_e4m3((w >> 8u) & 0xffu),\n"
+                 "                     fp8_e4m3((w >> 16u) & 0xffu), fp8_e4m3(w >> 24u));",
+                 "return Affine(col_mask(col), vec4<f32>(0.0));"),
+    "fp8_e5m2": (_CODES_8BIT + "\n    return vec4<f32>(fp8_e5m2(w & 0xffu), fp8_e5m2((w >> 8u) & 0xffu),\n"
+                 "                     fp8_e5m2((w >> 16u) & 0xffu), fp8_e5m2(w >> 24u));",
+                 "return Affine(col_mask(col), vec4<f32>(0.0));"),
+    "nvfp4": (_CODES_4BIT + "\n    return vec4<f32>(fp4_e2m1(w & 15u), fp4_e2m1((w >> 4u) & 15u),\n"
+              "                     fp4_e2m1((w >> 8u) & 15u), fp4_e2m1((w >> 12u) & 15u));",
+              "let s = ld_word(p.scale + blk * p.n + col);\n"
+              "    let group = vec4<f32>(fp8_e4m3(s & 0xffu), fp8_e4m3((s >> 8u) & 0xffu),\n"
+              "                          fp8_e4m3((s >> 16u) & 0xffu), fp8_e4m3(s >> 24u));\n"
+              "    return Affine(group * global_scale() * col_mask(col), vec4<f32>(0.0));"),
+}
+#: nvfp4's global scale is the first value of input 3: an f32 (or raw f32 bytes), or a half.
+_GLOBAL_SCALE = {
+    DType.F32: "bitcast<f32>(buf[p.zp])", DType.U8: "bitcast<f32>(buf[p.zp])",
+    DType.I8: "bitcast<f32>(buf[p.zp])", DType.I32: "bitcast<f32>(buf[p.zp])",
+    DType.U32: "bitcast<f32>(buf[p.zp])", DType.F16: "f16_to_f32(buf[p.zp] & 0xffffu)",
+    DType.BF16: "bf16_to_f32(buf[p.zp] & 0xffffu)",
+}
+
+
+def decode_source(scheme: str, global_dtype: DType | None) -> str:
+    codes, affine = _SCHEMES[scheme]
+    global_fn = (f"fn global_scale() -> f32 {{ return {_GLOBAL_SCALE[global_dtype]}; }}\n"
+                 if global_dtype is not None else "")
+    return (HELPERS + MINIFLOATS + global_fn
+            + f"fn codes4(e: u32) -> vec4<f32> {{\n    {codes}\n}}\n"
+            + f"fn affine4(blk: u32, col: u32) -> Affine {{\n    {affine}\n}}\n")
+
+
+def _validate(node: Node, ins: list[Node]) -> tuple[int, int]:
+    """Check inputs against the scheme; returns (scale rows per block, blocks along K)."""
+    op: ops.DequantMatMul = node.op
+    scheme, k, n = op.scheme, op.k, op.n
+    if len(ins) < NEEDS[scheme]:
+        names = ("x", "w_q", "scale", "zp")[:NEEDS[scheme]]
+        raise GraphError(f"{where(node)}: scheme {scheme} takes inputs {', '.join(names)}, got {len(ins)}")
+    x, w = ins[0], ins[1]
+    if x.dtype is not DType.F32:
+        raise UnsupportedOpError(f"{where(node)}: x must be f32, got {x.type}")
+    bits = 4 if scheme in ("int4", "nvfp4") else 8
+    need_bytes = math.ceil(k * n * bits / 8)
+    if w.numel * w.dtype.itemsize < need_bytes:
+        raise GraphError(f"{where(node)}: {scheme} weight [{k}, {n}] needs {need_bytes} bytes, "
+                         f"got {w.type} ({w.numel * w.dtype.itemsize} bytes)")
+    if scheme.startswith("fp8"):
+        return max(k, 1), 1
+    if scheme == "nvfp4":
+        blocks = math.ceil(k / NVFP4_GROUP)
+        scale, glob = ins[2], ins[3]
+        if scale.numel * scale.dtype.itemsize < blocks * n:
+            raise GraphError(f"{where(node)}: nvfp4 scales need ceil(K/16)*N = {blocks * n} e4m3 bytes, "
+                             f"got {scale.type}")
+        if glob.dtype not in _GLOBAL_SCALE or glob.numel < 1:
+            raise UnsupportedOpError(f"{where(node)}: nvfp4 global scale must be a non-empty f32/f16/bf16 "
+                                     f"or raw-byte tensor, got {glob.type}")
+        return NVFP4_GROUP, blocks
+    if op.block_size <= 0:
+        raise GraphError(f"{where(node)}: block_size must be positive, got {op.block_size}")
+    blocks = math.ceil(k / op.block_size)
+    for name, t in zip(("scale", "zp"), ins[2:NEEDS[scheme]]):
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: {scheme} {name} must be f32, got {t.type}")
+        if t.numel != blocks * n:
+            raise GraphError(f"{where(node)}: {name} must hold ceil(K/{op.block_size})*N = {blocks * n} values "
+                             f"([{blocks}, {n}]), got {t.type}")
+    return op.block_size, blocks
+
+
+@lowers(ops.DequantMatMul)
+def lower_dequant_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.DequantMatMul = node.op
+    ins = ctx.inputs(node)
+    block, blocks = _validate(node, ins)
+    x, w = ins[0], ins[1]
+    m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
+    if m == 0 or op.n == 0:
+        return []
+    if ctx.window_size >= 1 << 32:
+        raise LimitError(f"{where(node)}: byte offsets of a {ctx.window_size / 2**30:.1f} GiB window "
+                         f"do not fit the kernels' u32 addressing")
+    scale = ins[2] if len(ins) > 2 and NEEDS[op.scheme] > 2 else None
+    zp = ins[3] if len(ins) > 3 and NEEDS[op.scheme] > 3 else None
+    # nvfp4 scales are bytes (byte offset); int scales and zero points are f32 words
+    scale_off = 0 if scale is None else ctx.offset(scale) * (4 if op.scheme == "nvfp4" else 1)
+    fields = dict(m=m, n=op.n, k=op.k, x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
+                  scale=scale_off, zp=0 if zp is None else ctx.offset(zp), block=block, blocks=blocks)
+    source = decode_source(op.scheme, zp.dtype if op.scheme == "nvfp4" else None)
+    if m <= GEMV_MAX_ROWS:
+        grid = ctx.grid_1d(math.ceil(op.n / 4), QUANT_GENERIC_GEMV.workgroup[0])
+        return [ctx.dispatch(QUANT_GENERIC_GEMV, node, grid, {"DECODE": source, "MR": m}, **fields)]
+    if QUANT_GENERIC_TILED.shared_bytes > ctx.facts.max_workgroup_storage:
+        raise LimitError(f"{where(node)}: needs {QUANT_GENERIC_TILED.shared_bytes} B of workgroup memory")
+    grid = (math.ceil(op.n / TILE), math.ceil(m / TILE), 1)
+    return [ctx.dispatch(QUANT_GENERIC_TILED, node, grid, {"DECODE": source}, **fields)]

@@ -33,15 +33,15 @@ QUANT_GGUF_GEMV = kernel(
     "quant_gguf_gemv",
     params("QuantGgufGemvParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32,
            units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32),
-    workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)
+    workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
     params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
-    workgroup=(16, 16, 1), shared_bytes=8192)
+    workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
 QUANT_GGUF_GATHER = kernel(
     "quant_gguf_gather",
     params("QuantGgufGatherParams", ("count",), count=U32, rows=U32, k=U32, table=U32, idx=U32, y=U32,
-           row_bytes=U32))
+           row_bytes=U32), extent_axis=0)
 
 GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
 MAX_LANES = 32  # lanes per weight row: enough to cover typical rows in one or two passes

@@ -77,8 +77,8 @@ def coalesce(axes: Sequence[Axis]) -> list[Axis]:
         if merged:
             outer = merged[-1]
             if (axis.full and outer.src == axis.src * axis.size and outer.dst == axis.dst * axis.size):
-                merged[-1] = Axis(outer.size * axis.size, axis.src, axis.dst, outer.lo * axis.size,
-                                  outer.top * axis.size)
+                size, lo, hi = outer.size * axis.size, outer.lo * axis.size, outer.top * axis.size
+                merged[-1] = Axis(size, axis.src, axis.dst, lo, -1 if (lo, hi) == (0, size) else hi)
                 continue
         merged.append(axis)
     return merged
@@ -297,7 +297,7 @@ _FROM_F32 = {
     DType.F32: "{v}",
     DType.I32: "select(i32({v}), 0, is_nan({v}))",
     DType.U32: "select(u32({v}), 0u, is_nan({v}))",
-    DType.BOOL: "select(0u, 1u, {v} != 0.0)",
+    DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
 }
 
 

@@ -1,0 +1,51 @@
+// y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for few x rows; W [K, N] row-major, packed per scheme (op-catalog §1.3).
+// One thread per 4 consecutive columns (1-D grid folded into y); it walks K block by block, loading the block's scales once.
+// Bindings: 0 = arena window (u32 words; x, y, zp word offsets, w and nvfp4 scale BYTE offsets), 1 = QuantGenericGemvParams.
+struct QuantGenericGemvParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    x: u32,
+    w: u32,
+    y: u32,
+    scale: u32,
+    zp: u32,
+    block: u32,
+    blocks: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: QuantGenericGemvParams;
+
+{{DECODE}}
+
+const MR: u32 = {{MR}}u;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let col = (gid.x + gid.y * nwg.x * {{WG}}u) * 4u;
+    if (col >= p.n) {
+        return;
+    }
+    var acc = array<vec4<f32>, MR>();
+    var kk = 0u;
+    for (var blk = 0u; blk < p.blocks; blk = blk + 1u) {
+        let aff = affine4(blk, col);
+        let end = min(p.k, kk + p.block);
+        for (; kk < end; kk = kk + 1u) {
+            let v = (codes4(kk * p.n + col) - aff.zero) * aff.scale;
+            for (var r = 0u; r < MR; r = r + 1u) {
+                acc[r] = acc[r] + bitcast<f32>(buf[p.x + r * p.k + kk]) * v;
+            }
+        }
+    }
+    for (var r = 0u; r < MR; r = r + 1u) {
+        if (r < p.m) {
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                if (col + i < p.n) {
+                    buf[p.y + r * p.n + col + i] = bitcast<u32>(acc[r][i]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+"""GPU Softmax / LayerNorm / RmsNorm / FusedResidualLN / FusedResidualRmsNorm against torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import ODD_SHAPES, assert_close, rand
+
+import rlxpy
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the kernels)
+from rlxpy.wgpu_backend.kernels.params import KERNEL_DIR, KERNELS, parse_wgsl_structs
+
+SOFTMAX_TOL = (1e-5, 1e-6)
+NORM_TOL = (1e-5, 1e-5)
+
+
+def kernels_of(exe) -> dict[str, str]:
+    return {step.node: step.kernel for step in exe.schedule.steps}
+
+
+def t(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+# -- softmax -----------------------------------------------------------------------------------
+
+SOFTMAX_CASES = [
+    # (shape, {axis: expected kernel})
+    (ODD_SHAPES[0], {0: "softmax_lines"}),
+    (ODD_SHAPES[1], {-1: "softmax_lines"}),
+    (ODD_SHAPES[2], {0: "softmax_lines", 1: "softmax_lines"}),
+    (ODD_SHAPES[3], {0: "softmax_lines", -1: "softmax_rows"}),
+    (ODD_SHAPES[4], {0: "softmax_lines", 1: "softmax_lines", 2: "softmax_rows"}),
+    ((3, 1000), {-1: "softmax_rows", 0: "softmax_lines"}),
+    ((2, 4097), {1: "softmax_rows"}),
+]
+
+
+def softmax_graph(shape, axes, dtype=DType.F32, name=None):
+    g = rlxpy.Graph("softmax_test")
+    x = g.input("x", shape, dtype)
+    outs = {axis: g.softmax(x, axis, name=name) for axis in axes}
+    g.output(*outs.values())
+    return g, rlxpy.compile(g), outs
+
+
+@pytest.mark.parametrize("shape, kernels", SOFTMAX_CASES, ids=[str(c[0]) for c in SOFTMAX_CASES])
+def test_softmax_matches_torch_on_every_axis(device, shape, kernels):
+    g, exe, outs = softmax_graph(shape, kernels)
+    assert {axis: kernels_of(exe)[node.name] for axis, node in outs.items()} == kernels
+    # wide logits, and logits whose exp would overflow f32 unless the max is subtracted first
+    for x in (rand(shape, seed=sum(shape), low=-8, high=8), rand(shape, seed=2, low=60, high=100)):
+        got = exe.run({"x": x})
+        for axis, node in outs.items():
+            assert_close(got[node.name], torch.softmax(t(x), dim=axis).numpy(), *SOFTMAX_TOL, f"axis {axis}")
+
+
+def special_rows(lines: np.ndarray) -> None:
+    """Write NaN / +-inf patterns into rows of a [rows >= 7, cols >= 5] view."""
+    lines[0, 2] = np.nan
+    lines[1, 1] = np.inf
+    lines[2, :] = -np.inf
+    lines[3, 0] = -np.inf
+    lines[4, 1], lines[4, 3] = np.inf, np.inf
+    lines[5, 0], lines[5, 4] = -np.inf, np.inf
+    lines[6, :] = 7.0  # constant row
+
+
+@pytest.mark.parametrize("shape, axis", [((7, 40), 1), ((7, 5), 1), ((40, 7), 0), ((2, 40, 7), 1)])
+def test_softmax_nan_and_inf_rows_like_torch(device, shape, axis):
+    x = rand(shape, seed=5)
+    lines = np.moveaxis(x, axis, -1)  # a view: the writes land in x
+    special_rows(lines[0] if lines.ndim == 3 else lines)
+    g, exe, outs = softmax_graph(shape, [axis])
+    got = exe.run({"x": x})[outs[axis].name]
+    assert_close(got, torch.softmax(t(x), dim=axis).numpy(), *SOFTMAX_TOL, "softmax with NaN/inf rows")
+
+
+def test_softmax_rejects_non_f32_input(device):
+    with pytest.raises(rlxpy.UnsupportedOpError, match=r"probs \(Softmax\).*f32.*i32"):
+        softmax_graph((4, 8), [-1], DType.I32, name="probs")
+
+
+# -- norms -------------------------------------------------------------------------------------
+
+NORM_SHAPES = [*ODD_SHAPES, (3, 1000), (2, 4097)]
+
+
+def norm_graph(shape):
+    """All eight norm variants on inputs x, residual, bias, gamma, beta."""
+    hidden = shape[-1]
+    g = rlxpy.Graph("norm_test")
+    x, residual = g.input("x", shape, DType.F32), g.input("residual", shape, DType.F32)
+    bias, gamma, beta = (g.input(name, (hidden,), DType.F32) for name in ("bias", "gamma", "beta"))
+    outs = {
+        "ln2": g.layer_norm(x, gamma),
+        "ln3": g.layer_norm(x, gamma, beta),
+        "ln3_eps": g.layer_norm(x, gamma, beta, eps=0.5),
+        "rms2": g.rms_norm(x, gamma),
+        "rms3": g.rms_norm(x, gamma, beta, eps=1e-3),
+        "res_ln": g.residual_layer_norm(x, residual, gamma, beta),
+        "res_ln_bias": g.residual_layer_norm(x, residual, gamma, beta, bias=bias),
+        "res_rms": g.residual_rms_norm(x, residual, gamma, beta),
+        "res_rms_bias": g.residual_rms_norm(x, residual, gamma, beta, bias=bias, eps=1e-2),
+    }
+    g.output(*outs.values())
+    return g, rlxpy.compile(g), outs
+
+
+def torch_norms(feeds: dict[str, np.ndarray], dtype=torch.float32) -> dict[str, np.ndarray]:
+    """torch's answers in ``dtype``; the residual sums are formed in f32 first, as the graph's f32 inputs
+    define them (a float64 sum of a large-mean row would carry digits no f32 kernel can see)."""
+    x, residual, bias = (t(feeds[k]) for k in ("x", "residual", "bias"))
+    summed, summed_bias = (x + residual).to(dtype), (x + residual + bias).to(dtype)
+    x, gamma, beta = (t(feeds[k]).to(dtype) for k in ("x", "gamma", "beta"))
+    hidden = (x.shape[-1],)
+    out = {
+        "ln2": F.layer_norm(x, hidden, gamma),
+        "ln3": F.layer_norm(x, hidden, gamma, beta),
+        "ln3_eps": F.layer_norm(x, hidden, gamma, beta, eps=0.5),
+        "rms2": F.rms_norm(x, hidden, gamma, eps=1e-6),
+        "rms3": F.rms_norm(x, hidden, gamma, eps=1e-3) + beta,
+        "res_ln": F.layer_norm(summed, hidden, gamma, beta),
+        "res_ln_bias": F.layer_norm(summed_bias, hidden, gamma, beta),
+        "res_rms": F.rms_norm(summed, hidden, gamma, eps=1e-6) + beta,
+        "res_rms_bias": F.rms_norm(summed_bias, hidden, gamma, eps=1e-2) + beta,
+    }
+    return {k: v.to(torch.float32).numpy() for k, v in out.items()}
+
+
+def norm_feeds(shape, seed: int, offset: float = 0.0) -> dict[str, np.ndarray]:
+    hidden = shape[-1]
+    return {"x": rand(shape, seed=seed) + np.float32(offset), "residual": rand(shape, seed=seed + 1),
+            "bias": rand((hidden,), seed=seed + 2), "gamma": rand((hidden,), seed=seed + 3),
+            "beta": rand((hidden,), seed=seed + 4)}
+
+
+@pytest.mark.parametrize("shape", NORM_SHAPES, ids=str)
+def test_norms_match_torch(device, shape):
+    g, exe, outs = norm_graph(shape)
+    assert set(kernels_of(exe).values()) == {"norm_rows"}
+    feeds = norm_feeds(shape, seed=sum(shape))
+    got = exe.run(feeds)
+    want = torch_norms(feeds)
+    for name, node in outs.items():
+        assert_close(got[node.name], want[name], *NORM_TOL, f"{name} on {shape}")
+
+
+@pytest.mark.parametrize("shape, offset", [((4, 1000), 1000.0), ((3, 4097), 1e4), ((5, 255), -3e4)])
+def test_layer_norm_with_large_mean_matches_torch_float64(device, shape, offset):
+    """A large common offset: E[x^2] - mean^2 in f32 would lose every digit of the variance here."""
+    g, exe, outs = norm_graph(shape)
+    feeds = norm_feeds(shape, seed=11, offset=offset)
+    feeds["x"] = (np.float32(offset) + np.random.default_rng(12).standard_normal(shape)).astype(np.float32)
+    got = exe.run(feeds)
+    want = torch_norms(feeds, torch.float64)
+    for name in ("ln2", "ln3", "res_ln", "res_ln_bias"):
+        assert_close(got[outs[name].name], want[name], 0.0, 1e-5, f"{name} with mean {offset}")
+    ref = run_reference(g, feeds)
+    assert_close(got[outs["ln3"].name], ref[outs["ln3"].name], 0.0, 1e-5, "ln3 vs reference")
+
+
+def test_norms_nan_inf_and_constant_rows_like_torch(device):
+    shape = (7, 40)
+    feeds = norm_feeds(shape, seed=21)
+    special_rows(feeds["x"])
+    g, exe, outs = norm_graph(shape)
+    got = exe.run(feeds)
+    want = torch_norms(feeds)
+    for name, node in outs.items():
+        assert_close(got[node.name], want[name], *NORM_TOL, f"{name} with NaN/inf/constant rows")
+
+
+def test_norm_rejects_non_f32_operands(device):
+    g = rlxpy.Graph("bad_norm")
+    x = g.input("x", (4, 8), DType.F32)
+    gamma = g.input("gamma", (8,), DType.I32)
+    g.output(g.layer_norm(x, gamma, name="ln"))
+    with pytest.raises(rlxpy.UnsupportedOpError, match=r"ln \(LayerNorm\).*f32.*gamma"):
+        rlxpy.compile(g)
+
+
+def test_norm_family_uniform_structs_match_layouts():
+    for name in ("softmax_rows", "softmax_lines", "norm_rows"):
+        layout = KERNELS[name].params
+        structs = parse_wgsl_structs((KERNEL_DIR / f"{name}.wgsl").read_text())
+        assert structs[layout.name] == layout.fields, name

@@ -1,0 +1,336 @@
+"""GGUF quantised matmul / embedding lookup on the GPU, against gguf-py's decoder and torch.
+
+Dequantised values are checked bit for bit (GatherGguf over every row == gguf.quants.dequantize);
+matmuls (GEMV for <= 8 x rows, tiled kernel above) against torch on the dequantised weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, quants
+from helpers import assert_close
+
+import rlxpy
+from rlxpy.errors import GraphError, InputError, UnsupportedOpError
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.quant import GGUF_BLOCKS, gguf_row_bytes
+from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.lowering.quant_gguf import GEMV_MAX_ROWS, chunk_elems, gemv_plan
+from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES
+
+QUANTISABLE = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16")  # gguf-py can quantise these
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+FLOATS = ("F32", "F16", "BF16")
+#: byte offsets of the f16 super-block scales (d, and dmin where there is one) in K-quant blocks
+K_SCALE_FIELDS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+HOST_TYPES = ("Q8_1", "Q8_K", "IQ4_NL", "IQ4_XS")
+
+
+def block_of(qtype: str) -> int:
+    return GGUF_BLOCKS[qtype][0]
+
+
+def sizes(qtype: str) -> tuple[int, int]:
+    """(one block, several blocks) worth of k; float rows get odd lengths instead."""
+    if qtype in FLOATS:
+        return 37, 75
+    block = block_of(qtype)
+    return (block, 3 * block) if block == 32 else (block, 2 * block)
+
+
+def make_weights(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
+    """u8 [n, row_bytes]: gguf-py quantised where it can, else random bytes with sane scales."""
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    if qtype == "F32":
+        return values.view(np.uint8).reshape(n, -1)
+    if qtype == "F16":
+        return values.astype(np.float16).view(np.uint8).reshape(n, -1)
+    if qtype in QUANTISABLE:
+        raw = quants.quantize(values, GGMLQuantizationType[qtype]).reshape(n, -1).copy()
+        if block_of(qtype) == 32 and raw.size > 2 * GGUF_BLOCKS[qtype][1]:
+            # edge scales: a subnormal and a negative subnormal f16 d in the first two blocks
+            blocks = raw.reshape(-1, GGUF_BLOCKS[qtype][1])
+            blocks[0, :2] = np.array([0x0001], np.uint16).view(np.uint8)
+            blocks[1, :2] = np.array([0x83FF], np.uint16).view(np.uint8)
+        return raw
+    size = GGUF_BLOCKS[qtype][1]
+    blocks = rng.integers(0, 256, size=(n * k // block_of(qtype), size), dtype=np.uint8)
+    for offset in K_SCALE_FIELDS.get(qtype, ()):
+        scale = rng.uniform(0.002, 0.05, len(blocks)) * rng.choice([-1.0, 1.0], len(blocks))
+        blocks[:, offset:offset + 2] = scale.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(n, -1)
+
+
+def gguf_values(raw: np.ndarray, qtype: str) -> np.ndarray:
+    """The oracle: gguf-py's dequantisation (numpy's own casts for F32/F16)."""
+    if qtype == "F32":
+        return raw.view(np.float32)
+    if qtype == "F16":
+        return raw.view(np.float16).astype(np.float32)
+    return quants.dequantize(raw, GGMLQuantizationType[qtype])
+
+
+def torch_matmul(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    y = torch.from_numpy(x.astype(np.float64)) @ torch.from_numpy(weight.astype(np.float64)).T
+    return y.numpy()
+
+
+def assert_matmul_close(got: np.ndarray, x: np.ndarray, weight: np.ndarray, what: str) -> None:
+    """Within the f32 rounding bound of a k-term dot product: |err| <= c * sum_i |x_i w_i|."""
+    want = torch_matmul(x, weight)
+    bound = torch_matmul(np.abs(x), np.abs(weight))
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = ~(np.abs(got - want) <= 1e-5 * bound + 1e-6) & ~(np.isnan(got) & np.isnan(want))
+    assert not bad.any(), f"{what}: {bad.sum()} values off, e.g. {got[bad][:3]} vs {want[bad][:3]}"
+
+
+def compile_with(g: rlxpy.Graph, weights: dict[str, np.ndarray]):
+    exe = rlxpy.compile(g)
+    for name, raw in weights.items():
+        exe.set_param_bytes(name, raw.tobytes())
+    return exe
+
+
+# -- dequantised values: bit-exact ----------------------------------------------------------------
+@pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
+def test_gather_dequantizes_every_row_bit_exactly_like_gguf(device, qtype):
+    n, k = 33, sizes(qtype)[1]
+    raw = make_weights(qtype, n, k, seed=1)
+    if qtype in FLOATS:  # specials survive the decode untouched
+        specials = np.array([np.inf, -np.inf, np.nan, -0.0, 6e-8, -1e-40], np.float32)
+        values = gguf_values(raw, qtype).copy()
+        values[3, :6] = specials
+        raw = (values.view(np.uint8) if qtype == "F32" else
+               values.astype(np.float16).view(np.uint8) if qtype == "F16" else
+               quants.quantize(values, GGMLQuantizationType.BF16)).reshape(n, -1)
+    g = rlxpy.Graph("gather")
+    table = g.param("table", raw.shape, DType.U8)
+    idx = g.input("idx", (n + 3,), DType.I32)
+    y = g.gather_gguf(table, idx, qtype, k, name="rows")
+    g.output(y)
+    exe = compile_with(g, {"table": raw})
+    assert [s.kernel for s in exe.schedule.steps] == ["quant_gguf_gather"]
+    order = np.concatenate([np.arange(n), [-7, n, n + 100]]).astype(np.int32)  # last 3 clamp
+    got = exe.run({"idx": order})["rows"]
+    want = gguf_values(raw, qtype)[np.clip(order, 0, n - 1)]
+    assert got.shape == (n + 3, k)
+    np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32),
+                                  err_msg=f"{qtype}: dequantised bits differ from gguf-py")
+
+
+@pytest.mark.parametrize("idx_dtype", [DType.F32, DType.U32])
+def test_gather_truncates_and_clamps_float_and_unsigned_indices(device, idx_dtype):
+    raw = make_weights("Q8_0", 5, 64, seed=2)
+    g = rlxpy.Graph("gather_idx")
+    idx = g.input("idx", (2, 3), idx_dtype)
+    y = g.gather_gguf(g.param("table", raw.shape, DType.U8), idx, "Q8_0", 64, name="rows")
+    g.output(y)
+    exe = compile_with(g, {"table": raw})
+    if idx_dtype is DType.F32:
+        order = np.array([[0.9, 3.7, -2.5], [np.nan, 99.0, 4.0]], np.float32)
+        rows = [0, 3, 0, 0, 4, 4]
+    else:
+        order = np.array([[1, 4, 0], [2, 77, 3]], np.uint32)
+        rows = [1, 4, 0, 2, 4, 3]
+    got = exe.run({"idx": order})["rows"]
+    want = gguf_values(raw, "Q8_0")[rows].reshape(2, 3, 64)
+    np.testing.assert_array_equal(got, want)
+
+
+# -- matmuls: GEMV (few rows) and tiled (many rows) -----------------------------------------------
+@pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
+def test_matmul_gemv_and_tiled_match_torch(device, qtype):
+    one, several = sizes(qtype)
+    # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (GEMV) and 17 (tiled)
+    cases = [(1, one, 1), (3, several, 5), (17, one, 17), (33, several, 1), (33, several, 17), (17, several, 5)]
+    g = rlxpy.Graph("qmm")
+    weights, feeds, outs = {}, {}, []
+    rng = np.random.default_rng(3)
+    for i, (n, k, rows) in enumerate(cases):
+        weights[f"w{i}"] = make_weights(qtype, n, k, seed=10 + i)
+        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        x = g.input(f"x{i}", (rows, k))
+        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
+        outs.append(g.dequant_matmul_gguf(x, w, qtype, n, k, name=f"y{i}"))
+    g.output(*outs)
+    exe = compile_with(g, weights)
+    kernels = [s.kernel for s in exe.schedule.steps]
+    assert kernels == ["quant_gguf_gemv" if rows <= GEMV_MAX_ROWS else "quant_gguf_tiled"
+                       for _, _, rows in cases]
+    got = exe.run(feeds)
+    for i, (n, k, rows) in enumerate(cases):
+        weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
+        assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], weight, f"{qtype} n={n} k={k} rows={rows}")
+    if qtype in ("Q4_1", "Q6_K"):  # the reference agrees too (it is gguf-py + float64 numpy)
+        ref = run_reference(g, feeds, weights)
+        for i in range(len(cases)):
+            assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], gguf_values(weights[f"w{i}"], qtype).reshape(
+                ref[f"y{i}"].shape[1], -1), f"GPU vs reference y{i}")
+            assert_close(got[f"y{i}"], ref[f"y{i}"], 1e-4, 1e-3, f"GPU vs reference y{i}")
+
+
+@pytest.mark.parametrize(("qtype", "rows", "k"), [("Q4_0", 1, 4096 + 256), ("Q5_K", 8, 1024), ("F16", 3, 1301)])
+def test_gemv_stages_long_rows_in_chunks(device, qtype, rows, k):
+    assert k > chunk_elems(rows, k)  # more than one chunk of x goes through workgroup memory
+    raw = make_weights(qtype, 3, k, seed=4)
+    x = np.random.default_rng(5).standard_normal((rows, k)).astype(np.float32)
+    g = rlxpy.Graph("long")
+    y = g.dequant_matmul_gguf(g.input("x", x.shape), g.param("w", raw.shape, DType.U8), qtype, 3, k, name="y")
+    g.output(y)
+    got = compile_with(g, {"w": raw}).run({"x": x})["y"]
+    assert_matmul_close(got, x, gguf_values(raw, qtype).reshape(3, k), qtype)
+
+
+def test_leading_dims_of_x_are_flattened_into_rows(device):
+    raw = make_weights("Q4_K", 17, 256, seed=6)
+    x = np.random.default_rng(7).standard_normal((2, 3, 256)).astype(np.float32)
+    g = rlxpy.Graph("lead")
+    y = g.dequant_matmul_gguf(g.input("x", x.shape), g.param("w", raw.shape, DType.U8), "Q4_K", 17, 256,
+                              name="y")
+    g.output(y)
+    got = compile_with(g, {"w": raw}).run({"x": x})["y"]
+    assert got.shape == (2, 3, 17)
+    assert_matmul_close(got.reshape(6, 17), x.reshape(6, 256), gguf_values(raw, "Q4_K").reshape(17, 256), "x")
+
+
+def test_nan_and_inf_propagate_like_torch(device):
+    values = np.random.default_rng(8).standard_normal((5, 37)).astype(np.float32)
+    values[1, 4] = np.inf
+    values[3, 0] = np.nan
+    raw = values.astype(np.float16).view(np.uint8)
+    x = np.random.default_rng(9).standard_normal((17, 37)).astype(np.float32)
+    x[2, 5] = np.nan
+    g = rlxpy.Graph("nan")
+    w = g.param("w", raw.shape, DType.U8)
+    xs = g.input("x", x.shape)
+    y1 = g.dequant_matmul_gguf(g.input("x1", (1, 37)), w, "F16", 5, 37, name="gemv")
+    y2 = g.dequant_matmul_gguf(xs, w, "F16", 5, 37, name="tiled")
+    g.output(y1, y2)
+    got = compile_with(g, {"w": raw}).run({"x": x, "x1": x[2:3]})
+    weight = values.astype(np.float16).astype(np.float32)
+    assert_matmul_close(got["gemv"], x[2:3], weight, "gemv")
+    assert_matmul_close(got["tiled"], x, weight, "tiled")
+    assert np.isnan(got["tiled"][2]).all() and np.isnan(got["tiled"][:, 3]).all()
+
+
+# -- MoE: grouped matmul ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("qtype", "idx_dtype"), [("Q4_1", DType.F32), ("Q6_K", DType.I32), ("Q8_0", DType.U32)])
+def test_grouped_matmul_picks_each_rows_expert(device, qtype, idx_dtype):
+    experts, n, k, rows = 3, 17, sizes(qtype)[1], 6
+    slabs = np.stack([make_weights(qtype, n, k, seed=20 + e) for e in range(experts)])
+    x = np.random.default_rng(11).standard_normal((rows, k)).astype(np.float32)
+    if idx_dtype is DType.F32:
+        choice = np.array([2.9, 0.0, -1.0, 1.5, 7.0, 2.0], np.float32)  # truncated; -1 and 7 -> zeros
+    else:
+        choice = np.array([2, 0, 5, 1, 1, 2]).astype(idx_dtype.numpy)  # 5 is out of range -> zeros
+    g = rlxpy.Graph("moe")
+    y = g.dequant_grouped_matmul(g.input("x", x.shape), g.param("w", slabs.shape, DType.U8),
+                                 g.input("idx", (rows,), idx_dtype), qtype, n, k, name="y")
+    g.output(y)
+    exe = compile_with(g, {"w": slabs})
+    assert [s.kernel for s in exe.schedule.steps] == ["quant_gguf_gemv"]
+    got = exe.run({"x": x, "idx": choice})["y"]
+    for i, e in enumerate(np.trunc(choice.astype(np.float64)).astype(int)):
+        if 0 <= e < experts:
+            assert_matmul_close(got[i:i + 1], x[i:i + 1], gguf_values(slabs[e], qtype).reshape(n, k), f"row {i}")
+        else:
+            assert not got[i].any(), f"row {i}: expert {e} is out of range, the row must be zero"
+    ref = run_reference(g, {"x": x, "idx": choice}, {"w": slabs})["y"]
+    assert_close(got, ref, 1e-4, 1e-3, "GPU vs reference")
+
+
+# -- host fallback -------------------------------------------------------------------------------
+def _host_weights(qtype: str, n: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(raw rows, their values) decoded here independently of host_ops (struct field by field)."""
+    block, size = GGUF_BLOCKS[qtype]
+    count = n * k // block
+    if qtype == "Q8_1":
+        d = rng.uniform(-0.1, 0.1, count).astype("<f4")
+        q = rng.integers(-128, 128, (count, 32)).astype(np.int8)
+        s = (d * q.sum(1)).astype("<f4")
+        raw = np.concatenate([d.view(np.uint8).reshape(-1, 4), s.view(np.uint8).reshape(-1, 4),
+                              q.view(np.uint8)], axis=1)
+        return raw.reshape(n, -1), (d[:, None] * q.astype(np.float32)).reshape(n, k)
+    if qtype == "Q8_K":
+        d = rng.uniform(-0.1, 0.1, count).astype("<f4")
+        q = rng.integers(-128, 128, (count, 256)).astype(np.int8)
+        sums = q.reshape(count, 16, 16).sum(-1).astype("<i2")
+        raw = np.concatenate([d.view(np.uint8).reshape(-1, 4), q.view(np.uint8), sums.view(np.uint8)], axis=1)
+        return raw.reshape(n, -1), (d[:, None] * q.astype(np.float32)).reshape(n, k)
+    blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
+    blocks[:, :2] = rng.uniform(0.001, 0.01, count).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    raw = blocks.reshape(n, -1)
+    return raw, gguf_values(raw, qtype).reshape(n, k)
+
+
+@pytest.mark.parametrize("qtype", HOST_TYPES)
+def test_types_without_a_wgsl_decoder_run_as_host_steps(device, qtype):
+    n, k = 3, GGUF_BLOCKS[qtype][0] * 2
+    rng = np.random.default_rng(12)
+    raw, weight = _host_weights(qtype, n, k, rng)
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    g = rlxpy.Graph("host")
+    w = g.param("w", raw.shape, DType.U8)
+    y = g.dequant_matmul_gguf(g.input("x", x.shape), w, qtype, n, k, name="y")
+    rows = g.gather_gguf(w, g.input("idx", (2,), DType.I32), qtype, k, name="rows")
+    g.output(y, rows)
+    exe = compile_with(g, {"w": raw})
+    assert [(s.kind, s.kernel) for s in exe.schedule.steps] == [("host", "gguf_matmul"), ("host", "gguf_gather")]
+    got = exe.run({"x": x, "idx": np.array([2, -1], np.int32)})
+    assert_matmul_close(got["y"], x, weight, qtype)
+    assert_close(got["rows"], weight[[2, 0]], 0, 0, f"{qtype} rows")
+
+
+def test_grouped_matmul_host_fallback(device):
+    rng = np.random.default_rng(13)
+    slabs = np.stack([_host_weights("IQ4_NL", 5, 64, rng)[0] for _ in range(2)])
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    choice = np.array([1.0, 0.0, 9.0], np.float32)
+    g = rlxpy.Graph("moe_host")
+    y = g.dequant_grouped_matmul(g.input("x", x.shape), g.param("w", slabs.shape, DType.U8),
+                                 g.input("idx", (3,)), "IQ4_NL", 5, 64, name="y")
+    g.output(y)
+    exe = compile_with(g, {"w": slabs})
+    assert [s.kind for s in exe.schedule.steps] == ["host"]
+    got = exe.run({"x": x, "idx": choice})["y"]
+    assert_close(got, run_reference(g, {"x": x, "idx": choice}, {"w": slabs})["y"], 1e-5, 1e-5, "IQ4_NL")
+    assert not got[2].any()
+
+
+# -- errors and planning ---------------------------------------------------------------------------
+def test_wrong_weight_byte_count_is_an_input_error(device):
+    g = rlxpy.Graph("bad_bytes")
+    w = g.param("w", (3, gguf_row_bytes("Q4_1", 64)), DType.U8)
+    g.output(g.dequant_matmul_gguf(g.input("x", (1, 64)), w, "Q4_1", 3, 64))
+    exe = rlxpy.compile(g)
+    with pytest.raises(InputError, match="'w'.*expected 120 bytes, got 119"):
+        exe.set_param_bytes("w", bytes(119))
+
+
+def test_k_not_a_multiple_of_the_block_is_a_graph_error():
+    g = rlxpy.Graph("bad_k")
+    x = g.input("x", (1, 48))
+    with pytest.raises(GraphError, match=r"qmm.*row size \(48\) is not a multiple of Q4_K block size \(256\)"):
+        g.dequant_matmul_gguf(x, g.param("w", (2, 27), DType.U8), "Q4_K", 2, 48, name="qmm")
+    with pytest.raises(GraphError, match=r"qmm2.*Q8_0 weight must be u8\[2, 68\], got u8\[2, 50\]"):
+        g.dequant_matmul_gguf(g.input("x2", (1, 64)), g.param("w2", (2, 50), DType.U8), "Q8_0", 2, 64, name="qmm2")
+
+
+def test_non_f32_x_is_refused_naming_the_node(device):
+    g = rlxpy.Graph("bad_x")
+    y = g.dequant_matmul_gguf(g.input("x", (1, 32), DType.F16), g.param("w", (2, 34), DType.U8), "Q8_0", 2, 32,
+                              name="proj")
+    g.output(y)
+    with pytest.raises(UnsupportedOpError, match=r"proj \(DequantMatMulGguf\): x must be f32"):
+        rlxpy.compile(g)
+
+
+@pytest.mark.parametrize("units", [1, 2, 18, 31, 32, 33, 48, 100, 448])
+def test_gemv_plan_covers_a_row_evenly(units):
+    lanes, rows_per_wg = gemv_plan(units)
+    passes = -(-units // lanes)
+    assert 1 <= lanes <= 32 and rows_per_wg == 256 // lanes
+    assert passes == max(1, -(-units // 32)) and lanes * passes - units < passes  # no idle pass
