@@ -48,10 +48,25 @@ class ArenaPlan:
     roots: dict[int, int]  # node id -> id of the node that owns its bytes
     plan: Plan
     scratch: tuple[int, int]  # (byte offset, size)
+    buffers: tuple[Buffer, ...] = ()  # the planned buffers with their lifetimes (key = root node id)
+    gaps: tuple[tuple[int, int], ...] = ()  # (offset, size) of staging regions inserted by windows.py
 
     @property
     def size(self) -> int:
         return self.scratch[0] + self.scratch[1]
+
+    def with_gaps(self, gaps: dict[int, int]) -> ArenaPlan:
+        """The same plan with empty regions of ``gaps`` {cut offset: bytes} inserted at cut points
+        (offsets no buffer straddles): everything at or past a cut moves up by its gap."""
+        from rlxpy.wgpu_backend.windows import shift
+
+        order = sorted(gaps.items())
+        moved = {key: shift(offset, order) for key, offset in self.plan.offsets.items()}
+        plan = Plan(moved, shift(self.plan.size, order), self.plan.total_requested, self.plan.alignment)
+        placed = tuple((shift(offset, order), size) for offset, size in self.gaps)
+        placed += tuple((shift(cut, order) - size, size) for cut, size in order)
+        return ArenaPlan({node: shift(offset, order) for node, offset in self.offsets.items()}, self.roots, plan,
+                         (shift(self.scratch[0], order), self.scratch[1]), self.buffers, tuple(sorted(placed)))
 
 
 def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scratch: int = 0) -> ArenaPlan:
@@ -77,7 +92,7 @@ def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scrat
     plan = place(buffers, alignment)
     offsets = {node.id: plan.offsets[roots[node.id]] for node in graph.nodes}
     scratch_size = align_up(max(scratch, SCRATCH_MIN), alignment)
-    return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size))
+    return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size), tuple(buffers))
 
 
 class Arena:

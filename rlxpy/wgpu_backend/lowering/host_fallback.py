@@ -1,0 +1,50 @@
+"""Host fallback: ops without a WGSL kernel yet run their numpy reference between GPU passes.
+
+Each becomes one host step (kind "H" in the dispatch report): the run loop submits the GPU work
+so far, reads the op's inputs from the arena, runs the reference, and writes the output back.
+Correct but slow; the report shows the user exactly which ops did not run on the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops import extra
+from rlxpy.ir.reference import REFERENCE, _load_families
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers, not_lowered
+
+#: Ops lowered as host steps, with the reason each has no kernel yet.
+HOST_OPS: dict[type[ops.Op], str] = {
+    extra.RmsNormBackwardInput: "backward ops run on the host", extra.RmsNormBackwardGamma: "backward op",
+    extra.RmsNormBackwardBeta: "backward op", extra.LayerNormBackwardInput: "backward op",
+    extra.LayerNormBackwardGamma: "backward op", extra.RopeBackward: "backward op",
+    extra.CumsumBackward: "backward op", extra.GatherBackward: "backward op",
+    extra.AttentionBackward: "backward op", extra.Conv: "no conv kernel yet", extra.Pool: "no pool kernel yet",
+    extra.Im2Col: "im2col is a host op (as in the original)", extra.Custom: "custom ops are host steps",
+    extra.ElementwiseRegion: "no region kernel yet", extra.BatchElementwiseRegion: "no region kernel yet",
+    extra.SelectiveScan: "no scan kernel yet", extra.GatedDeltaNet: "recurrent N×N state: host step",
+    extra.Fft: "no FFT kernel yet", extra.WelchPeaks: "host step", extra.LogMel: "host step",
+    extra.LogMelBackward: "host step", ops.GroupedMatMul: "no grouped-matmul kernel yet",
+}
+
+
+def lower_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
+    _load_families()
+    reference = REFERENCE[type(node.op)]
+    op, input_ids, output_id = node.op, list(node.inputs), node.id
+
+    def run(io) -> None:
+        args = [np.asarray(io.read(i)) for i in input_ids]
+        io.write(output_id, reference(op, args, node))
+
+    return [ctx.host(node, f"host_{type(node.op).__name__}", run)]
+
+
+for _op in HOST_OPS:
+    lowers(_op)(lower_on_host)
+
+for _op in (extra.GaussianSplatRender, extra.GaussianSplatRenderBackward, extra.GaussianSplatPrepare,
+            extra.GaussianSplatRasterize):
+    not_lowered(_op, "Gaussian splatting is not implemented (no rasteriser yet)")
