@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp
+from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.shape import as_shape
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Builder:
 
     # -- element-wise -----------------------------------------------------------------------
     def activation(self, x: NodeRef, fn: ActKind | str, name: str | None = None) -> Node:
-        kind = fn if isinstance(fn, ActKind) else ActKind[fn.upper()]
+        kind = enum_value(ActKind, fn)
         return self.apply(ops.Activation(kind), [x], name)
 
     def relu(self, x: NodeRef, name: str | None = None) -> Node:
@@ -61,7 +61,7 @@ class Builder:
         return self.activation(x, ActKind.EXP, name)
 
     def binary(self, a: NodeRef, b: NodeRef | float, op: BinaryOp | str, name: str | None = None) -> Node:
-        kind = op if isinstance(op, BinaryOp) else BinaryOp[op.upper()]
+        kind = enum_value(BinaryOp, op)
         return self.apply(ops.Binary(kind), [a, self._scalar(b, a)], name)
 
     def add(self, a: NodeRef, b: NodeRef | float, name: str | None = None) -> Node:
@@ -86,7 +86,7 @@ class Builder:
         return self.binary(a, b, BinaryOp.POW, name)
 
     def compare(self, a: NodeRef, b: NodeRef | float, op: CmpOp | str, name: str | None = None) -> Node:
-        kind = op if isinstance(op, CmpOp) else CmpOp[op.upper()]
+        kind = enum_value(CmpOp, op)
         return self.apply(ops.Compare(kind), [a, self._scalar(b, a)], name)
 
     def where(self, cond: NodeRef, on_true: NodeRef, on_false: NodeRef, name: str | None = None) -> Node:
@@ -99,7 +99,7 @@ class Builder:
     def linear(self, x: NodeRef, w: NodeRef, bias: NodeRef,
                activation: ActKind | str | None = None, name: str | None = None) -> Node:
         """``act(x @ w + bias)`` as one FusedMatMulBiasAct."""
-        act = ActKind[activation.upper()] if isinstance(activation, str) else activation
+        act = enum_value(ActKind, activation) if activation is not None else None
         return self.apply(ops.FusedMatMulBiasAct(act), [x, w, bias], name)
 
     def grouped_matmul(self, x: NodeRef, w: NodeRef, expert_idx: NodeRef, name: str | None = None) -> Node:
@@ -144,7 +144,7 @@ class Builder:
     # -- reductions, scans, selection ---------------------------------------------------------
     def reduce(self, x: NodeRef, op: ReduceOp | str, axes: int | Sequence[int], keep_dim: bool = False,
                name: str | None = None) -> Node:
-        kind = op if isinstance(op, ReduceOp) else ReduceOp[op.upper()]
+        kind = enum_value(ReduceOp, op)
         axes_t = (axes,) if isinstance(axes, int) else tuple(axes)
         return self.apply(ops.Reduce(kind, axes_t, keep_dim), [x], name)
 
@@ -196,7 +196,7 @@ class Builder:
                   mask: NodeRef | None = None, score_scale: float | None = None, softcap: float | None = None,
                   window: int = 0, kv_len: NodeRef | None = None, name: str | None = None) -> Node:
         """``kv_len``: a pos i32[1] tensor; keys [0, pos + S_q) are attended (KV-cache decoding)."""
-        kind = mask_kind if isinstance(mask_kind, MaskKind) else MaskKind[mask_kind.upper()]
+        kind = enum_value(MaskKind, mask_kind)
         op = ops.Attention(num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window,
                            kv_len is not None)
         extra = ([mask] if mask is not None else []) + ([kv_len] if kv_len is not None else [])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.ops import extra
-from rlxpy.ir.ops.core import FftNorm, MaskKind, Op, ReduceOp
+from rlxpy.ir.ops.core import FftNorm, MaskKind, Op, ReduceOp, enum_value
 from rlxpy.ir.shape import as_shape
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def _window(value: Window | None) -> tuple[int, ...]:
 
 
 def _enum(kind: type, value: object) -> object:
-    return value if isinstance(value, kind) else kind[str(value).upper()]  # type: ignore[index]
+    return enum_value(kind, value)  # type: ignore[arg-type]
 
 
 class BuilderExtra:

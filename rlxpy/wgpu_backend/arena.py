@@ -65,8 +65,9 @@ class ArenaPlan:
         plan = Plan(moved, shift(self.plan.size, order), self.plan.total_requested, self.plan.alignment)
         placed = tuple((shift(offset, order), size) for offset, size in self.gaps)
         placed += tuple((shift(cut, order) - size, size) for cut, size in order)
-        return ArenaPlan({node: shift(offset, order) for node, offset in self.offsets.items()}, self.roots, plan,
-                         (shift(self.scratch[0], order), self.scratch[1]), self.buffers, tuple(sorted(placed)))
+        offsets = {node: shift(offset, order) for node, offset in self.offsets.items()}
+        scratch = (shift(self.scratch[0], order), self.scratch[1])
+        return ArenaPlan(offsets, self.roots, plan, scratch, self.buffers, tuple(sorted(placed)))
 
 
 def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scratch: int = 0) -> ArenaPlan:

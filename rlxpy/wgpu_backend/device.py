@@ -48,7 +48,9 @@ class Device:
 
     @property
     def max_binding(self) -> int:
-        """Largest storage binding rlxpy plans for (RLX_WGPU_MAX_BINDING lowers it)."""
+        """Largest storage binding rlxpy plans for. RLX_WGPU_MAX_BINDING lowers it: read here at every
+        compile (get_device() is cached, so a later env.override still applies) and passed to the
+        device's required_limits when set before the device is made (then wgpu enforces it too)."""
         limit = self.limits["max-storage-buffer-binding-size"]
         cap = int(env.MAX_BINDING)
         return min(limit, cap) if cap > 0 else limit
@@ -139,8 +141,12 @@ def get_device() -> Device:
     if adapter is None:
         raise UnsupportedOpError("no WebGPU adapter found; install mesa-vulkan-drivers for lavapipe")
     features = [f for f in WANTED_FEATURES if f in adapter.features]
+    binding = adapter.limits["max-storage-buffer-binding-size"]
+    cap = int(env.MAX_BINDING)
+    if 0 < cap < binding:  # wgpu then validates every binding against the cap (wgpu-py-notes §2)
+        binding = max(cap // 4 * 4, 4)
     limits = {
-        "max_storage_buffer_binding_size": adapter.limits["max-storage-buffer-binding-size"],
+        "max_storage_buffer_binding_size": binding,
         "max_buffer_size": adapter.limits["max-buffer-size"],
     }
     device = adapter.request_device_sync(label="rlxpy", required_features=features, required_limits=limits)

@@ -23,9 +23,9 @@ from rlxpy.wgpu_backend.schedule import Step
 
 @dataclass
 class Segment:
-    """Consecutive GPU dispatches encoded into one pass, or one host step."""
+    """Consecutive GPU dispatches encoded into one pass, or one host step, or one arena copy step."""
 
-    kind: str  # "gpu" | "host"
+    kind: str  # "gpu" | "host" | "copy" (a staging copy through the transfer buffer; ``host`` holds its Step)
     dispatches: list[tuple[Any, int, int]]  # (pipeline, uniform slot, step index); grids live in Encoder
     host: Step | None = None
 
@@ -58,8 +58,8 @@ class Encoder:
         offsets: list[int] = []
         blob = bytearray(self.stride * max(len(gpu_steps), 1))
         for index, step in enumerate(steps):
-            if step.kind == "host":
-                self.segments.append(Segment("host", [], step))
+            if step.kind in ("host", "copy"):
+                self.segments.append(Segment(step.kind, [], step))
                 continue
             slot = len(offsets) // 2
             blob[slot * self.stride: slot * self.stride + len(step.uniforms)] = step.uniforms
@@ -121,7 +121,7 @@ class Encoder:
         if steps not in self._subsets:
             chosen: list[Segment] = []
             for segment in self.segments:
-                if segment.kind == "host":
+                if segment.kind != "gpu":
                     if self.steps.index(segment.host) in steps:  # type: ignore[arg-type]
                         chosen.append(segment)
                     continue
@@ -146,6 +146,9 @@ class Encoder:
         for index, segment in enumerate(self.segments_for(steps)):
             if segment.kind == "gpu":
                 self._encode_pass(encoder, segment)
+                continue
+            if segment.kind == "copy":  # staging copy farther than one window: two hops, no submit
+                self.arena.gpu_copies(encoder, [segment.host.copy])  # type: ignore[union-attr]
                 continue
             dev.queue.submit([encoder.finish()])
             started = time.perf_counter()

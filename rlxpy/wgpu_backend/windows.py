@@ -39,7 +39,7 @@ def align_down(value: int, alignment: int) -> int:
     return value // alignment * alignment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Region:
     """A byte range [offset, offset + size) of the arena."""
 
@@ -170,10 +170,10 @@ def check_fits(units: Sequence[Unit], window: int, alignment: int, what: str) ->
     """LimitError when the units could not share one window even with every one but one staged."""
     need = sum(align_up(u.size, alignment) for u in units)
     if need > window:
-        raise LimitError(f"{what}: its tensors need {need / MIB:.3f} MiB in one binding ({describe_units(units)}) "
-                         f"but one binding sees at most {window / MIB:.3f} MiB (max_storage_buffer_binding_size "
-                         "or RLX_WGPU_MAX_BINDING); even staged copies cannot share one window. Split the op "
-                         "or raise the cap.")
+        raise LimitError(f"{what}: its tensors need {need / MIB:.3f} MiB in one binding "
+                         f"({describe_units(units)}) but one binding sees at most {window / MIB:.3f} MiB "
+                         "(max_storage_buffer_binding_size or RLX_WGPU_MAX_BINDING); even staged copies "
+                         "cannot share one window. Split the op or raise the cap.")
 
 
 # -- liveness: which bytes are free while a node runs ------------------------------------------------
@@ -191,14 +191,15 @@ class Liveness:
         """Merged ranges inside [lo, hi) held by a buffer alive at ``step``."""
         mask = ((self.birth <= step) & (self.death >= step) & (self.start < hi) & (self.end > lo)
                 & (self.end > self.start))
-        spans = sorted(zip(np.maximum(self.start[mask], lo).tolist(), np.minimum(self.end[mask], hi).tolist()))
-        merged: list[list[int]] = []
-        for start, end in spans:
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        return [Region(s, e - s) for s, e in merged]
+        if not mask.any():
+            return []
+        starts = np.maximum(self.start[mask], lo)
+        order = np.argsort(starts, kind="stable")
+        starts, reach = starts[order], np.maximum.accumulate(np.minimum(self.end[mask], hi)[order])
+        breaks = np.flatnonzero(starts[1:] > reach[:-1]) + 1  # a range that starts past all before it
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
+        return [Region(int(s), int(e - s)) for s, e in zip(starts[firsts], reach[lasts])]
 
     def free(self, step: int, lo: int, hi: int, alignment: int) -> list[Region]:
         """Free ranges inside [lo, hi) at ``step``, each starting on the alignment."""
@@ -258,8 +259,8 @@ def plan_window(units: Sequence[Unit], arena_size: int, window: int, alignment: 
     """The window (and staging) for one node's ``units``.
 
     ``free_between(lo, hi)`` lists the bytes of [lo, hi) that hold no tensor alive at this node
-    (aligned starts). Prefers no staging; else, over every anchor (biggest first) and every
-    candidate base, the plan staging the fewest bytes. Raises NoRoom when nothing fits."""
+    (aligned starts). Prefers no staging; else, anchored on the biggest unit (each of them on a
+    tie), the candidate base staging the fewest bytes. Raises NoRoom when nothing fits."""
     check_fits(units, window, alignment, what)
     lo = min(u.offset for u in units)
     hi = max(u.end for u in units)
@@ -268,14 +269,16 @@ def plan_window(units: Sequence[Unit], arena_size: int, window: int, alignment: 
         return WindowPlan(base, window)
     own = [Region(u.offset, u.size) for u in units]
     best: WindowPlan | None = None
-    for anchor in sorted(units, key=lambda u: (-u.size, u.offset)):
+    biggest = max(u.size for u in units)
+    # the biggest unit anchors (a big param is never copied: a gap beside it is cheaper every run)
+    for anchor in [u for u in units if u.size == biggest]:
         plan = _best_around(anchor, units, own, arena_size, window, alignment, free_between)
         if plan is not None and (best is None or plan.staged_bytes < best.staged_bytes):
             best = plan
     if best is None:
-        raise NoRoom(f"{what}: its tensors span {(hi - lo) / MIB:.3f} MiB ({describe_units(units)}), more than "
-                     f"one {window / MIB:.3f} MiB binding, and no window around them has free bytes to stage "
-                     "the rest", units)
+        raise NoRoom(f"{what}: its tensors span {(hi - lo) / MIB:.3f} MiB ({describe_units(units)}), more "
+                     f"than one {window / MIB:.3f} MiB binding, and no window around them has free bytes to "
+                     "stage the rest", units)
     return best
 
 
@@ -342,23 +345,23 @@ def gap_request(units: Sequence[Unit], cuts: Sequence[int], window: int, alignme
     """(cut, size) of a gap that lets ``units`` run: sized for every unit but the biggest, at the cut
     nearest the biggest unit such that the unit and the gap fit one window together."""
     anchor = max(units, key=lambda u: (u.size, -u.offset))
-    size = align_up(max(sum(align_up(u.size, alignment) for u in units if u is not anchor), alignment), alignment)
+    rest = sum(align_up(u.size, alignment) for u in units if u is not anchor)
+    size = align_up(max(rest, alignment), alignment)
     best: tuple[int, int] | None = None
-    for cut in cuts:
-        if cut % alignment:
-            continue
+    # the nearest aligned cut on each side: a farther one only makes the reach longer
+    after = [c for c in cuts[bisect.bisect_left(cuts, anchor.end):] if c % alignment == 0][:1]
+    before = [c for c in reversed(cuts[: bisect.bisect_right(cuts, anchor.offset)]) if c % alignment == 0][:1]
+    for cut in before + after:
         if cut >= anchor.end:  # gap after the anchor: anchor start .. gap end in one window
             reach, distance = cut + size - align_down(anchor.offset, alignment), cut - anchor.end
-        elif cut <= anchor.offset:  # gap before it: the anchor moves up by the gap
+        else:  # gap before it: the anchor moves up by the gap
             reach, distance = anchor.end + size - cut, anchor.offset - cut
-        else:
-            continue
         if reach <= window and (best is None or distance < best[0]):
             best = (distance, cut)
     if best is None:
-        raise LimitError(f"{what}: its tensors ({describe_units(units)}) do not fit one {window / MIB:.3f} MiB "
-                         f"binding and no cut point of the arena lies close enough to its largest tensor to "
-                         f"place {size / MIB:.3f} MiB of staging space beside it")
+        raise LimitError(f"{what}: its tensors ({describe_units(units)}) do not fit one {window / MIB:.3f} "
+                         "MiB binding and no cut point of the arena lies close enough to its largest tensor "
+                         f"to place {size / MIB:.3f} MiB of staging space beside it")
     return best[1], size
 
 

@@ -11,8 +11,8 @@ from helpers import ODD_SHAPES, assert_close, rand
 import rlxpy
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
-from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the kernels)
 from rlxpy.wgpu_backend.kernels.params import KERNEL_DIR, KERNELS, parse_wgsl_structs
+from rlxpy.wgpu_backend.lowering import reduce as reduce_lowering  # importing registers the kernels
 
 SOFTMAX_TOL = (1e-5, 1e-6)
 NORM_TOL = (1e-5, 1e-5)
@@ -78,6 +78,30 @@ def test_softmax_nan_and_inf_rows_like_torch(device, shape, axis):
     g, exe, outs = softmax_graph(shape, [axis])
     got = exe.run({"x": x})[outs[axis].name]
     assert_close(got, torch.softmax(t(x), dim=axis).numpy(), *SOFTMAX_TOL, "softmax with NaN/inf rows")
+
+
+def test_softmax_on_lines_longer_than_lavapipe_loop_limit(device):
+    """Two passes over a 40000-long line exceed lavapipe's 65535 loop steps per thread: chunked."""
+    shape = (40000, 3)
+    g, exe, outs = softmax_graph(shape, [0])
+    assert [s.kernel for s in exe.schedule.steps] == ["softmax_lines"] * 4  # 2 statistics + 2 output chunks
+    x = rand(shape, seed=6, low=-8, high=8)
+    x[5, 0], x[39999, 1], x[:, 2] = np.nan, np.inf, -np.inf
+    got = exe.run({"x": x})[outs[0].name]
+    assert_close(got, torch.softmax(t(x), dim=0).numpy(), *SOFTMAX_TOL, "softmax over 40000")
+
+
+def test_softmax_chunked_lines_with_a_tiny_loop_budget(device, monkeypatch):
+    monkeypatch.setattr(reduce_lowering, "LOOP_BUDGET", 40)  # 24 steps per dispatch
+    shape = (3, 101, 7)
+    g, exe, outs = softmax_graph(shape, [1, 0])
+    steps = [s.node for s in exe.schedule.steps]
+    assert steps.count(outs[1].name) == 2 * 5 and steps.count(outs[0].name) == 1
+    x = rand(shape, seed=7, low=-8, high=8)
+    special_rows(np.moveaxis(x, 1, -1)[0])
+    got = exe.run({"x": x})
+    for axis, node in outs.items():
+        assert_close(got[node.name], torch.softmax(t(x), dim=axis).numpy(), *SOFTMAX_TOL, f"axis {axis}")
 
 
 def test_softmax_rejects_non_f32_input(device):
@@ -181,6 +205,15 @@ def test_norm_rejects_non_f32_operands(device):
     gamma = g.input("gamma", (8,), DType.I32)
     g.output(g.layer_norm(x, gamma, name="ln"))
     with pytest.raises(rlxpy.UnsupportedOpError, match=r"ln \(LayerNorm\).*f32.*gamma"):
+        rlxpy.compile(g)
+
+
+def test_norm_beyond_the_loop_budget_is_a_limit_error(device, monkeypatch):
+    monkeypatch.setattr(reduce_lowering, "LOOP_BUDGET", 70)
+    g = rlxpy.Graph("long_norm")
+    x, gamma = g.input("x", (2, 1000), DType.F32), g.input("gamma", (1000,), DType.F32)
+    g.output(g.rms_norm(x, gamma, name="wide_rms"))
+    with pytest.raises(rlxpy.LimitError, match=r"wide_rms \(RmsNorm\).*loop iterations"):
         rlxpy.compile(g)
 
 

@@ -10,8 +10,8 @@ from helpers import ODD_SHAPES, assert_close, rand
 import rlxpy
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
-from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the kernels)
 from rlxpy.wgpu_backend.kernels.params import KERNEL_DIR, KERNELS, parse_wgsl_structs
+from rlxpy.wgpu_backend.lowering import reduce as reduce_lowering  # importing registers the kernels
 
 EPS32 = float(np.finfo(np.float32).eps)
 OPS = ("sum", "mean", "max", "min", "prod")
@@ -253,3 +253,73 @@ def test_reduce_family_uniform_structs_match_layouts():
         layout = KERNELS[name].params
         structs = parse_wgsl_structs((KERNEL_DIR / f"{name}.wgsl").read_text())
         assert structs[layout.name] == layout.fields, name
+
+
+# -- loop budget: long loops split over several dispatches -------------------------------------
+
+def test_cumsum_longer_than_lavapipe_loop_limit(device):
+    """lavapipe stops a GPU thread after 65535 loop steps: a 70000-long line must come out whole."""
+    shape = (70000, 2)
+    g, exe, outs = compile_graph(shape, lambda g, x: both_cumsums(g, x, 0))
+    for node in outs.values():
+        assert [s.kernel for s in exe.schedule.steps if s.node == node.name] == ["scan_lines"] * 3
+    x = rand(shape, seed=8)
+    got = exe.run({"x": x})
+    atol = float(cumsum_atol(x, 0).max())
+    for exclusive, node in outs.items():
+        assert_close(got[node.name], torch_cumsum(x, 0, exclusive), 1e-6, atol, f"exclusive={exclusive}")
+
+
+def test_chunked_dispatches_match_torch(device, monkeypatch):
+    """A tiny loop budget forces every chunked path (tree, tile, scans, top-k rounds) on small inputs."""
+    monkeypatch.setattr(reduce_lowering, "LOOP_BUDGET", 70)
+
+    def build(g, x):
+        return {"sum_rows": g.sum(x, 1), "mean_rows": g.mean(x, 1), "max_cols": g.reduce(x, "max", 0),
+                "mean_cols": g.mean(x, 0), "scan_rows": g.cumsum(x, 1), "scan_rows_ex": g.cumsum(x, 1, True),
+                "scan_cols": g.cumsum(x, 0, True), "top5": g.topk(x, 5), "argmax": g.argmax(x)}
+
+    shape = (255, 1000)
+    g, exe, outs = compile_graph(shape, build)
+    steps = [s.node for s in exe.schedule.steps]
+    assert all(steps.count(node.name) > 1 for name, node in outs.items() if name != "argmax"), steps
+    x = rand(shape, seed=10)
+    got = exe.run({"x": x})
+    tx = torch.from_numpy(x)
+    want = {"sum_rows": tx.sum(1), "mean_rows": tx.mean(1), "max_cols": tx.amax(0), "mean_cols": tx.mean(0),
+            "scan_rows": tx.cumsum(1), "scan_rows_ex": torch_cumsum(x, 1, True),
+            "scan_cols": torch_cumsum(x, 0, True), "top5": stable_topk_indices(x, 5), "argmax": tx.argmax(1)}
+    for name, node in outs.items():
+        expected = np.asarray(want[name])
+        if name in ("top5", "argmax"):
+            assert_close(got[node.name], expected.astype(np.int32), 0, 0, name)
+            continue
+        axis = 0 if name.endswith("cols") else 1
+        atol = 2 * EPS32 * float(np.abs(x).sum(axis=axis).max()) + 1e-7
+        assert_close(got[node.name], expected, 1e-6, atol / shape[axis] if "mean" in name else atol, name)
+
+
+def test_active_extent_scales_row_wise_steps_only(device):
+    """With the first 5 of 64 rows active, row-wise steps shrink; steps across rows run in full."""
+    def build(g, x):
+        gamma = g.constant(np.linspace(0.5, 1.5, 300, dtype=np.float32))
+        return {"sum": g.sum(x, 1), "amax": g.reduce(x, "max", 1),
+                "scan": g.cumsum(x, 1), "softmax": g.softmax(x), "norm": g.rms_norm(x, gamma),
+                "top3": g.topk(x, 3), "top100": g.topk(x, 100), "down_rows": g.sum(x, 0),
+                "softmax_rows": g.softmax(x, 0), "scan_rows": g.cumsum(x, 0)}
+
+    g, exe, outs = compile_graph((64, 300), build)
+    x = rand((64, 300), seed=12)
+    full = exe.run({"x": x})
+    try:
+        scaled = exe.set_active_extent((5, 64))
+        part = exe.run({"x": x})
+    finally:
+        exe.set_active_extent(None)
+    across_rows = {"down_rows", "softmax_rows", "scan_rows"}
+    fixed = {outs[name].name for name in across_rows}
+    assert scaled == sum(1 for s in exe.schedule.steps if s.node not in fixed) > 0
+    for name, node in outs.items():
+        want = full[node.name] if name in across_rows else full[node.name][:5]
+        got = part[node.name] if name in across_rows else part[node.name][:5]
+        assert_close(got, want, 0, 0, f"{name} under the active extent")

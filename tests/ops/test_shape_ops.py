@@ -158,7 +158,8 @@ def test_narrow_matches_torch_narrow(device, shape, axis, start, length):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_narrow_moves_every_dtype_from_an_odd_start(device, dtype):
     x = sample((3, 17, 5), dtype, seed=6)
-    _, (inner, middle), _ = run_graph(lambda g, a: (g.narrow(a, 2, 1, 3), g.narrow(a, 1, 5, 11)), [(x, dtype)])
+    _, (inner, middle), _ = run_graph(lambda g, a: (g.narrow(a, 2, 1, 3), g.narrow(a, 1, 5, 11)),
+                                      [(x, dtype)])
     assert_moved(inner, from_torch(to_torch(x, dtype).narrow(2, 1, 3).contiguous()), dtype)
     assert_moved(middle, from_torch(to_torch(x, dtype).narrow(1, 5, 11).contiguous()), dtype)
 
@@ -285,7 +286,8 @@ def index_sample(kind: DType, shape: tuple[int, ...], dim: int, seed: int = 0) -
 def test_gather_axis0_is_a_clamped_embedding_lookup(device, index_dtype):
     table = sample((17, 5), DType.F32, seed=1)
     idx = index_sample(index_dtype, (3, 4), 17, seed=2)
-    exe, (gpu,), (ref,) = run_graph(lambda g, t, i: g.gather(t, i, 0), [(table, DType.F32), (idx, index_dtype)])
+    exe, (gpu,), (ref,) = run_graph(lambda g, t, i: g.gather(t, i, 0),
+                                    [(table, DType.F32), (idx, index_dtype)])
     expected = torch.nn.functional.embedding(clamped_rows(idx, 17), torch.from_numpy(table)).numpy()
     assert_same_bits(gpu, expected, "embedding")
     assert_same_bits(ref, gpu)
@@ -297,7 +299,8 @@ def test_gather_along_any_axis_matches_index_select(device, axis, idx_shape):
     table = sample((3, 7, 4), DType.F32, seed=3)
     dim = table.shape[axis]
     idx = index_sample(DType.I32, idx_shape, dim, seed=4)
-    _, (gpu,), (ref,) = run_graph(lambda g, t, i: g.gather(t, i, axis), [(table, DType.F32), (idx, DType.I32)])
+    _, (gpu,), (ref,) = run_graph(lambda g, t, i: g.gather(t, i, axis),
+                                  [(table, DType.F32), (idx, DType.I32)])
     axis_n = axis % 3
     picked = torch.index_select(torch.from_numpy(table), axis_n, clamped_rows(idx, dim).reshape(-1))
     expected = picked.reshape(table.shape[:axis_n] + idx_shape + table.shape[axis_n + 1:]).numpy()
@@ -371,7 +374,8 @@ def test_scatter_add_skips_rows_outside_and_truncates(device, index_dtype):
     if index_dtype is DType.U32:
         raw = [1, 0, 2**32 - 1, 4, 7, 3, 0, 2]
     idx = np.array(raw, dtype=index_dtype.numpy)
-    _, (gpu,), _ = run_graph(lambda g, u, i: g.scatter_add(u, i, 4), [(updates, DType.F32), (idx, index_dtype)])
+    _, (gpu,), _ = run_graph(lambda g, u, i: g.scatter_add(u, i, 4),
+                             [(updates, DType.F32), (idx, index_dtype)])
     rows = np.trunc(np.nan_to_num(np.array(raw, np.float64), nan=-1.0))
     np.testing.assert_array_equal(gpu, index_add(updates, rows, 4))
 
@@ -424,12 +428,14 @@ def f32_edge_cases() -> np.ndarray:
     near = (rng.choice([-1, 1], 20000) * 2.0 ** rng.uniform(-27, 17, 20000)).astype(np.float32)
     edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, 65536, -65520,
                       2**-24, 2**-25, 3 * 2**-25, 2**-25 + 2**-40, 2**-14, 2**-14 - 2**-25, 1 + 2**-11,
-                      1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8, 3.4028235e38, -3.4028235e38, 1e-45], np.float32)
+                      1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8, 3.4028235e38, -3.4028235e38, 1e-45],
+                     np.float32)
     return np.concatenate([edges, bits, near])
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # the reference's f16 overflow
-@pytest.mark.parametrize("dst,torch_dtype", [(DType.F16, torch.float16), (DType.BF16, torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("dst,torch_dtype", [(DType.F16, torch.float16), (DType.BF16, torch.bfloat16)],
+                         ids=str)
 def test_f32_to_half_rounds_to_nearest_even_like_torch(device, dst, torch_dtype):
     x = f32_edge_cases()
     gpu, exe = cast_on_gpu(x, DType.F32, dst)
@@ -452,10 +458,12 @@ def test_every_half_value_widens_exactly(device, src):
     assert kernels_of(exe) == ["cast_half"]
 
 
-CAST_PAIRS = [(DType.F32, DType.F16), (DType.F16, DType.F32), (DType.F32, DType.BF16), (DType.BF16, DType.F32),
-              (DType.F16, DType.BF16), (DType.BF16, DType.F16), (DType.F16, DType.I32), (DType.BF16, DType.U32),
-              (DType.F16, DType.BOOL), (DType.I32, DType.F16), (DType.I32, DType.BF16), (DType.BOOL, DType.F16),
-              (DType.U32, DType.BF16)]
+CAST_PAIRS = [
+    (DType.F32, DType.F16), (DType.F16, DType.F32), (DType.F32, DType.BF16), (DType.BF16, DType.F32),
+    (DType.F16, DType.BF16), (DType.BF16, DType.F16), (DType.F16, DType.I32), (DType.BF16, DType.U32),
+    (DType.F16, DType.BOOL), (DType.I32, DType.F16), (DType.I32, DType.BF16), (DType.BOOL, DType.F16),
+    (DType.U32, DType.BF16),
+]
 TORCH_DTYPES = {DType.F32: torch.float32, DType.F16: torch.float16, DType.BF16: torch.bfloat16,
                 DType.I32: torch.int32, DType.BOOL: torch.bool}
 
@@ -479,7 +487,8 @@ def test_half_casts_on_odd_lengths_match_torch(device, shape, src, dst):
     source = torch.from_numpy(x.astype(np.int64) if src is DType.U32 else x)
     source = source.to(torch.bfloat16) if src is DType.BF16 else source
     if dst is DType.U32:  # float -> u32 truncates and saturates at 0 (torch has no such cast)
-        expected = torch.clamp(torch.trunc(source.double()), 0, 2**32 - 1).to(torch.int64).numpy().astype(np.uint32)
+        wide = torch.clamp(torch.trunc(source.double()), 0, 2**32 - 1).to(torch.int64)
+        expected = wide.numpy().astype(np.uint32)
     else:
         expected = from_torch(source.to(TORCH_DTYPES[dst]))
     if dst.is_float:
@@ -487,6 +496,25 @@ def test_half_casts_on_odd_lengths_match_torch(device, shape, src, dst):
     else:
         np.testing.assert_array_equal(gpu, expected)
     assert kernels_of(exe) == ["cast_half"]
+
+
+def test_active_extent_scales_gather_and_cast_but_not_strided_copies(device):
+    g = rlxpy.Graph("extent")
+    table, idx = g.input("table", (100, 8)), g.input("idx", (64,), DType.I32)
+    rows = g.cast(g.gather(table, idx, 0), "f16", name="rows")
+    flipped = g.transpose(g.input("x", (64, 3)), (1, 0), name="flipped")
+    g.output(rows, flipped)
+    exe = rlxpy.compile(g)
+    feeds = {"table": sample((100, 8), DType.F32, 1), "idx": index_sample(DType.I32, (64,), 100, 2),
+             "x": sample((64, 3), DType.F32, 3)}
+    full = exe.run(feeds)
+    try:
+        assert exe.set_active_extent((5, 64)) == 2, "gather and cast scale, the transpose runs in full"
+        part = exe.run(feeds)
+    finally:
+        exe.set_active_extent(None)
+    assert_same_bits(part["rows"][:5], full["rows"][:5])
+    assert_same_bits(part["flipped"], full["flipped"])
 
 
 # -- lowering, without a device ------------------------------------------------------------------

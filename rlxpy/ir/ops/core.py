@@ -140,3 +140,14 @@ class FftNorm(enum.IntEnum):
 ENUMS: dict[str, type[enum.IntEnum]] = {
     e.__name__: e for e in (ActKind, BinaryOp, CmpOp, ReduceOp, MaskKind, FftNorm)
 }
+
+
+def enum_value(kind: type[enum.IntEnum], value: object) -> enum.IntEnum:
+    """``kind[value]`` by member or case-insensitive name; GraphError listing the valid names."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind[str(value).upper()]
+    except KeyError:
+        names = ", ".join(m.name.lower() for m in kind)
+        raise GraphError(f"unknown {kind.__name__} {value!r}; expected one of: {names}") from None

@@ -1,7 +1,7 @@
 // Attention for few queries (decode), f32: one query row per workgroup, its keys split across the threads.
-// Workgroup = (key split, head * S_q + query, batch); thread t scores key k0 + t of each 256-key tile, then
-// thread (g = t / D, d = t % D) sums p * v over keys g, g + DG, ...; split partials go to a combine pass.
-// Bindings: 0 = arena window (u32 words), 1 = AttnDecodeParams.
+// Workgroup = (key split, head * S_q + query, batch); per TK-key tile, K goes through workgroup memory and
+// thread t sums key t % TK over dims t / TK + PARTS*n; then thread (g = t / D, d = t % D) sums p * v over
+// keys g, g + DG, ... Split partials go to attn_combine. Bindings: 0 = arena window, 1 = AttnDecodeParams.
 struct AttnDecodeParams {
     s_q: u32,
     s_k: u32,
@@ -37,12 +37,18 @@ struct AttnDecodeParams {
 
 const D: u32 = {{D}}u;  // head_dim
 const DG: u32 = {{DG}}u;  // key groups in the p * v phase: floor(WG / D)
-const WG: u32 = {{WG}}u;  // threads = keys per tile
+const WG: u32 = {{WG}}u;
+const TK: u32 = {{TK}}u;  // keys per tile
+const PARTS: u32 = WG / TK;  // threads per key in the score phase
+const DC: u32 = {{DC}}u;  // head dims per K chunk in workgroup memory
+const KS: u32 = DC + 1u;  // padded row stride: the TK lanes reading different keys hit different banks
 const MASK_KIND: u32 = {{MASK_KIND}}u;  // MaskKind: 0 none, 1 causal, 2 custom, 3 sliding window, 4 bias
 
 var<workgroup> qs: array<f32, {{D}}>;
-var<workgroup> ps: array<f32, {{WG}}>;  // probabilities of the tile's keys
-var<workgroup> red: array<f32, {{WG}}>;  // tree reductions, then the per-group partial outputs
+var<workgroup> kv: array<f32, {{KV_LEN}}>;  // [TK][KS] chunk of the K tile
+var<workgroup> red: array<f32, {{WG}}>;  // partial dot products, then the per-group partial outputs
+var<workgroup> sc: array<f32, {{TK}}>;  // the tile's scores
+var<workgroup> ps: array<f32, {{TK}}>;  // the tile's probabilities
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
@@ -73,6 +79,43 @@ fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
     return s;
 }
 
+// element e of the [TK keys][DC dims] chunk at (k0, d0); 0 past the keys or the head dim
+fn chunk_value(base: u32, k0: u32, k_end: u32, d0: u32, e: u32) -> f32 {
+    let r = e / DC;
+    let dd = e % DC;
+    var x = 0.0;
+    if (e < TK * DC && k0 + r < k_end && d0 + dd < D) {
+        x = ld_f32(base + (k0 + r) * p.k_ss + d0 + dd);
+    }
+    return x;
+}
+
+fn store_chunk(e: u32, x: f32) {
+    if (e < TK * DC) {
+        kv[e / DC * KS + e % DC] = x;
+    }
+}
+
+// coalesced load of one K chunk (TK * DC <= 8 * WG): all eight loads are issued before any store
+fn load_chunk(t: u32, base: u32, k0: u32, k_end: u32, d0: u32) {
+    let x0 = chunk_value(base, k0, k_end, d0, t);
+    let x1 = chunk_value(base, k0, k_end, d0, t + WG);
+    let x2 = chunk_value(base, k0, k_end, d0, t + 2u * WG);
+    let x3 = chunk_value(base, k0, k_end, d0, t + 3u * WG);
+    let x4 = chunk_value(base, k0, k_end, d0, t + 4u * WG);
+    let x5 = chunk_value(base, k0, k_end, d0, t + 5u * WG);
+    let x6 = chunk_value(base, k0, k_end, d0, t + 6u * WG);
+    let x7 = chunk_value(base, k0, k_end, d0, t + 7u * WG);
+    store_chunk(t, x0);
+    store_chunk(t + WG, x1);
+    store_chunk(t + 2u * WG, x2);
+    store_chunk(t + 3u * WG, x3);
+    store_chunk(t + 4u * WG, x4);
+    store_chunk(t + 5u * WG, x5);
+    store_chunk(t + 6u * WG, x6);
+    store_chunk(t + 7u * WG, x7);
+}
+
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let split = wid.x;
@@ -98,56 +141,74 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             k_begin = max(k_begin, u32(max(0, pos - i32(p.window))));
         }
     }
+    let key = t % TK;
+    let part = t / TK;
     let g = t / D;
     let d = t % D;
     var m = neg_inf();
     var l = 0.0;
     var acc = 0.0;
-    workgroupBarrier();
-    for (var k0 = k_begin; k0 < k_end; k0 += WG) {
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
+        var partial = 0.0;
+        for (var d0 = 0u; d0 < D; d0 += DC) {
+            workgroupBarrier();
+            load_chunk(t, k_base, k0, k_end, d0);
+            workgroupBarrier();
+            for (var dd = part; dd < min(DC, D - d0); dd += PARTS) {
+                partial += qs[d0 + dd] * kv[key * KS + dd];
+            }
+        }
+        red[t] = partial;
+        workgroupBarrier();
         let j = k0 + t;
-        let valid = j < k_end;
+        let valid = t < TK && j < k_end;
         var s = neg_inf();
         if (valid) {
-            let k_row = k_base + j * p.k_ss;
             var dot = 0.0;
-            for (var dd = 0u; dd < D; dd++) {
-                dot += qs[dd] * ld_f32(k_row + dd);
+            for (var q = 0u; q < PARTS; q++) {
+                dot += red[q * TK + t];
             }
             s = masked_score(dot, b, h, i, j, pos);
         }
-        red[t] = s;
-        workgroupBarrier();
-        for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-            if (t < stride) {
-                red[t] = max(red[t], red[t + stride]);
-            }
-            workgroupBarrier();
+        if (t < TK) {
+            sc[t] = s;
         }
-        let m_new = max(m, red[0]);
+        workgroupBarrier();
+        var tile_max = neg_inf();
+        for (var c = 0u; c < TK; c++) {
+            tile_max = max(tile_max, sc[c]);
+        }
+        let m_new = max(m, tile_max);
         let alpha = exp(m - m_new);
-        let pj = select(0.0, exp(s - m_new), valid);
-        workgroupBarrier();
-        ps[t] = pj;
-        red[t] = pj;
-        workgroupBarrier();
-        for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-            if (t < stride) {
-                red[t] += red[t + stride];
-            }
-            workgroupBarrier();
+        if (t < TK) {
+            ps[t] = select(0.0, exp(s - m_new), valid);
         }
-        l = l * alpha + red[0];
+        workgroupBarrier();
+        var tile_sum = 0.0;
+        for (var c = 0u; c < TK; c++) {
+            tile_sum += ps[c];
+        }
+        l = l * alpha + tile_sum;
         m = m_new;
         acc *= alpha;
         if (g < DG) {
-            let n = min(WG, k_end - k0);
-            for (var kk = g; kk < n; kk += DG) {
-                acc += ps[kk] * ld_f32(v_base + (k0 + kk) * p.k_ss + d);
+            let n = min(TK, k_end - k0);
+            let v_col = v_base + k0 * p.k_ss + d;
+            var kk = g;
+            // four independent loads per step keep several memory requests in flight per thread
+            for (; kk + 3u * DG < n; kk += 4u * DG) {
+                let v0 = ld_f32(v_col + kk * p.k_ss);
+                let v1 = ld_f32(v_col + (kk + DG) * p.k_ss);
+                let v2 = ld_f32(v_col + (kk + 2u * DG) * p.k_ss);
+                let v3 = ld_f32(v_col + (kk + 3u * DG) * p.k_ss);
+                acc += ps[kk] * v0 + ps[kk + DG] * v1 + ps[kk + 2u * DG] * v2 + ps[kk + 3u * DG] * v3;
+            }
+            for (; kk < n; kk += DG) {
+                acc += ps[kk] * ld_f32(v_col + kk * p.k_ss);
             }
         }
-        workgroupBarrier();
     }
+    workgroupBarrier();
     red[t] = select(0.0, acc, g < DG);
     workgroupBarrier();
     if (t < D) {

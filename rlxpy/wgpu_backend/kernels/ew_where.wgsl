@@ -1,4 +1,4 @@
-// y[i] = c[i] != 0 ? a[i] : b[i] on equal-length operands (the condition of any word dtype).
+// y[i] = c[i] != 0 ? a[i] : b[i] on equal-length operands (the condition of any word dtype; NaN is true).
 // One thread per element.
 // Bindings: 0 = arena window (u32 words), 1 = EwWhereParams (element offsets in the window).
 struct EwWhereParams {
@@ -20,7 +20,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.n) {
         return;
     }
-    let keep = {{LOAD_C}}(p.c + i) != {{ZERO_C}};
+    let keep = (buf[p.c + i] & {{COND_MASK}}) != 0u;
     let a = {{T}}({{LOAD_A}}(p.a + i));
     let b = {{T}}({{LOAD_B}}(p.b + i));
     {{STORE}}(p.y + i, select(b, a, keep));

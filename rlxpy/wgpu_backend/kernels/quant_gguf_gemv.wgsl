@@ -1,5 +1,5 @@
 // y[r, j] = sum_i x[r, i] * dequant(W)[j, i] for few x rows (decode GEMV); GGML blocks read in place.
-// 256 threads = rows_per_wg weight rows x tpr lanes; lanes stride over the 32-element units of their row, x sits in workgroup memory; grouped (MoE) mode: grid y/z = x row, W slab = expert.
+// 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
 struct QuantGgufGemvParams {
     m: u32,
@@ -23,43 +23,57 @@ struct QuantGgufGemvParams {
 {{DECODE}}
 
 const MR: u32 = {{MR}}u;  // x rows per workgroup (1 in grouped mode)
+const RR: u32 = {{RR}}u;  // weight rows per team
 const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk (a multiple of 256)
 const KC4: u32 = KC / 4u;
 const GROUPED: bool = {{GROUPED}};
 
-var<workgroup> xs: array<vec4<f32>, {{XS}}>;  // [MR][KC4] x chunk, then [MR][256] partial sums
-var<private> acc: array<f32, MR>;
+var<workgroup> xs: array<vec4<f32>, {{XS}}>;  // [MR][KC4] x chunk, then [RR][MR][256] partial sums
+var<private> acc: array<array<f32, MR>, RR>;
 
 // expert of x row i, or -1 when out of range (then the output row is zero)
 fn expert_of(i: u32) -> i32 {
     {{EXPERT}}
 }
 
-// acc[r] += dot(x[r, unit u], dequant(W row at rb)[unit u]); xv = vec4 index of the unit in xs
-fn unit_dot(rb: u32, u: u32, xv: u32) {
+// acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]) for the team's live rows;
+// rb0 = byte offset of its first row, xv = vec4 index of the unit in xs
+fn unit_dot(rb0: u32, rows_live: u32, u: u32, xv: u32) {
+    let stride = p.rows_per_wg * p.row_bytes;
     for (var hf = 0u; hf < 2u; hf = hf + 1u) {
-        let sm = q_scale(rb, u, hf);
         // explicit initialisers: naga hoists loop-local vars and would not re-zero them
-        var dq = array<f32, MR>();
+        var dq = array<array<f32, MR>, RR>();
         var sx = array<f32, MR>();
         for (var cc = 0u; cc < 4u; cc = cc + 1u) {
             let c = hf * 4u + cc;
-            let q = q_chunk(rb, u, c);
+            var xq: array<vec4<f32>, MR>;
             for (var r = 0u; r < MR; r = r + 1u) {
-                let xq = xs[r * KC4 + xv + c];
-                dq[r] = dq[r] + dot(q, xq);
+                xq[r] = xs[r * KC4 + xv + c];
                 if (HAS_MIN) {
-                    sx[r] = sx[r] + (xq.x + xq.y) + (xq.z + xq.w);
+                    sx[r] = sx[r] + (xq[r].x + xq[r].y) + (xq[r].z + xq[r].w);
+                }
+            }
+            for (var i = 0u; i < RR; i = i + 1u) {
+                if (i < rows_live) {
+                    let q = q_chunk(rb0 + i * stride, u, c);
+                    for (var r = 0u; r < MR; r = r + 1u) {
+                        dq[i][r] = dq[i][r] + dot(q, xq[r]);
+                    }
                 }
             }
         }
-        for (var r = 0u; r < MR; r = r + 1u) {
-            if (IS_FLOAT) {
-                acc[r] = acc[r] + dq[r];
-            } else if (HAS_MIN) {
-                acc[r] = acc[r] + (sm.x * dq[r] + sm.y * sx[r]);
-            } else {
-                acc[r] = acc[r] + sm.x * dq[r];
+        for (var i = 0u; i < RR; i = i + 1u) {
+            if (i < rows_live) {
+                let sm = q_scale(rb0 + i * stride, u, hf);
+                for (var r = 0u; r < MR; r = r + 1u) {
+                    if (IS_FLOAT) {
+                        acc[i][r] = acc[i][r] + dq[i][r];
+                    } else if (HAS_MIN) {
+                        acc[i][r] = acc[i][r] + (sm.x * dq[i][r] + sm.y * sx[r]);
+                    } else {
+                        acc[i][r] = acc[i][r] + sm.x * dq[i][r];
+                    }
+                }
             }
         }
     }
@@ -85,11 +99,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         y_base = p.y + batch * p.n;
         w_base = p.w + u32(max(e, 0)) * p.w_stride;
     }
-    let row_local = t / p.tpr;  // once per thread, not in the loop
-    let lane = t - row_local * p.tpr;
-    let row = wid.x * p.rows_per_wg + row_local;
-    let live = row_local < p.rows_per_wg && row < p.n;
-    let rb = w_base + row * p.row_bytes;
+    let team = t / p.tpr;  // once per thread, not in the loop
+    let lane = t - team * p.tpr;
+    let row0 = wid.x * p.rows_per_wg * RR + team;  // the team's rows: row0 + i * rows_per_wg
+    var rows_live = 0u;
+    if (team < p.rows_per_wg && row0 < p.n) {
+        rows_live = min(RR, (p.n - row0 + p.rows_per_wg - 1u) / p.rows_per_wg);
+    }
+    let rb0 = w_base + row0 * p.row_bytes;
     for (var c0 = 0u; c0 < p.k; c0 = c0 + KC) {
         for (var j = t; j < MR * KC4; j = j + 256u) {
             let r = j / KC4;
@@ -106,29 +123,32 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             xs[j] = v;
         }
         workgroupBarrier();
-        if (live) {
+        if (rows_live > 0u) {
             let u0 = c0 >> 5u;
             let u1 = min(p.units, (c0 + KC) >> 5u);
             for (var u = u0 + lane; u < u1; u = u + p.tpr) {
-                unit_dot(rb, u, (u - u0) << 3u);
+                unit_dot(rb0, rows_live, u, (u - u0) << 3u);
             }
         }
         workgroupBarrier();
     }
-    for (var r = 0u; r < MR; r = r + 1u) {
-        let i = r * 256u + t;
-        xs[i >> 2u][i & 3u] = acc[r];
+    for (var i = 0u; i < RR; i = i + 1u) {
+        for (var r = 0u; r < MR; r = r + 1u) {
+            let s = ((i * MR + r) << 8u) + t;
+            xs[s >> 2u][s & 3u] = acc[i][r];
+        }
     }
     workgroupBarrier();
-    if (live) {
-        for (var r = lane; r < x_rows; r = r + p.tpr) {
-            let base = r * 256u + row_local * p.tpr;
-            var s = 0.0;
-            for (var j = 0u; j < p.tpr; j = j + 1u) {
-                let i = base + j;
-                s = s + xs[i >> 2u][i & 3u];
-            }
-            buf[y_base + r * p.n + row] = bitcast<u32>(select(0.0, s, valid));
+    // lanes of a team share out its (row, x row) sums
+    for (var o = lane; o < rows_live * x_rows; o = o + p.tpr) {
+        let i = o / x_rows;
+        let r = o - i * x_rows;
+        let base = ((i * MR + r) << 8u) + team * p.tpr;
+        var s = 0.0;
+        for (var j = 0u; j < p.tpr; j = j + 1u) {
+            let q = base + j;
+            s = s + xs[q >> 2u][q & 3u];
         }
+        buf[y_base + r * p.n + row0 + i * p.rows_per_wg] = bitcast<u32>(select(0.0, s, valid));
     }
 }

@@ -1,11 +1,14 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for strided reductions (inner > 1, reduce_dim > 64).
 // Workgroup 16x16 per (o, 16 columns): lid.x = column (coalesced reads), lid.y splits r; tree over lid.y.
-// Bindings: 0 = arena window (u32 words), 1 = ReduceTileParams (groups = outer * tiles, divisor as serial).
+// Bindings: 0 = arena window, 1 = ReduceTileParams (groups = outer * tiles; chunking as in reduce_tree).
 struct ReduceTileParams {
     groups: u32,
     tiles: u32,
     reduce_dim: u32,
     inner: u32,
+    start: u32,
+    count: u32,
+    accumulate: u32,
     x: u32,
     y: u32,
     divisor: f32,
@@ -33,8 +36,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let i = (group % p.tiles) * 16u + lid.x;
     var acc: f32 = {{IDENTITY}};
     if (i < p.inner) {
-        let base = p.x + o * p.reduce_dim * p.inner + i;
-        for (var r = lid.y; r < p.reduce_dim; r = r + 16u) {
+        let base = p.x + (o * p.reduce_dim + p.start) * p.inner + i;
+        for (var r = lid.y; r < p.count; r = r + 16u) {
             acc = combine(acc, ld_f32(base + r * p.inner));
         }
     }
@@ -48,6 +51,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (lid.y == 0u && i < p.inner) {
-        st_f32(p.y + o * p.inner + i, partial[lid.x] / p.divisor);
+        var total = partial[lid.x];
+        if (p.accumulate == 1u) {
+            total = combine(ld_f32(p.y + o * p.inner + i), total);
+        }
+        st_f32(p.y + o * p.inner + i, total / p.divisor);
     }
 }

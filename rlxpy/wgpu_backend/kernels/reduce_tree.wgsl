@@ -1,9 +1,12 @@
 // y[row] = reduce_r x[row, r] (sum/mean/max/min/prod) over contiguous rows longer than 64 (inner == 1).
 // One workgroup of {{WG}} lanes per row: lane l folds r = l, l + {{WG}}, ...; then a workgroup-memory tree.
-// Bindings: 0 = arena window (u32 words), 1 = ReduceTreeParams (divisor = n for mean, else 1).
+// Bindings: 0 = arena window, 1 = ReduceTreeParams (r in [start, start + count); accumulate folds in y).
 struct ReduceTreeParams {
     rows: u32,
     reduce_dim: u32,
+    start: u32,
+    count: u32,
+    accumulate: u32,
     x: u32,
     y: u32,
     divisor: f32,
@@ -27,9 +30,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (row >= p.rows) {
         return;
     }
-    let base = p.x + row * p.reduce_dim;
+    let base = p.x + row * p.reduce_dim + p.start;
     var acc: f32 = {{IDENTITY}};
-    for (var r = lid.x; r < p.reduce_dim; r = r + {{WG}}u) {
+    for (var r = lid.x; r < p.count; r = r + {{WG}}u) {
         acc = combine(acc, ld_f32(base + r));
     }
     partial[lid.x] = acc;
@@ -41,6 +44,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (lid.x == 0u) {
-        st_f32(p.y + row, partial[0] / p.divisor);
+        // a long row is split over several dispatches: later chunks fold into the partial result in y;
+        // the divisor (n for mean, else 1) is applied by the last chunk only
+        var total = partial[0];
+        if (p.accumulate == 1u) {
+            total = combine(ld_f32(p.y + row), total);
+        }
+        st_f32(p.y + row, total / p.divisor);
     }
 }

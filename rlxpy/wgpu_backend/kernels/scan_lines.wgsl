@@ -1,10 +1,12 @@
 // y[o, r, i] = sum_{j <= r} x[o, j, i] (inclusive) or sum_{j < r} (exclusive, y[o, 0, i] = 0), any axis.
 // One thread per line t = o * inner + i scanning r in order; neighbouring threads read neighbouring i.
-// Bindings: 0 = arena window (u32 words), 1 = ScanLinesParams (element offsets; exclusive = 0/1).
+// Bindings: 0 = arena window, 1 = ScanLinesParams (r in [start, start + count): y[start - 1] is the carry).
 struct ScanLinesParams {
     lines: u32,
     axis_dim: u32,
     inner: u32,
+    start: u32,
+    count: u32,
     x: u32,
     y: u32,
     exclusive: u32,
@@ -22,10 +24,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let o = t / p.inner;
-    let start = o * p.axis_dim * p.inner + t % p.inner;
+    let line = o * p.axis_dim * p.inner + t % p.inner;
     var acc: f32 = 0.0;
-    for (var r = 0u; r < p.axis_dim; r = r + 1u) {
-        let at = start + r * p.inner;
+    if (p.start > 0u) {  // a later chunk of a long line: continue from what the previous dispatch wrote
+        let before = line + (p.start - 1u) * p.inner;
+        acc = ld_f32(p.y + before);
+        if (p.exclusive == 1u) {
+            acc = acc + ld_f32(p.x + before);
+        }
+    }
+    for (var r = p.start; r < p.start + p.count; r = r + 1u) {
+        let at = line + r * p.inner;
         let v = ld_f32(p.x + at);
         if (p.exclusive == 1u) {
             st_f32(p.y + at, acc);

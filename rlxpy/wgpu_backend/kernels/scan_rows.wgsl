@@ -1,9 +1,11 @@
 // y[row, c] = sum_{j <= c} x[row, j] (inclusive) or sum_{j < c} (exclusive): cumsum of long contiguous rows.
 // One workgroup of {{WG}} lanes per row, chunks of {{WG}} elements: Hillis-Steele scan + running carry.
-// Bindings: 0 = arena window (u32 words), 1 = ScanRowsParams (element offsets; exclusive = 0/1).
+// Bindings: 0 = arena window, 1 = ScanRowsParams (c in [start, start + count): y[start - 1] is the carry).
 struct ScanRowsParams {
     rows: u32,
     cols: u32,
+    start: u32,
+    count: u32,
     x: u32,
     y: u32,
     exclusive: u32,
@@ -26,10 +28,17 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let lane = lid.x;
     let base = row * p.cols;
     var carry: f32 = 0.0;
-    for (var start = 0u; start < p.cols; start = start + {{WG}}u) {
-        let c = start + lane;
+    if (p.start > 0u) {  // a later chunk of a long row: continue from what the previous dispatch wrote
+        carry = ld_f32(p.y + base + p.start - 1u);
+        if (p.exclusive == 1u) {
+            carry = carry + ld_f32(p.x + base + p.start - 1u);
+        }
+    }
+    let end = p.start + p.count;
+    for (var first = p.start; first < end; first = first + {{WG}}u) {
+        let c = first + lane;
         var v: f32 = 0.0;
-        if (c < p.cols) {
+        if (c < end) {
             v = ld_f32(p.x + base + c);
         }
         scan[lane] = v;
@@ -49,7 +58,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             before = scan[lane - 1u];
         }
         let within = select(scan[lane], before, p.exclusive == 1u);
-        if (c < p.cols) {
+        if (c < end) {
             st_f32(p.y + base + c, carry + within);
         }
         carry = carry + scan[{{WG}}u - 1u];

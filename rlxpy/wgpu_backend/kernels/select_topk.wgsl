@@ -1,10 +1,12 @@
 // y[row, j] = index of the j-th largest x[row, :], j < k (NaN largest, ties -> smaller index); Argmax: k=1.
 // One workgroup of {{WG}} lanes per row, k rounds: each picks the best element ranked after the last pick
-// (lane-strided scan + workgroup-memory tree). Bindings: 0 = arena window, 1 = SelectTopkParams.
+// (strided scan + workgroup tree). Bindings: 0 = arena window, 1 = SelectTopkParams (rounds of one dispatch).
 struct SelectTopkParams {
     rows: u32,
     cols: u32,
     k: u32,
+    round_start: u32,
+    round_count: u32,
     x: u32,
     y: u32,
 }
@@ -49,7 +51,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let base = p.x + row * p.cols;
     var previous_value: f32 = 0.0;
     var previous_index: u32 = NONE;
-    for (var round = 0u; round < p.k; round = round + 1u) {
+    if (p.round_start > 0u) {  // rounds split over dispatches: resume after the last pick written
+        previous_index = u32(ld_i32(p.y + row * p.k + p.round_start - 1u));
+        previous_value = ld_f32(base + previous_index);
+    }
+    for (var round = p.round_start; round < p.round_start + p.round_count; round = round + 1u) {
         var value: f32 = 0.0;
         var index: u32 = NONE;
         for (var c = lane; c < p.cols; c = c + {{WG}}u) {

@@ -1,10 +1,13 @@
-// y[o, r, i] = exp(x[o, r, i] - m) / sum_j exp(x[o, j, i] - m), m = max_j x[o, j, i]: softmax on any axis.
-// One thread per line t = o * inner + i: an online (max, sum) pass over r, then a write pass.
-// Bindings: 0 = arena window (u32 words), 1 = SoftmaxLinesParams (element offsets in the window).
+// y[o, r, i] = exp(x[o, r, i] - m) / sum_j exp(x[o, j, i] - m), m = max_j x[o, j, i]; any axis. Bindings:
+// 0 = arena window, 1 = SoftmaxLinesParams. One thread per line t = o * inner + i: online (max, sum) pass,
+// then writes (phase 0); long lines go in r-chunks: phase 1 keeps (m, s) in y[o, 0..2, i], phase 2 writes.
 struct SoftmaxLinesParams {
     lines: u32,
     axis_dim: u32,
     inner: u32,
+    start: u32,
+    count: u32,
+    phase: u32,
     x: u32,
     y: u32,
 }
@@ -25,17 +28,30 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (t >= p.lines) {
         return;
     }
-    let start = (t / p.inner) * p.axis_dim * p.inner + t % p.inner;
+    let line = (t / p.inner) * p.axis_dim * p.inner + t % p.inner;
+    let state_max = p.y + line;  // y[o, 0, i] and y[o, 1, i] hold (m, s) between chunked dispatches
+    let state_sum = p.y + line + p.inner;
     var m: f32 = -inf_f32();
     var s: f32 = 0.0;
-    for (var r = 0u; r < p.axis_dim; r = r + 1u) {
-        let v = ld_f32(p.x + start + r * p.inner);
-        let m_new = maxp(m, v);
-        s = s * exp_shift(m, m_new) + exp_shift(v, m_new);
-        m = m_new;
+    if (p.phase == 2u || (p.phase == 1u && p.start > 0u)) {
+        m = ld_f32(state_max);
+        s = ld_f32(state_sum);
     }
-    for (var r = 0u; r < p.axis_dim; r = r + 1u) {
-        let at = start + r * p.inner;
+    if (p.phase != 2u) {
+        for (var r = p.start; r < p.start + p.count; r = r + 1u) {
+            let v = ld_f32(p.x + line + r * p.inner);
+            let m_new = maxp(m, v);
+            s = s * exp_shift(m, m_new) + exp_shift(v, m_new);
+            m = m_new;
+        }
+    }
+    if (p.phase == 1u) {
+        st_f32(state_max, m);
+        st_f32(state_sum, s);
+        return;
+    }
+    for (var r = p.start; r < p.start + p.count; r = r + 1u) {
+        let at = line + r * p.inner;
         st_f32(p.y + at, exp_shift(ld_f32(p.x + at), m) / s);
     }
 }

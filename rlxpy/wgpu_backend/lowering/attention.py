@@ -28,6 +28,8 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MAX_HEAD_DIM = 256
 DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
 DECODE_WG = 256
+DECODE_KEYS = 64  # keys per decode tile: 4 threads per key in the score phase
+DECODE_CHUNK = 32  # head dims per K chunk in workgroup memory (DECODE_KEYS * 32 <= 8 * DECODE_WG loads)
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
 SPLIT_MAX = 32
@@ -36,27 +38,15 @@ COMBINE_WG = 64
 _COMMON = dict(s_q=U32, s_k=U32, kv_len=U32, group=U32, q=U32, k=U32, v=U32, o=U32, mask=U32,
                q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
                m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32)
-ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1))
+ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1),
+                    shared_bytes=14976)
+FLASH_SHARED_BYTES = ATTN_FLASH.shared_bytes  # the two workgroup arrays of attn_flash.wgsl
+FLASH_QUERIES = 64  # queries per attn_flash workgroup
 ATTN_DECODE = kernel("attn_decode", params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32,
                                            part=U32), workgroup=(DECODE_WG, 1, 1))
 ATTN_COMBINE = kernel("attn_combine", params("AttnCombineParams", rows=U32, heads=U32, s_q=U32, splits=U32,
                                              part=U32, o=U32, q_sb=U32, q_sh=U32, q_ss=U32),
                       workgroup=(COMBINE_WG, 1, 1))
-
-
-def flash_config(head_dim: int) -> dict[str, int]:
-    """Tile sizes of attn_flash for a head dim: 256 threads = BQ query rows x BK lanes, each lane
-    owning ceil(D / BK) <= 8 output dims; K/V go through workgroup memory DC dims at a time."""
-    if head_dim <= 128:
-        bq, bk, dc = 16, 16, min(64, head_dim)
-    else:
-        bq, bk, dc = 8, 32, 32
-    return {"BQ": bq, "BK": bk, "DC": dc, "KS": dc + 1, "ACC": math.ceil(head_dim / bk), "WG": bq * bk,
-            "QS_LEN": bq * head_dim, "KV_LEN": bk * (dc + 1)}
-
-
-def flash_shared_bytes(cfg: dict[str, int]) -> int:
-    return 4 * (cfg["QS_LEN"] + cfg["KV_LEN"] + cfg["WG"])
 
 
 def _seq_strides(node: Node, t: Node, layout: str, heads: int, head_dim: int, what: str
@@ -146,14 +136,13 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
-    cfg = flash_config(head_dim)
-    shared = flash_shared_bytes(cfg)
-    if shared > ctx.facts.max_workgroup_storage or cfg["WG"] > ctx.facts.max_invocations:
-        raise LimitError(f"{where(node)}: attn_flash needs {shared} B of workgroup memory and {cfg['WG']} "
+    if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:
+        raise LimitError(f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and 256 "
                          f"threads; the device allows {ctx.facts.max_workgroup_storage} B / "
                          f"{ctx.facts.max_invocations}")
-    grid = (math.ceil(s_q / cfg["BQ"]), heads, batch)
-    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **cfg}, **fields)]
+    units = math.ceil(head_dim / 16)
+    grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
+    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, "UD": units, "ACC_LEN": 4 * units}, **fields)]
 
 
 def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int,
@@ -164,7 +153,9 @@ def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: in
     rows = batch * heads * s_q
     splits = _decode_splits(rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
-    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "WG": DECODE_WG}
+    chunk = min(head_dim, DECODE_CHUNK)
+    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "WG": DECODE_WG, "TK": DECODE_KEYS, "DC": chunk,
+                   "KV_LEN": DECODE_KEYS * (chunk + 1)}
     steps = [ctx.dispatch(ATTN_DECODE, node, (splits, heads * s_q, batch), decode_subs, **fields,
                           heads=heads, splits=splits, part=part)]
     if splits > 1:

@@ -45,9 +45,9 @@ ACTIVATION_WGSL = {
     # half away from zero without adding 0.5 in f32 (0.49999997 + 0.5 rounds up to 1.0, and
     # 2^23 + 1 + 0.5 rounds to 2^23 + 2): v - trunc(v) is exact
     ActKind.ROUND: "select(trunc(v), trunc(v) + sign(v), abs(v - trunc(v)) >= 0.5)",
-    ActKind.SIN: "sin(v)",
-    ActKind.COS: "cos(v)",
-    ActKind.TAN: "tan(v)",
+    ActKind.SIN: "sin_f32(v)",
+    ActKind.COS: "cos_f32(v)",
+    ActKind.TAN: "tan_f32(v)",
     ActKind.ATAN: "atan_f32(v)",
 }
 
@@ -86,6 +86,10 @@ fn pow_int(x: {T}, y: {T}) -> {T} {
 
 _COMPARE = {CmpOp.EQ: "a == b", CmpOp.NE: "a != b", CmpOp.LT: "a < b", CmpOp.LE: "a <= b",
             CmpOp.GT: "a > b", CmpOp.GE: "a >= b"}
+# WGSL lets a compiler assume no NaN (lavapipe's NaN != x is false), so f32 compares test NaN by bits
+_NAN_GUARD = "(is_nan(a) || is_nan(b))"
+_FLOAT_COMPARE = {op: (f"{_NAN_GUARD} || a != b" if op is CmpOp.NE else f"!{_NAN_GUARD} && {expr}")
+                  for op, expr in _COMPARE.items()}
 
 
 def _compute_type(node: Node, dtype: DType) -> str:
@@ -142,13 +146,15 @@ fn order(a: vec2<u32>, b: vec2<u32>) -> i32 {
 @lowers(ops.Compare)
 def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
     a, b = ctx.inputs(node)
-    subs = {"PRELUDE": PRELUDE, "T": _common_type(node, a.dtype, b.dtype),
+    common = _common_type(node, a.dtype, b.dtype)
+    subs = {"PRELUDE": PRELUDE, "T": common,
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
-            "EXPR": _COMPARE[node.op.op]}
+            "EXPR": (_FLOAT_COMPARE if common == "f32" else _COMPARE)[node.op.op]}
     if {_compute_type(node, a.dtype), _compute_type(node, b.dtype)} == {"i32", "u32"}:
         keys = {"i32": "key_i32", "u32": "key_u32"}
         subs.update({"PRELUDE": PRELUDE + MIXED_COMPARE_WGSL, "T": "vec2<u32>",
-                     "LOAD_A": keys[_compute_type(node, a.dtype)], "LOAD_B": keys[_compute_type(node, b.dtype)],
+                     "LOAD_A": keys[_compute_type(node, a.dtype)],
+                     "LOAD_B": keys[_compute_type(node, b.dtype)],
                      "EXPR": _COMPARE[node.op.op].replace(" b", " 0").replace("a ", "order(a, b) ")})
     return [ctx.dispatch(EW_COMPARE, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
@@ -157,9 +163,11 @@ def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
 @lowers(ops.Where)
 def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
     c, a, b = ctx.inputs(node)
-    cond_type, cond_load = word_type(c.dtype, where(node))
-    subs = {"PRELUDE": PRELUDE, "T": _compute_type(node, node.dtype), "LOAD_C": cond_load,
-            "ZERO_C": f"{cond_type}(0)", "LOAD_A": word_type(a.dtype, where(node))[1],
+    cond_type = word_type(c.dtype, where(node))[0]
+    # the condition's bits: an f32 is true unless +-0 (NaN is true), without a float compare
+    subs = {"PRELUDE": PRELUDE, "T": _compute_type(node, node.dtype),
+            "COND_MASK": "0x7fffffffu" if cond_type == "f32" else "0xffffffffu",
+            "LOAD_A": word_type(a.dtype, where(node))[1],
             "LOAD_B": word_type(b.dtype, where(node))[1], "STORE": store_fn(node.dtype)}
     return [ctx.dispatch(EW_WHERE, node, ctx.grid_1d(node.numel), subs, n=node.numel, c=ctx.offset(c),
                          a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
@@ -167,10 +175,15 @@ def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
 
 def _cast_expr(src: DType, dst: DType) -> str:
     tx, ty = WORD_TYPES[src][0], WORD_TYPES[dst][0]
+    if dst is DType.BOOL and tx == "f32":  # bits, not v != 0.0: some compilers order NaN != 0 as false
+        return "select(0u, 1u, (bitcast<u32>(v) & 0x7fffffffu) != 0u)"
     if dst is DType.BOOL:
         return f"select(0u, 1u, v != {tx}(0))"
-    if tx == "f32" and ty != "f32":  # WGSL's f32 -> int conversion saturates; NaN needs care
-        return f"select({ty}(v), {ty}(0), is_nan(v))"
+    if tx == "f32" and ty != "f32":
+        # WGSL saturates at the largest f32 below the int's max (2^31 - 128, 2^32 - 256), the
+        # reference at the max itself; NaN -> 0
+        top, limit = ("2147483647", "2147483648.0") if ty == "i32" else ("4294967295u", "4294967296.0")
+        return f"select(select({ty}(v), {top}, v >= {limit}), {ty}(0), is_nan(v))"
     return f"{ty}(v)"
 
 

@@ -2,11 +2,14 @@
 
 Softmax on contiguous rows longer than 32 runs one workgroup per row (softmax_rows: an online
 max/sum pass, then a write pass); other axes and short rows run one thread per line
-(softmax_lines). The four norms share norm_rows: one workgroup per last-axis row, the fused
-residual sum recomputed in each pass, LayerNorm with a centred two-pass variance.
+(softmax_lines; lines too long for the loop budget of reduce.py go in chunked dispatches). The
+four norms share norm_rows: one workgroup per last-axis row, the fused residual sum recomputed in
+each pass, LayerNorm with a centred two-pass variance.
 """
 
 from __future__ import annotations
+
+import math
 
 from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
@@ -15,19 +18,23 @@ from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
-from rlxpy.wgpu_backend.lowering.reduce import row_lanes, split_axes
+from rlxpy.wgpu_backend.lowering.reduce import chunks, row_lanes, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 SOFTMAX_ROWS = kernel("softmax_rows", params(
-    "SoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8)
+    "SoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8, extent_axis=0)
 SOFTMAX_LINES = kernel("softmax_lines", params(
-    "SoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, x=U32, y=U32))
+    "SoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, phase=U32,
+    x=U32, y=U32), extent_axis=0)
 NORM_ROWS = kernel("norm_rows", params(
     "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32,
-    y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4)
+    y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4,
+    extent_axis=0)
 
 #: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
 SOFTMAX_LINE_MAX_COLS = 32
+#: softmax_lines phases: both passes in one dispatch / statistics of one chunk / outputs of one chunk.
+BOTH_PASSES, STATISTICS, OUTPUTS = 0, 1, 2
 
 
 def _require_f32(node: Node, tensors: list[Node], what: str) -> None:
@@ -46,13 +53,26 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
     outer, axis_dim, inner = split_axes(x.shape, axis, axis)
     if node.numel == 0:
         return []
+    scalable = axis > 0  # the active extent cannot cut a softmax across the leading axis
     if inner == 1 and axis_dim > SOFTMAX_LINE_MAX_COLS:
-        subs = {"PRELUDE": PRELUDE, **row_lanes(axis_dim)}
-        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, rows=outer, cols=axis_dim,
-                             x=ctx.offset(x), y=ctx.offset(node))]
+        lanes = row_lanes(axis_dim)
+        steps_per_dispatch(node, 2 * math.ceil(axis_dim / lanes), 32, "Softmax")
+        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
+                             cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
     lines = outer * inner
-    return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
-                         axis_dim=axis_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node))]
+    per_dispatch = steps_per_dispatch(node, 1, 16, "Softmax")
+    if 2 * axis_dim <= per_dispatch or axis_dim < 2:
+        order = [(BOTH_PASSES, (0, axis_dim))]
+    else:
+        # long lines: (max, sum) chunk by chunk, kept in y[o, 0:2, i]; then the outputs, last chunk
+        # first, so the chunk holding that state overwrites it only after reading it
+        pieces = chunks(axis_dim, max(2, per_dispatch))
+        order = [(STATISTICS, piece) for piece in pieces] + [(OUTPUTS, piece) for piece in reversed(pieces)]
+    return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable, lines=lines,
+                         axis_dim=axis_dim, inner=inner, start=start, count=count, phase=phase,
+                         x=ctx.offset(x), y=ctx.offset(node))
+            for phase, (start, count) in order]
 
 
 def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | None, bias: Node | None,
@@ -63,13 +83,15 @@ def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | Non
     if node.numel == 0:
         return []
     rows = x.numel // cols
+    lanes = row_lanes(cols)
+    steps_per_dispatch(node, 3 * math.ceil(cols / lanes), 32, what)
     fields = {"residual": 0, "bias": 0, "beta": 0}  # an absent operand: offset 0, flag 0, never read
     for name, t in (("residual", residual), ("bias", bias), ("beta", beta)):
         if t is not None:
             fields[name] = ctx.offset(t)
     flags = {"has_residual": int(residual is not None), "has_bias": int(bias is not None),
              "has_beta": int(beta is not None)}
-    return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, **row_lanes(cols)},
+    return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": lanes},
                          rows=rows, cols=cols, x=ctx.offset(x), gamma=ctx.offset(gamma), y=ctx.offset(node),
                          center=int(center), eps=eps, **fields, **flags)]
 

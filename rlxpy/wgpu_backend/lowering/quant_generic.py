@@ -58,7 +58,8 @@ struct Affine {
     zero: vec4<f32>,
 }
 fn col_mask(col: u32) -> vec4<f32> {
-    return select(vec4<f32>(1.0), vec4<f32>(0.0), vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(p.n));
+    let cols = vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u);
+    return select(vec4<f32>(1.0), vec4<f32>(0.0), cols >= vec4<u32>(p.n));
 }
 // f32 words at word offset base + col .. col + 3 (only those inside the row are read)
 fn words4(base: u32, col: u32) -> vec4<f32> {
@@ -149,8 +150,8 @@ def _validate(node: Node, ins: list[Node]) -> tuple[int, int]:
         if t.dtype is not DType.F32:
             raise UnsupportedOpError(f"{where(node)}: {scheme} {name} must be f32, got {t.type}")
         if t.numel != blocks * n:
-            raise GraphError(f"{where(node)}: {name} must hold ceil(K/{op.block_size})*N = {blocks * n} values "
-                             f"([{blocks}, {n}]), got {t.type}")
+            raise GraphError(f"{where(node)}: {name} must hold ceil(K/{op.block_size})*N = {blocks * n} "
+                             f"values ([{blocks}, {n}]), got {t.type}")
     return op.block_size, blocks
 
 

@@ -45,6 +45,8 @@ QUANT_GGUF_GATHER = kernel(
 
 GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
 MAX_LANES = 32  # lanes per weight row: enough to cover typical rows in one or two passes
+MAX_TEAM_ROWS = 8  # weight rows x x rows accumulated per lane (registers; partial sums <= 4096 floats)
+MIN_GROUPS = 256  # keep at least this many workgroups before making teams own more rows
 TILE = 64
 UNIT = 32  # elements per decode unit (quant_gguf_wgsl)
 
@@ -66,12 +68,18 @@ INDEX_LOADS = {
 }
 
 
-def gemv_plan(units: int) -> tuple[int, int]:
-    """(lanes per weight row, weight rows per workgroup): the fewest passes of at most
-    ``MAX_LANES`` lanes over a row's units, split evenly so no pass leaves lanes idle."""
+def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
+    """(lanes per weight row, teams per workgroup, weight rows per team).
+
+    Lanes: the fewest passes of at most ``MAX_LANES`` over a row's units, split evenly so no
+    pass leaves lanes idle. Rows per team: up to ``MAX_TEAM_ROWS`` while the grid keeps at least
+    ``MIN_GROUPS`` workgroups: fat workgroups amortise staging x and the reduction, and give
+    each lane several independent loads in flight."""
     passes = max(1, math.ceil(units / MAX_LANES))
     lanes = max(1, math.ceil(units / passes))
-    return lanes, GEMV_THREADS // lanes
+    teams = GEMV_THREADS // lanes
+    team_rows = max(1, min(MAX_TEAM_ROWS // x_rows, rows // (teams * MIN_GROUPS)))
+    return lanes, teams, team_rows
 
 
 def chunk_elems(x_rows: int, k: int) -> int:
@@ -97,18 +105,19 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     grouped = idx is not None
     rows_in_wg = 1 if grouped else m
     kc = chunk_elems(rows_in_wg, k)
-    _check(node, ctx, x, 4 * max(rows_in_wg * kc, rows_in_wg * GEMV_THREADS))
     units = math.ceil(k / UNIT)
-    lanes, rows_per_wg = gemv_plan(units)
+    lanes, teams, team_rows = gemv_plan(units, n, rows_in_wg)
+    xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS)
+    _check(node, ctx, x, 4 * xs_floats)
     row_bytes = gguf_row_bytes(qtype, k)
-    groups = max(1, math.ceil(n / rows_per_wg))
+    groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
-    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "KC": kc, "XS": rows_in_wg * kc // 4,
+    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc, "XS": xs_floats // 4,
             "GROUPED": "true" if grouped else "false",
             "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
     return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),
                         w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes, units=units,
-                        tpr=lanes, rows_per_wg=rows_per_wg, w_stride=n * row_bytes,
+                        tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
                         idx=ctx.offset(idx) if grouped else 0, experts=experts)
 
 
@@ -154,7 +163,8 @@ def lower_gather_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
     table, idx = ctx.inputs(node)
     op: ops.GatherGguf = node.op
     if op.qtype not in GPU_TYPES:
-        return [ctx.host(node, "gguf_gather", gguf_matmul.gather_step(table.id, idx.id, node.id, op.qtype, op.k))]
+        step = gguf_matmul.gather_step(table.id, idx.id, node.id, op.qtype, op.k)
+        return [ctx.host(node, "gguf_gather", step)]
     count = idx.numel
     if count == 0 or op.k == 0:
         return []

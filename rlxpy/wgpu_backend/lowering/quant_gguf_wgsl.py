@@ -27,14 +27,12 @@ fn ld_byte(b: u32) -> u32 { return (buf[b >> 2u] >> ((b & 3u) << 3u)) & 0xffu; }
 // two bytes at an even byte offset (GGML blocks are at least 2-byte aligned)
 fn ld_half(b: u32) -> u32 { return (buf[b >> 2u] >> ((b & 2u) << 3u)) & 0xffffu; }
 // four bytes at any byte offset, little-endian: a funnel shift of the two words holding them
+// (branch-free: lanes of one warp often disagree on alignment, e.g. odd and even Q8_0 blocks)
 fn ld_word(b: u32) -> u32 {
     let i = b >> 2u;
     let s = (b & 3u) << 3u;
     let lo = buf[i];
-    if (s == 0u) {
-        return lo;
-    }
-    return (lo >> s) | (buf[i + 1u] << (32u - s));
+    return select((lo >> s) | (buf[i + 1u] << (32u - s)), lo, s == 0u);
 }
 // IEEE half -> f32 by bit surgery (exact, subnormals included; unpack2x16float may flush them)
 fn f16_to_f32(h: u32) -> f32 {
@@ -50,13 +48,15 @@ fn f16_to_f32(h: u32) -> f32 {
     return bitcast<f32>(sign | ((ex + 112u) << 23u) | (man << 13u));
 }
 fn bf16_to_f32(h: u32) -> f32 { return bitcast<f32>(h << 16u); }
-// the four bytes of w as unsigned / signed integers in f32
+// the four bytes of w as unsigned / signed integers in f32, exactly: OR-ing a byte into the
+// mantissa of 2^23 and subtracting 2^23 avoids integer->float conversions (quarter rate on GPUs)
 fn bytes4(w: u32) -> vec4<f32> {
-    return vec4<f32>(f32(w & 0xffu), f32((w >> 8u) & 0xffu), f32((w >> 16u) & 0xffu), f32(w >> 24u));
+    let v = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return bitcast<vec4<f32>>(v | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
 }
 fn sbytes4(w: u32) -> vec4<f32> {
-    let s = bitcast<i32>(w);
-    return vec4<f32>(f32((s << 24u) >> 24u), f32((s << 16u) >> 24u), f32((s << 8u) >> 24u), f32(s >> 24u));
+    let v = (vec4<u32>(w ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);  // s + 128
+    return bitcast<vec4<f32>>(v | vec4<u32>(0x4b000000u)) - vec4<f32>(8388736.0);
 }
 """
 

@@ -9,6 +9,12 @@ merge into one ``n``). Kernel choice:
 * Cumsum: long contiguous rows -> one workgroup per row (scan_rows), else one thread per line.
 * Argmax / TopK (last axis): one workgroup per row picking k times (select_topk); for large k,
   where k passes over the row would cost more than ranking every element, select_rank.
+
+Loop budget: lavapipe (llvmpipe) silently stops a shader invocation after 65535 loop iterations
+in total, over all its loops (LP_MAX_TGSI_LOOP_ITERATIONS; measured: a 70000-step loop writes
+65535 values, then nothing). Work that could run past ``LOOP_BUDGET`` iterations per invocation
+is split into several dispatches of the same kernel over consecutive chunks, each resuming from
+what the previous one wrote; where no split exists the lowering raises LimitError.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rlxpy.errors import UnsupportedOpError, where
+from rlxpy.errors import LimitError, UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
@@ -27,22 +33,26 @@ from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 REDUCE_SERIAL = kernel("reduce_serial", params(
-    "ReduceSerialParams", ("outputs",), outputs=U32, reduce_dim=U32, inner=U32, x=U32, y=U32, divisor=F32))
+    "ReduceSerialParams", ("outputs",), outputs=U32, reduce_dim=U32, inner=U32, x=U32, y=U32, divisor=F32),
+    extent_axis=0)
 REDUCE_TREE = kernel("reduce_tree", params(
-    "ReduceTreeParams", ("rows",), rows=U32, reduce_dim=U32, x=U32, y=U32, divisor=F32),
-    shared_bytes=256 * 4)
+    "ReduceTreeParams", ("rows",), rows=U32, reduce_dim=U32, start=U32, count=U32, accumulate=U32, x=U32,
+    y=U32, divisor=F32), shared_bytes=256 * 4, extent_axis=0)
 REDUCE_TILE = kernel("reduce_tile", params(
-    "ReduceTileParams", ("groups",), groups=U32, tiles=U32, reduce_dim=U32, inner=U32, x=U32, y=U32,
-    divisor=F32), workgroup=(16, 16, 1), shared_bytes=256 * 4)
+    "ReduceTileParams", ("groups",), groups=U32, tiles=U32, reduce_dim=U32, inner=U32, start=U32, count=U32,
+    accumulate=U32, x=U32, y=U32, divisor=F32), workgroup=(16, 16, 1), shared_bytes=256 * 4, extent_axis=0)
 SCAN_LINES = kernel("scan_lines", params(
-    "ScanLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, x=U32, y=U32, exclusive=U32))
+    "ScanLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, x=U32, y=U32,
+    exclusive=U32), extent_axis=0)
 SCAN_ROWS = kernel("scan_rows", params(
-    "ScanRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32, exclusive=U32), shared_bytes=256 * 4)
+    "ScanRowsParams", ("rows",), rows=U32, cols=U32, start=U32, count=U32, x=U32, y=U32, exclusive=U32),
+    shared_bytes=256 * 4, extent_axis=0)
 SELECT_TOPK = kernel("select_topk", params(
-    "SelectTopkParams", ("rows",), rows=U32, cols=U32, k=U32, x=U32, y=U32), shared_bytes=256 * 8)
+    "SelectTopkParams", ("rows",), rows=U32, cols=U32, k=U32, round_start=U32, round_count=U32, x=U32,
+    y=U32), shared_bytes=256 * 8, extent_axis=0)
 SELECT_RANK = kernel("select_rank", params(
     "SelectRankParams", ("groups",), groups=U32, tiles=U32, cols=U32, k=U32, x=U32, y=U32),
-    shared_bytes=256 * 4)
+    shared_bytes=256 * 4, extent_axis=0)
 
 #: Reductions up to this length run one thread per output (the catalogue's split).
 SERIAL_MAX = 64
@@ -51,17 +61,12 @@ SCAN_ROW_MIN = 64
 TILE_COLS = 16
 #: TopK picks by k passes up to this k; above it ranking costs cols^2 instead of k * cols.
 SELECT_PASSES_MAX_K = 64
-#: Rows this long always use k passes: ranking would cost cols^2 per row.
+#: Rows this long always use k passes: ranking would cost cols^2 per row (and cols loop steps).
 RANK_MAX_COLS = 16384
-
 #: Row kernels run 64 lanes on rows up to this length, else 256 (an idle lane still costs barriers).
 SMALL_ROW_MAX = 1024
-
-
-def row_lanes(cols: int) -> dict[str, object]:
-    """``{{WG}}`` for one-workgroup-per-row kernels (the tree loops need a power of two)."""
-    return {"WG": 64 if cols <= SMALL_ROW_MAX else 256}
-
+#: Loop iterations one invocation may run (half of llvmpipe's 65535, for the fixed tree loops).
+LOOP_BUDGET = 32768
 
 #: op -> (identity, combine(a, b)) in WGSL; max/min propagate NaN like torch.amax/amin.
 _REDUCE_WGSL = {
@@ -73,9 +78,29 @@ _REDUCE_WGSL = {
 }
 
 
+def row_lanes(cols: int) -> int:
+    """Lanes (``{{WG}}``) of one-workgroup-per-row kernels; the tree loops need a power of two."""
+    return 64 if cols <= SMALL_ROW_MAX else 256
+
+
 def split_axes(shape: Sequence[int], first: int, last: int) -> tuple[int, int, int]:
     """(outer, n, inner) of ``shape`` around the contiguous axes ``first..last`` (inclusive)."""
     return math.prod(shape[:first]), math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+
+
+def chunks(total: int, size: int) -> list[tuple[int, int]]:
+    """(start, count) pieces of ``range(total)`` of at most ``size`` (one piece when total is 0)."""
+    size = max(1, size)
+    return [(start, min(size, total - start)) for start in range(0, total, size)] or [(0, 0)]
+
+
+def steps_per_dispatch(node: Node, per_step: int, overhead: int, what: str) -> int:
+    """How many units of ``per_step`` loop iterations one dispatch may run within LOOP_BUDGET."""
+    fitting = (LOOP_BUDGET - overhead) // max(1, per_step)
+    if fitting < 1:
+        raise LimitError(f"{where(node)}: {what} would run {per_step + overhead} loop iterations in one GPU "
+                         f"thread, more than the {LOOP_BUDGET} allowed (lavapipe silently stops at 65535)")
+    return fitting
 
 
 def require_f32(node: Node, x: Node, what: str) -> None:
@@ -98,19 +123,29 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
         return []
     identity, combine = _REDUCE_WGSL[op.op]
     subs = {"PRELUDE": PRELUDE, "IDENTITY": identity, "COMBINE": combine}
+    # the active extent (first rows only) scales the outputs only when the leading axis is kept
+    scalable = axes[0] > 0
     # mean divides the sum by n at the end, like torch.mean (0 / 0 = NaN for an empty axis)
     divisor = float(reduce_dim) if op.op is ReduceOp.MEAN else 1.0
-    offsets = {"x": ctx.offset(x), "y": ctx.offset(node), "divisor": divisor}
     if reduce_dim <= SERIAL_MAX:
         outputs = outer * inner
-        return [ctx.dispatch(REDUCE_SERIAL, node, ctx.grid_1d(outputs), subs, outputs=outputs,
-                             reduce_dim=reduce_dim, inner=inner, **offsets)]
+        return [ctx.dispatch(REDUCE_SERIAL, node, ctx.grid_1d(outputs), subs, scalable, outputs=outputs,
+                             reduce_dim=reduce_dim, inner=inner, x=ctx.offset(x), y=ctx.offset(node),
+                             divisor=divisor)]
     if inner == 1:
-        return [ctx.dispatch(REDUCE_TREE, node, ctx.grid_rows(outer), {**subs, **row_lanes(reduce_dim)},
-                             rows=outer, reduce_dim=reduce_dim, **offsets)]
-    tiles = math.ceil(inner / TILE_COLS)
-    return [ctx.dispatch(REDUCE_TILE, node, ctx.grid_rows(outer * tiles), subs, groups=outer * tiles,
-                         tiles=tiles, reduce_dim=reduce_dim, inner=inner, **offsets)]
+        lanes = row_lanes(reduce_dim)
+        kernel_, grid, shape_fields = REDUCE_TREE, ctx.grid_rows(outer), {"rows": outer}
+        subs["WG"] = lanes
+    else:
+        lanes, tiles = TILE_COLS, math.ceil(inner / TILE_COLS)
+        kernel_, grid = REDUCE_TILE, ctx.grid_rows(outer * tiles)
+        shape_fields = {"groups": outer * tiles, "tiles": tiles, "inner": inner}
+    # each lane folds count / lanes values per dispatch; long reductions continue in later dispatches
+    pieces = chunks(reduce_dim, lanes * steps_per_dispatch(node, 1, 64, "Reduce"))
+    return [ctx.dispatch(kernel_, node, grid, subs, scalable, reduce_dim=reduce_dim, start=start, count=count,
+                         accumulate=int(start > 0), x=ctx.offset(x), y=ctx.offset(node),
+                         divisor=divisor if start + count == reduce_dim else 1.0, **shape_fields)
+            for start, count in pieces]
 
 
 @lowers(ops.Cumsum)
@@ -123,13 +158,19 @@ def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     fields = {"x": ctx.offset(x), "y": ctx.offset(node), "exclusive": int(node.op.exclusive)}
+    scalable = axis > 0  # a scan down the leading axis runs in full (its first rows are still right)
     if inner == 1 and axis_dim > SCAN_ROW_MIN:
-        subs = {"PRELUDE": PRELUDE, **row_lanes(axis_dim)}
-        grid = ctx.grid_rows(outer)
-        return [ctx.dispatch(SCAN_ROWS, node, grid, subs, rows=outer, cols=axis_dim, **fields)]
+        lanes = row_lanes(axis_dim)
+        # per block of `lanes` values: 1 + log2(lanes) loop steps (the Hillis-Steele scan)
+        blocks = steps_per_dispatch(node, 1 + int(math.log2(lanes)), 16, "Cumsum")
+        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer, cols=axis_dim,
+                             start=start, count=count, **fields)
+                for start, count in chunks(axis_dim, blocks * lanes)]
     lines = outer * inner
-    return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, lines=lines,
-                         axis_dim=axis_dim, inner=inner, **fields)]
+    return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable, lines=lines,
+                         axis_dim=axis_dim, inner=inner, start=start, count=count, **fields)
+            for start, count in chunks(axis_dim, steps_per_dispatch(node, 1, 16, "Cumsum"))]
 
 
 def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]:
@@ -143,8 +184,14 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
         return []
     fields = {"cols": cols, "k": k, "x": ctx.offset(x), "y": ctx.offset(node)}
     if k <= SELECT_PASSES_MAX_K or cols > RANK_MAX_COLS:
-        subs = {"PRELUDE": PRELUDE, **row_lanes(cols)}
-        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, **fields)]
+        lanes = row_lanes(cols)
+        # one round: a strided scan of cols / lanes values plus the log2(lanes) tree steps
+        per_round = math.ceil(cols / lanes) + int(math.log2(lanes)) + 1
+        rounds = steps_per_dispatch(node, per_round, 16, what)
+        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, round_start=start,
+                             round_count=count, **fields)
+                for start, count in chunks(k, rounds)]
     tiles = math.ceil(cols / SELECT_RANK.workgroup[0])
     return [ctx.dispatch(SELECT_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
                          groups=rows * tiles, tiles=tiles, **fields)]

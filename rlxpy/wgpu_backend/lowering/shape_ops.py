@@ -23,17 +23,22 @@ from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, store_fn
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_RANK = 6
-_STRIDED_FIELDS = {name: U32 for name in ("n", "words", "w0", "x", "y", "elem_bytes", "src_base", "dst_base",
-                                          "keep_axis", "keep_lo", "keep_hi")}
-# then dims d0..d5, source strides s0..s5, destination strides t0..t5 (outermost first)
-for _prefix in ("d", "s", "t"):
-    _STRIDED_FIELDS.update({f"{_prefix}{k}": U32 for k in range(MAX_RANK)})
+# scalars, then dims d0..d5, source strides s0..s5, destination strides t0..t5 (outermost first)
+_STRIDED_FIELDS = {
+    **{name: U32 for name in ("n", "words", "w0", "x", "y", "elem_bytes", "src_base", "dst_base",
+                              "keep_axis", "keep_lo", "keep_hi")},
+    **{f"{prefix}{k}": U32 for prefix in ("d", "s", "t") for k in range(MAX_RANK)},
+}
+# Active extent: a strided copy may map output rows to any input rows (concat on axis 0, a transpose
+# that moves the row axis) and every scatter row may receive any update, so those two run in full;
+# the first rows of a gather or a cast need only the first indices / source rows.
 SHAPE_STRIDED = kernel("shape_strided", params("ShapeStridedParams", **_STRIDED_FIELDS))
-SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", n=U32, words=U32, x=U32, idx=U32, y=U32,
-                                              elem_bytes=U32, inner=U32, count=U32, dim=U32))
+SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", ("n", "words"), n=U32, words=U32, x=U32,
+                                              idx=U32, y=U32, elem_bytes=U32, inner=U32, count=U32, dim=U32),
+                      extent_axis=0)
 SHAPE_SCATTER_ADD = kernel("shape_scatter_add", params("ShapeScatterAddParams", width=U32, count=U32,
                                                         out_dim=U32, x=U32, idx=U32, y=U32))
-CAST_HALF = kernel("cast_half", params("CastHalfParams", ("n",), n=U32, x=U32, y=U32))
+CAST_HALF = kernel("cast_half", params("CastHalfParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
 
 #: Largest element index the kernels address (0xffffffff is their "skip" marker).
 MAX_ELEMENTS = (1 << 32) - 2
@@ -84,6 +89,11 @@ def coalesce(axes: Sequence[Axis]) -> list[Axis]:
     return merged
 
 
+def _check_indexing(node: Node, *counts: int) -> None:
+    if max(counts) > MAX_ELEMENTS:
+        raise UnsupportedOpError(f"{where(node)}: {max(counts)} elements exceed the kernels' u32 indexing")
+
+
 def _element_bytes(node: Node, dtype: DType) -> int:
     size = dtype.itemsize
     if size not in (1, 2, 4, 8):  # every current dtype is one of these; a future one must say how
@@ -102,14 +112,13 @@ def strided_step(node: Node, ctx: LowerCtx, x: Node, axes: Sequence[Axis], src_b
     n = math.prod(a.size for a in axes)
     if elem_bytes < 4:
         sizes = [a.size for a in axes]
-        assert [a.dst for a in axes if a.size > 1] == [s for s, d in zip(contiguous_strides(sizes), sizes) if d > 1]
+        expected = [s for s, d in zip(contiguous_strides(sizes), sizes) if d > 1]
+        assert [a.dst for a in axes if a.size > 1] == expected, "packed copies need a contiguous destination"
     merged = coalesce(axes)
     if len(merged) > MAX_RANK:
         raise UnsupportedOpError(f"{where(node)}: a strided copy of {len(merged)} non-mergeable dims "
                                  f"(shape {list(node.shape)}); the kernel handles at most {MAX_RANK}")
-    if max(n, node.numel, x.numel) > MAX_ELEMENTS:
-        raise UnsupportedOpError(f"{where(node)}: {max(n, node.numel, x.numel)} elements exceed the "
-                                 f"kernel's u32 indexing")
+    _check_indexing(node, n, node.numel, x.numel)
     padded = [Axis(1, 0, 0)] * (MAX_RANK - len(merged)) + merged
     partial = [k for k, a in enumerate(padded) if not a.full]
     keep_axis = partial[0] if partial else 0
@@ -253,12 +262,11 @@ def lower_gather(node: Node, ctx: LowerCtx) -> list[Step]:
     if dim == 0:
         raise GraphError(f"{where(node)}: gather from axis {axis} of {list(table.shape)}, which is empty")
     elem_bytes = _element_bytes(node, node.dtype)
-    if max(node.numel, table.numel) > MAX_ELEMENTS:
-        raise UnsupportedOpError(f"{where(node)}: {max(node.numel, table.numel)} elements exceed u32 indexing")
+    _check_indexing(node, node.numel, table.numel)
     words = node.numel * elem_bytes // 4 if elem_bytes >= 4 else -(-node.numel * elem_bytes // 4)
-    return [ctx.dispatch(SHAPE_GATHER, node, ctx.grid_1d(words), {"ROW": _index_dtype(node, idx, _GATHER_ROW)},
-                         n=node.numel, words=words, x=ctx.offset(table), idx=ctx.offset(idx),
-                         y=ctx.offset(node), elem_bytes=elem_bytes,
+    subs = {"ROW": _index_dtype(node, idx, _GATHER_ROW)}
+    return [ctx.dispatch(SHAPE_GATHER, node, ctx.grid_1d(words), subs, n=node.numel, words=words,
+                         x=ctx.offset(table), idx=ctx.offset(idx), y=ctx.offset(node), elem_bytes=elem_bytes,
                          inner=math.prod(table.shape[axis + 1:]), count=idx.numel, dim=dim)]
 
 
@@ -268,15 +276,16 @@ def lower_scatter_add(node: Node, ctx: LowerCtx) -> list[Step]:
     with out-of-range rows skipped. Deterministic: each thread owns one column and adds in order."""
     updates, idx = ctx.inputs(node)
     if node.dtype not in _SCATTER_ADD:
-        raise UnsupportedOpError(f"{where(node)}: scatter_add of {node.dtype} is not lowered (f32/i32/u32/bool)")
+        raise UnsupportedOpError(f"{where(node)}: scatter_add of {node.dtype} is not lowered "
+                                 f"(f32/i32/u32/bool)")
     width = math.prod(node.shape[1:])
     if node.numel == 0:
         return []
-    if max(node.numel, updates.numel) > MAX_ELEMENTS - 1 or node.op.out_dim >= MAX_ELEMENTS:
-        raise UnsupportedOpError(f"{where(node)}: {max(node.numel, updates.numel)} elements exceed u32 indexing")
+    _check_indexing(node, node.numel, updates.numel, node.op.out_dim)
     subs = {"ROW": _index_dtype(node, idx, _SCATTER_ROW), "ADD": _SCATTER_ADD[node.dtype]}
     return [ctx.dispatch(SHAPE_SCATTER_ADD, node, ctx.grid_1d(width), subs, width=width, count=idx.numel,
-                         out_dim=node.op.out_dim, x=ctx.offset(updates), idx=ctx.offset(idx), y=ctx.offset(node))]
+                         out_dim=node.op.out_dim, x=ctx.offset(updates), idx=ctx.offset(idx),
+                         y=ctx.offset(node))]
 
 
 # -- f16 / bf16 casts (called by elementwise.lower_cast) ----------------------------------------
@@ -292,11 +301,12 @@ _HALF_LOAD = {
     DType.BOOL: "select(0.0, 1.0, ld_u32(p.x + e) != 0u)",
 }
 
-#: f32 value v -> destination word type: float -> int truncates, saturates, NaN -> 0 (like ew_cast).
+#: f32 value v -> destination word type: float -> int truncates, saturates at the int's max (WGSL's
+#: own conversion stops at the largest f32 below it), NaN -> 0, exactly like ew_cast.
 _FROM_F32 = {
     DType.F32: "{v}",
-    DType.I32: "select(i32({v}), 0, is_nan({v}))",
-    DType.U32: "select(u32({v}), 0u, is_nan({v}))",
+    DType.I32: "select(select(i32({v}), 2147483647, {v} >= 2147483648.0), 0, is_nan({v}))",
+    DType.U32: "select(select(u32({v}), 4294967295u, {v} >= 4294967296.0), 0u, is_nan({v}))",
     DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
 }
 
@@ -319,9 +329,9 @@ def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
         pack = "f32_to_f16" if dst is DType.F16 else "f32_to_bf16"
         store = f"buf[p.y + t] = {pack}(a) | ({pack}(b) << 16u);"
     else:
-        write = store_fn(dst)
-        store = (f"{write}(p.y + 2u * t, {_FROM_F32[dst].format(v='a')});\n"
-                 f"    if (has_b) {{\n        {write}(p.y + 2u * t + 1u, {_FROM_F32[dst].format(v='b')});\n    }}")
+        write, first, second = store_fn(dst), _FROM_F32[dst].format(v="a"), _FROM_F32[dst].format(v="b")
+        store = (f"{write}(p.y + 2u * t, {first});\n"
+                 f"    if (has_b) {{\n        {write}(p.y + 2u * t + 1u, {second});\n    }}")
     subs = {"PRELUDE": PRELUDE, "LOAD": _HALF_LOAD[x.dtype], "STORE": store}
     pairs = -(-node.numel // 2)
     return [ctx.dispatch(CAST_HALF, node, ctx.grid_1d(pairs), subs, n=node.numel, x=ctx.offset(x),

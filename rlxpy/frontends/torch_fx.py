@@ -1,0 +1,278 @@
+"""rlxpy as a torch.compile backend: ``torch.compile(model, backend=rlxpy_backend)`` or ``backend="rlxpy"``.
+
+dynamo captures the model; aot_autograd lowers each captured graph to aten ops (with the core-aten
+decompositions, minus the ops rlxpy runs whole: SDPA, layer/rms norm, GELU, SiLU, softmax), and our
+forward compiler translates that into one rlxpy Graph (torch_fx_translate.py, torch_fx_ops.py).
+
+At run time, per call: the sizes of the symbolic dims come from the inputs; each new binding (a
+shape signature) compiles the graph once (``rlxpy.compile`` of the bound graph) and uploads the
+weights; later calls with that signature re-use it. Weights are uploaded again only when a param
+tensor changed (another storage, or its version counter moved). Inputs are converted at the
+boundary (int64 -> int32 after a range check), outputs come back as torch tensors of the dtypes and
+device torch would give.
+
+``on_unsupported="fallback"`` (default) runs a graph rlxpy cannot take in eager torch, with one
+warning that lists the reasons (a clean graph break: the whole captured subgraph runs in torch);
+``"error"`` raises UnsupportedOpError instead. Graphs that need gradients are always left to torch:
+rlxpy runs inference. torch is imported here and in the two modules above only, never by rlxpy's core.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+import rlxpy
+from rlxpy.errors import InputError, RlxError, UnsupportedOpError
+from rlxpy.frontends import torch_fx_ops  # noqa: F401  (fills TRANSLATORS)
+from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evaluate_host, to_numpy
+from rlxpy.ir.passes.dynamic import bind_graph
+
+ON_UNSUPPORTED = ("fallback", "error")
+#: Compiled executables kept per graph (each holds an arena with its own copy of the weights).
+MAX_SIGNATURES = 4
+_WARNED: set[str] = set()
+
+
+class RlxpyFallbackWarning(UserWarning):
+    """A captured graph runs in eager torch because rlxpy cannot take it (the message says why)."""
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RlxpyFallbackWarning, stacklevel=3)
+
+
+@functools.cache
+def decompositions() -> dict:
+    """torch's core-aten decompositions, minus the ops rlxpy translates whole (faster and exact)."""
+    from torch._decomp import core_aten_decompositions
+
+    aten = torch.ops.aten
+    keep = {aten._scaled_dot_product_flash_attention_for_cpu.default, aten.scaled_dot_product_attention.default,
+            aten._scaled_dot_product_attention_math.default, aten.silu.default, aten._fused_rms_norm.default,
+            aten.rms_norm.default, aten.gelu.default, aten.native_layer_norm.default, aten.layer_norm.default,
+            aten._softmax.default, aten.softmax.int, aten._log_softmax.default}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
+
+
+def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
+                  on_unsupported: str | None = None, **compile_options: Any) -> Callable:
+    """The dynamo backend. ``options={"on_unsupported": "error"}`` (torch.compile's ``options``) or the
+    keyword selects the policy; other options go to ``rlxpy.compile``."""
+    settings = dict(options or {})
+    policy = on_unsupported or settings.pop("on_unsupported", "fallback")
+    if policy not in ON_UNSUPPORTED:
+        raise ValueError(f"on_unsupported must be one of {ON_UNSUPPORTED}, got {policy!r}")
+    settings.update(compile_options)
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        reason = ("the graph needs gradients (rlxpy runs inference: call the model under torch.no_grad() or "
+                  "torch.inference_mode())")
+        if policy == "error":
+            raise UnsupportedOpError(reason)
+        _warn_once(f"rlxpy: running a captured graph in eager torch: {reason}")
+        return gm.forward
+    static = [i for i, x in enumerate(example_inputs)
+              if isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None)]
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiler = functools.partial(_compile_forward, policy=policy, dynamo_static=static, options=settings)
+    return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
+
+
+def make_backend(on_unsupported: str = "fallback", **compile_options: Any) -> Callable:
+    """A backend with its policy bound: ``torch.compile(m, backend=make_backend("error"))``."""
+    return functools.partial(rlxpy_backend, on_unsupported=on_unsupported, **compile_options)
+
+
+def _static_indices(count: int, dynamo_static: list[int]) -> set[int]:
+    """Which forward-graph inputs are weights: aot_autograd's own record when it has one."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = getattr(metadata, "static_input_indices", None)
+    if indices is not None:
+        return set(indices)
+    return set(dynamo_static)  # aot_autograd keeps dynamo's input order for inference graphs
+
+
+def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence[Any], policy: str, dynamo_static: list[int],
+                     options: dict) -> Callable:
+    static = _static_indices(len(example_inputs), dynamo_static)
+    try:
+        translation = FxTranslator(gm, static).translate()
+    except UnsupportedOpError as e:
+        if policy == "error":
+            error = e
+
+            def raise_unsupported(*args: Any) -> Any:
+                raise error
+            return raise_unsupported
+        _warn_once(f"rlxpy: running a captured graph in eager torch: {e}")
+        return gm.forward
+    return CompiledGraph(gm, translation, policy, options)
+
+
+class CompiledGraph:
+    """The callable handed back to aot_autograd: one translated graph, compiled per shape signature."""
+
+    def __init__(self, gm: fx.GraphModule, translation: Translation, policy: str, options: dict) -> None:
+        self.gm = gm
+        self.translation = translation
+        self.policy = policy
+        self.options = options
+        self.executables: OrderedDict[tuple, Any] = OrderedDict()
+        self.compiles = 0
+        self.eager_calls = 0
+        self._weights: dict[str, np.ndarray] | None = None
+        self._host: dict[fx.Node, torch.Tensor] = {}
+        self._weights_key: tuple | None = None
+        self._uploaded: dict[tuple, tuple | None] = {}
+        self._broken: str | None = None
+
+    @property
+    def graph(self) -> rlxpy.Graph:
+        return self.translation.graph
+
+    def __call__(self, *args: Any) -> list[Any]:
+        if self._broken is not None:
+            return self._eager(args)
+        symbols, binding = self.binding(args)
+        try:
+            inputs = self.convert_inputs(args, binding)
+        except UnsupportedOpError as e:  # this call's values only (an int64 beyond int32): torch runs it
+            if self.policy == "error":
+                raise
+            _warn_once(f"rlxpy: running a call in eager torch: {e}")
+            return self._eager(args)
+        try:
+            self._refresh_weights(args)
+            outputs: dict[str, np.ndarray] = {}
+            if self.graph.outputs:
+                outputs = self.executable(binding).run(inputs)
+        except RlxError as e:  # the graph cannot compile or run here: torch runs it from now on
+            if self.policy == "error":
+                raise
+            self._broken = str(e)
+            _warn_once(f"rlxpy: running a captured graph in eager torch from now on: {e}")
+            return self._eager(args)
+        return [self._output(spec, outputs, symbols) for spec in self.translation.outputs]
+
+    def _eager(self, args: Sequence[Any]) -> list[Any]:
+        self.eager_calls += 1
+        return list(self.gm(*args))
+
+    # -- one call ------------------------------------------------------------------------------
+    def binding(self, args: Sequence[Any]) -> tuple[dict, dict[str, int]]:
+        """(sympy symbol -> size, rlxpy symbol name -> size) for this call's inputs."""
+        import sympy
+
+        symbols = {}
+        for symbol, (index, axis) in self.translation.sym_sources.items():
+            value = args[index] if axis is None else args[index].shape[axis]
+            symbols[symbol] = sympy.Integer(int(value))
+        binding = {}
+        for name, expr in self.translation.sym_exprs.items():
+            result = expr.xreplace(symbols)
+            if not result.is_number:
+                raise UnsupportedOpError(f"dynamic dim {name}: cannot evaluate {result} from the inputs")
+            binding[name] = int(result)
+        return symbols, binding
+
+    def convert_inputs(self, args: Sequence[Any], binding: dict[str, int]) -> dict[str, np.ndarray]:
+        inputs = {}
+        graph = self.graph
+        for spec in self.translation.inputs:
+            value = args[spec.index]
+            if not isinstance(value, torch.Tensor):
+                raise InputError(f"input {spec.name}: expected a tensor, got {type(value).__name__}")
+            node = graph[spec.name]
+            dtype = node.dtype
+            array = to_numpy(value, dtype, f"input {spec.name}")
+            want = tuple(binding.get(d.name, d) if not isinstance(d, int) else d for d in node.shape)
+            if tuple(array.shape) != want:
+                raise InputError(f"input {spec.name}: shape {list(array.shape)} does not match the traced "
+                                 f"shape {list(want)}")
+            if spec.index_bound is not None and array.size:
+                bound = spec.index_bound if isinstance(spec.index_bound, int) else binding[spec.index_bound.name]
+                low, high = int(array.min()), int(array.max())
+                if low < 0 or high >= bound:
+                    raise IndexError(f"input {spec.name}: index out of range: values [{low}, {high}] index a "
+                                     f"dim of {bound} (torch raises IndexError here)")
+            inputs[spec.name] = array
+        return inputs
+
+    def executable(self, binding: dict[str, int]) -> Any:
+        key = tuple(sorted(binding.items()))
+        if key in self.executables:
+            self.executables.move_to_end(key)
+            exe = self.executables[key]
+        else:
+            graph = bind_graph(self.graph, binding) if binding else self.graph
+            exe = rlxpy.compile(graph, **self.options)
+            self.compiles += 1
+            self.executables[key] = exe
+            while len(self.executables) > MAX_SIGNATURES:
+                dropped, old = self.executables.popitem(last=False)
+                self._uploaded.pop(dropped, None)
+                if hasattr(old, "destroy"):
+                    old.destroy()
+        if self._uploaded.get(key) != self._weights_key:
+            for name, value in (self._weights or {}).items():
+                exe.set_param(name, value)
+            self._uploaded[key] = self._weights_key
+        return exe
+
+    # -- weights -----------------------------------------------------------------------------------
+    def _refresh_weights(self, args: Sequence[Any]) -> None:
+        """Evaluate the host values (weights and what is computed from them) when a weight changed."""
+        indices = sorted({i for i in self.translation.static_indices if i < len(args)})
+        key = tuple((i, id(args[i]), args[i].data_ptr(), args[i]._version, tuple(args[i].shape))
+                    for i in indices if isinstance(args[i], torch.Tensor))
+        if key == self._weights_key and self._weights is not None:
+            return
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        values: dict[fx.Node, torch.Tensor] = dict(self.translation.constants)
+        for node in self.translation.host_nodes:
+            if node not in values:
+                values[node] = args[placeholders.index(node)] if node.op == "placeholder" \
+                    else evaluate_host(node, values)
+        self._host = values
+        self._weights = {spec.name: to_numpy(values[spec.node], spec.dtype, spec.name)
+                         for spec in self.translation.params}
+        self._weights_key = key
+
+    # -- outputs -----------------------------------------------------------------------------------
+    def _output(self, spec: Any, outputs: dict[str, np.ndarray], symbols: dict) -> Any:
+        if spec.kind == "const":
+            return spec.value
+        if spec.kind == "sym":
+            return int(spec.value.xreplace(symbols))
+        if spec.kind == "host":
+            return self._host[spec.value].clone()
+        result = torch.from_numpy(outputs[spec.value])
+        if spec.dtype is not None and result.dtype != spec.dtype:
+            result = result.to(spec.dtype)
+        if spec.device is not None and spec.device.type != "cpu" and spec.device.type != "meta":
+            result = result.to(spec.device)
+        return result
+
+
+def _register() -> None:
+    """Make ``torch.compile(model, backend="rlxpy")`` work once this module is imported."""
+    from torch._dynamo import list_backends, register_backend
+
+    if "rlxpy" not in list_backends(exclude_tags=()):
+        register_backend(rlxpy_backend, name="rlxpy")
+
+
+_register()
+
+__all__ = ["CompiledGraph", "RlxpyFallbackWarning", "decompositions", "make_backend", "rlxpy_backend"]
