@@ -6,8 +6,8 @@ on an H100) while the arena may hold several GiB. Every GPU step binds W = min(a
 an aligned base (one bind group, dynamic offset; ARCHITECTURE rules 4 and 5):
 
 1. A node whose tensors span at most W gets a window covering them all (``cover_base``).
-2. Otherwise one of its *units* (a tensor, or tensors sharing bytes such as a view and its root)
-   anchors the window, biggest first ("big params anchor"), and every unit left outside is
+2. Otherwise its biggest *unit* (a tensor, or tensors sharing bytes such as a view and its root)
+   anchors the window ("big params anchor": never copied), and every unit left outside is
    *staged*: copied into free bytes inside the window before the op (what it reads) and copied back
    after it (what it writes); the op's lowerer then sees the staged copy through ``ctx.offset``.
    Free bytes are bytes no tensor alive at that node occupies (the memory plan's liveness), so a

@@ -129,6 +129,14 @@ def test_rank7_transpose_that_cannot_merge_is_a_clear_error(device):
         rlxpy.compile(g)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_copy_moves_every_dtype(device, dtype):
+    x = sample((3, 5), dtype, seed=2)  # 15 elements: an odd number of 2-byte and 1-byte values
+    exe, (gpu,), _ = run_graph(lambda g, a: g.copy(a), [(x, dtype)])
+    assert_moved(gpu, x, dtype, "copy")
+    assert kernels_of(exe) == ["copy_words"]
+
+
 def test_transpose_with_a_bad_perm_is_a_graph_error():
     g = rlxpy.Graph("bad")
     x = g.input("x", (2, 3))

@@ -26,9 +26,12 @@ const MR: u32 = {{MR}}u;  // x rows per workgroup (1 in grouped mode)
 const RR: u32 = {{RR}}u;  // weight rows per team
 const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk (a multiple of 256)
 const KC4: u32 = KC / 4u;
+const UPC: u32 = KC / 32u;  // units per chunk
 const GROUPED: bool = {{GROUPED}};
 
-var<workgroup> xs: array<vec4<f32>, {{XS}}>;  // [MR][KC4] x chunk, then [RR][MR][256] partial sums
+// x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
+// then [RR][MR][256] partial sums
+var<workgroup> xs: array<vec4<f32>, {{XS}}>;
 var<private> acc: array<array<f32, MR>, RR>;
 
 // expert of x row i, or -1 when out of range (then the output row is zero)
@@ -37,8 +40,8 @@ fn expert_of(i: u32) -> i32 {
 }
 
 // acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]) for the team's live rows;
-// rb0 = byte offset of its first row, xv = vec4 index of the unit in xs
-fn unit_dot(rb0: u32, rows_live: u32, u: u32, xv: u32) {
+// rb0 = byte offset of its first row, uc = index of the unit in the staged chunk
+fn unit_dot(rb0: u32, rows_live: u32, u: u32, uc: u32) {
     let stride = p.rows_per_wg * p.row_bytes;
     for (var hf = 0u; hf < 2u; hf = hf + 1u) {
         // explicit initialisers: naga hoists loop-local vars and would not re-zero them
@@ -48,7 +51,7 @@ fn unit_dot(rb0: u32, rows_live: u32, u: u32, xv: u32) {
             let c = hf * 4u + cc;
             var xq: array<vec4<f32>, MR>;
             for (var r = 0u; r < MR; r = r + 1u) {
-                xq[r] = xs[r * KC4 + xv + c];
+                xq[r] = xs[r * KC4 + c * UPC + uc];
                 if (HAS_MIN) {
                     sx[r] = sx[r] + (xq[r].x + xq[r].y) + (xq[r].z + xq[r].w);
                 }
@@ -110,7 +113,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for (var c0 = 0u; c0 < p.k; c0 = c0 + KC) {
         for (var j = t; j < MR * KC4; j = j + 256u) {
             let r = j / KC4;
-            let e = c0 + (j - r * KC4) * 4u;
+            let quad = j - r * KC4;  // vec4 index along the chunk: unit quad >> 3, chunk quad & 7
+            let e = c0 + quad * 4u;
             var v = vec4<f32>(0.0);
             if (r < x_rows) {
                 let xb = x_base + r * p.k + e;
@@ -120,14 +124,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
                     }
                 }
             }
-            xs[j] = v;
+            xs[r * KC4 + (quad & 7u) * UPC + (quad >> 3u)] = v;
         }
         workgroupBarrier();
         if (rows_live > 0u) {
             let u0 = c0 >> 5u;
             let u1 = min(p.units, (c0 + KC) >> 5u);
             for (var u = u0 + lane; u < u1; u = u + p.tpr) {
-                unit_dot(rb0, rows_live, u, (u - u0) << 3u);
+                unit_dot(rb0, rows_live, u, u - u0);
             }
         }
         workgroupBarrier();

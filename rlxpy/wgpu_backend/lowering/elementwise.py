@@ -216,6 +216,7 @@ def lower_copy(node: Node, ctx: LowerCtx) -> list[Step]:
 def copy_step(node: Node, ctx: LowerCtx, src: Node | int, dst: Node | int, nbytes: int,
               src_extra: int = 0, dst_extra: int = 0) -> Step:
     """Copy ``nbytes`` (rounded up to words) from ``src`` (+ byte offset) to ``dst`` (+ byte offset)."""
+    assert src_extra % 4 == 0 and dst_extra % 4 == 0, "copy_words moves whole words"
     words = (nbytes + 3) // 4
     return ctx.dispatch(COPY_WORDS, node, ctx.grid_1d(words), n=words,
                         x=ctx.offset(src) + src_extra // 4, y=ctx.offset(dst) + dst_extra // 4)
