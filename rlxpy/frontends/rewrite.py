@@ -2,7 +2,7 @@
 
 Importers translate op by op, so they leave nodes nobody reads (a transpose cancelled by the next
 one, a statistic no one uses) and activations that could ride in a matmul's epilogue. ``finalize``
-rebuilds the graph with only what the outputs need, and turns ``act(reshape*(x @ w + b))`` into one
+rebuilds the graph with only what the outputs need (and every Input), and turns ``act(reshape*(x @ w + b))`` into one
 FusedMatMulBiasAct with that activation when the linear feeds nothing else (the epilogue applies
 the same element-wise function, so results are unchanged). Names and output order are kept.
 """
@@ -18,7 +18,7 @@ def finalize(graph: Graph) -> Graph:
     outputs = set(graph.outputs)
     fused: dict[int, ops.ActKind] = {}  # linear id -> activation
     for node in graph.nodes:
-        if not isinstance(node.op, ops.Activation):
+        if not isinstance(node.op, ops.Activation) or node.id in outputs:  # outputs keep their names
             continue
         source = graph[node.inputs[0]]
         while isinstance(source.op, ops.Reshape) and _private(source.id, consumers, outputs):
@@ -59,8 +59,9 @@ def _activation_nodes(graph: Graph, fused: dict[int, ops.ActKind], consumers: di
 
 
 def _live(graph: Graph) -> set[int]:
+    """What the outputs read, plus every Input (callers pass them all; they cost nothing)."""
     live: set[int] = set()
-    stack = list(graph.outputs)
+    stack = list(graph.outputs) + [n.id for n in graph.inputs()]
     while stack:
         node_id = stack.pop()
         if node_id not in live:

@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from rlxpy.frontends.torch_fx_translate import Dim, FxTranslator, Host, normalize_dims, translator
-from rlxpy.ir import DType, Node, Sym
+from rlxpy.ir import DType, Node, Sym, ops
 from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp
 
 T = FxTranslator
@@ -275,6 +275,9 @@ def tr_permute(t: T, node: fx.Node, a: Args) -> Node:
         perm[d0], perm[d1] = perm[d1], perm[d0]
     else:
         perm = list(reversed(range(rank)))
+    if isinstance(x.op, ops.Transpose):  # transpose of a transpose: one permutation (or none)
+        perm = [x.op.perm[p] for p in perm]
+        x = t.g[x.inputs[0]]
     return x if perm == sorted(perm) else t.g.transpose(x, perm, name=node.name)
 
 
@@ -661,6 +664,9 @@ def tr_sdpa(t: T, node: fx.Node, a: Args) -> Any:
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
         raise t.unsupported(f"attention on rank {q.rank} tensors (rlxpy takes [B, H, S, D])")
     heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[3]
+    # [B, S, H, D] tensors transposed for SDPA go in as they are (the kernel reads that layout)
+    q_in, k_in, v_in = (_unswap_heads(t, x, x.shape[1]) for x in (q, k, v))
+    bshd = q_in is not q
     if not all(isinstance(d, int) for d in (heads, kv_heads, head_dim)) or v.shape[3] != head_dim:
         raise t.unsupported(f"attention needs static heads and one head dim (q {q.shape}, v {v.shape})")
     if a.get("dropout_p"):
@@ -682,10 +688,25 @@ def tr_sdpa(t: T, node: fx.Node, a: Args) -> Any:
         else:
             kind = MaskKind.BIAS
             mask_node = t.g.maximum(t.cast(mask_node, DType.F32), -3.0e38)  # -inf rows stay finite in kernels
-    out = t.g.attention(q, k, v, heads, head_dim, num_kv_heads=kv_heads, mask_kind=kind, mask=mask_node,
+    if bshd and (k_in is k or v_in is v):
+        q_in, bshd = q, False  # one layout for q and k/v keeps the output [B, H, S, D]
+    if not bshd:
+        k_in, v_in = k, v
+    out = t.g.attention(q_in, k_in, v_in, heads, head_dim, num_kv_heads=kv_heads, mask_kind=kind, mask=mask_node,
                         score_scale=a.get("scale"), name=node.name)
+    if bshd:  # back to SDPA's [B, H, S, D]; the usual transpose that follows cancels it
+        out = t.g.transpose(out, [0, 2, 1, 3])
     if node.target._schema.name.endswith("scaled_dot_product_attention"):
         return out
     if any(u.args[1] != 0 for u in node.users):
         raise t.unsupported("attention statistics outputs (logsumexp, seeds)")
     return [out] + [None] * (len(node.meta["val"]) - 1)
+
+
+def _unswap_heads(t: T, x: Node, heads: Dim) -> Node:
+    """x's [B, S, H, D] source when x = transpose(source, 1, 2) and the source's layout cannot be
+    mistaken for [B, H, S, D] (S is not statically equal to H); else x itself."""
+    if not isinstance(x.op, ops.Transpose) or tuple(x.op.perm) != (0, 2, 1, 3):
+        return x
+    source = t.g[x.inputs[0]]
+    return source if source.shape[1] != heads else x

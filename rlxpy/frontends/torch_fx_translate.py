@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from rlxpy.errors import GraphError, UnsupportedOpError
+from rlxpy.frontends.rewrite import finalize
 from rlxpy.ir import DType, Graph, Node, Sym, ops
 from rlxpy.ir.ops.core import BinaryOp
 
@@ -153,7 +154,10 @@ class FxTranslator:
             elif node.op != "placeholder":
                 raise UnsupportedOpError(f"{node.name}: FX node kind {node.op!r} is not supported")
         self.check_bindable()
-        return Translation(self.g, self.inputs, self.params, self.host_nodes, self.static, self.sym_exprs,
+        graph = finalize(self.g)
+        kept = {n.op.name for n in graph.params()}
+        params = [p for p in self.params if p.name in kept]
+        return Translation(graph, self.inputs, params, self.host_nodes, self.static, self.sym_exprs,
                            self.sym_sources, outputs, self.constants)
 
     def check_supported(self) -> None:

@@ -116,6 +116,8 @@ class Arena:
 
     def write(self, offset: int, data: bytes | np.ndarray) -> None:
         raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        if not len(raw):  # wgpu refuses empty writes; an empty tensor has nothing to write
+            return
         if len(raw) % 4:
             raw = bytes(raw) + b"\0" * (4 - len(raw) % 4)
         assert offset % 4 == 0 and offset + len(raw) <= self.size, (offset, len(raw), self.size)

@@ -157,16 +157,17 @@ class Encoder:
             encoder = dev.create_command_encoder(label="rlx_run")
         placed = []
         cursor = 0
-        for offset, size in reads:
+        for _, size in reads:
             placed.append((cursor, size))
             cursor += align_up(size, 8)
-        if reads:
+        if cursor:
             staging = self.arena.staging(cursor)
             for (offset, size), (dst, _) in zip(reads, placed):
-                encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
+                if size:  # empty tensors have nothing to copy (wgpu refuses zero-size maps)
+                    encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
         dev.queue.submit([encoder.finish()])
-        if not reads:
-            return []
+        if not cursor:
+            return [b"" for _ in reads]
         data = self.arena.map_staging(cursor)
         return [data[dst: dst + size] for dst, size in placed]
 

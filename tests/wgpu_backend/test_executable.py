@@ -182,3 +182,13 @@ def test_feeding_an_output_back_without_a_host_round_trip(device):
         exe.run(feeds={"x": exe.handle("other")})
     with pytest.raises(InputError, match="not a graph input"):
         exe.run(feeds={"y": handle})
+
+
+def test_empty_inputs_and_outputs(device):
+    g = rlxpy.Graph()
+    x = g.input("x", [0, 3])
+    g.output(g.add(x, x, name="y"), g.mul(g.input("z", [2]), 2.0, name="w"))
+    exe = rlxpy.compile(g)
+    out = exe.run({"x": np.zeros((0, 3), np.float32), "z": np.ones(2, np.float32)})
+    assert out["y"].shape == (0, 3)
+    np.testing.assert_array_equal(out["w"], [2.0, 2.0])

@@ -134,16 +134,16 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
                              divisor=divisor)]
     if inner == 1:
         lanes = row_lanes(reduce_dim)
-        kernel_, grid, shape_fields = REDUCE_TREE, ctx.grid_rows(outer), {"rows": outer}
+        reduce_kernel, grid, shape_fields = REDUCE_TREE, ctx.grid_rows(outer), {"rows": outer}
         subs["WG"] = lanes
     else:
         lanes, tiles = TILE_COLS, math.ceil(inner / TILE_COLS)
-        kernel_, grid = REDUCE_TILE, ctx.grid_rows(outer * tiles)
+        reduce_kernel, grid = REDUCE_TILE, ctx.grid_rows(outer * tiles)
         shape_fields = {"groups": outer * tiles, "tiles": tiles, "inner": inner}
     # each lane folds count / lanes values per dispatch; long reductions continue in later dispatches
     pieces = chunks(reduce_dim, lanes * steps_per_dispatch(node, 1, 64, "Reduce"))
-    return [ctx.dispatch(kernel_, node, grid, subs, scalable, reduce_dim=reduce_dim, start=start, count=count,
-                         accumulate=int(start > 0), x=ctx.offset(x), y=ctx.offset(node),
+    return [ctx.dispatch(reduce_kernel, node, grid, subs, scalable, reduce_dim=reduce_dim, start=start,
+                         count=count, accumulate=int(start > 0), x=ctx.offset(x), y=ctx.offset(node),
                          divisor=divisor if start + count == reduce_dim else 1.0, **shape_fields)
             for start, count in pieces]
 
