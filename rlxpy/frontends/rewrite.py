@@ -2,7 +2,8 @@
 
 Importers translate op by op, so they leave nodes nobody reads (a transpose cancelled by the next
 one, a statistic no one uses) and activations that could ride in a matmul's epilogue. ``finalize``
-rebuilds the graph with only what the outputs need (and every Input), and turns ``act(reshape*(x @ w + b))`` into one
+rebuilds the graph with only what the outputs need (and every Input), merges identical pure nodes
+(common-subexpression elimination: models often rebuild one mask per layer), and turns ``act(reshape*(x @ w + b))`` into one
 FusedMatMulBiasAct with that activation when the linear feeds nothing else (the epilogue applies
 the same element-wise function, so results are unchanged). Names and output order are kept.
 """
@@ -30,6 +31,7 @@ def finalize(graph: Graph) -> Graph:
     live = _live(graph)
     out = Graph(graph.name)
     mapping: dict[int, int] = {}
+    seen: dict[tuple, int] = {}
     for node in graph.nodes:
         if node.id not in live:
             continue
@@ -37,9 +39,30 @@ def finalize(graph: Graph) -> Graph:
             mapping[node.id] = mapping[node.inputs[0]]
             continue
         op = ops.FusedMatMulBiasAct(fused[node.id]) if node.id in fused else node.op
-        mapping[node.id] = out.apply(op, [mapping[i] for i in node.inputs], node.name).id
+        inputs = tuple(mapping[i] for i in node.inputs)
+        key = _cse_key(op, inputs)
+        if key is not None and key in seen and node.id not in outputs:
+            mapping[node.id] = seen[key]
+            continue
+        mapping[node.id] = out.apply(op, inputs, node.name).id
+        if key is not None:
+            seen.setdefault(key, mapping[node.id])
     out.output(*[mapping[o] for o in graph.outputs])
     return out
+
+
+def _cse_key(op: ops.Op, inputs: tuple[int, ...]) -> tuple | None:
+    """Identical pure ops on identical inputs compute one value (layers that rebuild one mask)."""
+    if isinstance(op, (ops.Input, ops.Param, ops.CacheWrite, ops.Sample)):
+        return None
+    if isinstance(op, ops.Constant):
+        return ("const", op.dtype, op.shape, op.data)
+    key = (op, inputs)
+    try:
+        hash(key)
+    except TypeError:  # an op holding a sub-graph or an array
+        return None
+    return key
 
 
 def _private(node_id: int, consumers: dict[int, list[int]], outputs: set[int]) -> bool:

@@ -24,9 +24,9 @@ struct QuantGgufGemvParams {
 
 const MR: u32 = {{MR}}u;  // x rows per workgroup (1 in grouped mode)
 const RR: u32 = {{RR}}u;  // weight rows per team
-const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk (a multiple of 256)
+const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk
 const KC4: u32 = KC / 4u;
-const UPC: u32 = KC / 32u;  // units per chunk
+const UPC: u32 = KC / 32u;  // units per chunk (KC is a multiple of 32)
 const GROUPED: bool = {{GROUPED}};
 
 // x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
@@ -39,48 +39,20 @@ fn expert_of(i: u32) -> i32 {
     {{EXPERT}}
 }
 
-// acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]) for the team's live rows;
-// rb0 = byte offset of its first row, uc = index of the unit in the staged chunk
-fn unit_dot(rb0: u32, rows_live: u32, u: u32, uc: u32) {
-    let stride = p.rows_per_wg * p.row_bytes;
-    for (var hf = 0u; hf < 2u; hf = hf + 1u) {
-        // explicit initialisers: naga hoists loop-local vars and would not re-zero them
-        var dq = array<array<f32, MR>, RR>();
-        var sx = array<f32, MR>();
-        for (var cc = 0u; cc < 4u; cc = cc + 1u) {
-            let c = hf * 4u + cc;
-            var xq: array<vec4<f32>, MR>;
-            for (var r = 0u; r < MR; r = r + 1u) {
-                xq[r] = xs[r * KC4 + c * UPC + uc];
-                if (HAS_MIN) {
-                    sx[r] = sx[r] + (xq[r].x + xq[r].y) + (xq[r].z + xq[r].w);
-                }
-            }
-            for (var i = 0u; i < RR; i = i + 1u) {
-                if (i < rows_live) {
-                    let q = q_chunk(rb0 + i * stride, u, c);
-                    for (var r = 0u; r < MR; r = r + 1u) {
-                        dq[i][r] = dq[i][r] + dot(q, xq[r]);
-                    }
-                }
-            }
-        }
-        for (var i = 0u; i < RR; i = i + 1u) {
-            if (i < rows_live) {
-                let sm = q_scale(rb0 + i * stride, u, hf);
-                for (var r = 0u; r < MR; r = r + 1u) {
-                    if (IS_FLOAT) {
-                        acc[i][r] = acc[i][r] + dq[i][r];
-                    } else if (HAS_MIN) {
-                        acc[i][r] = acc[i][r] + (sm.x * dq[i][r] + sm.y * sx[r]);
-                    } else {
-                        acc[i][r] = acc[i][r] + sm.x * dq[i][r];
-                    }
-                }
-            }
-        }
+// (value = scale * q [+ offset]) summed against x, from the dot of the raw quants and the sum of x
+fn combine(sm: vec2<f32>, dq: f32, sx: f32) -> f32 {
+    if (IS_FLOAT) {
+        return dq;
     }
+    if (HAS_MIN) {
+        return sm.x * dq + sm.y * sx;
+    }
+    return sm.x * dq;
 }
+
+// acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]), generated fully unrolled
+// (loops over private arrays would live in local memory); rows past n are computed and dropped
+{{UNIT_DOT}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -131,17 +103,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let u0 = c0 >> 5u;
             let u1 = min(p.units, (c0 + KC) >> 5u);
             for (var u = u0 + lane; u < u1; u = u + p.tpr) {
-                unit_dot(rb0, rows_live, u, u - u0);
+                unit_dot(rb0, u, u - u0);
             }
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < RR; i = i + 1u) {
-        for (var r = 0u; r < MR; r = r + 1u) {
-            let s = ((i * MR + r) << 8u) + t;
-            xs[s >> 2u][s & 3u] = acc[i][r];
-        }
-    }
+{{PARTIALS}}
     workgroupBarrier();
     // lanes of a team share out its (row, x row) sums
     for (var o = lane; o < rows_live * x_rows; o = o + p.tpr) {

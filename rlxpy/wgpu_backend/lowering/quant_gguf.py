@@ -83,9 +83,41 @@ def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
 
 
 def chunk_elems(x_rows: int, k: int) -> int:
-    """Elements of each x row staged per chunk: all of them when they fit, in 256-multiples."""
-    chunk = max(256, XS_FLOATS // x_rows // 256 * 256)
-    return min(chunk, max(256, math.ceil(k / 256) * 256))
+    """Elements of each x row staged per chunk: all of them when they fit (whole units)."""
+    chunk = XS_FLOATS // x_rows // UNIT * UNIT
+    return min(chunk, max(UNIT, math.ceil(k / UNIT) * UNIT))
+
+
+def unit_dot_source(x_rows: int, team_rows: int) -> str:
+    """WGSL ``unit_dot`` for ``x_rows`` x rows and ``team_rows`` weight rows, fully unrolled: the
+    accumulators ``acc[i][r]`` are then registers, and the chunk indices constants the decoders fold."""
+    lines = ["fn unit_dot(rb: u32, u: u32, uc: u32) {", "    let stride = p.rows_per_wg * p.row_bytes;"]
+    lines += [f"    let rb{i} = rb + {i}u * stride;" for i in range(team_rows)]
+    for half in range(2):
+        chunks = range(4 * half, 4 * half + 4)
+        for i in range(team_rows):
+            lines.append(f"    let s{i}_{half} = q_scale(rb{i}, u, {half}u);")
+            lines += [f"    let q{i}_{c} = q_chunk(rb{i}, u, {c}u);" for c in chunks]
+        for r in range(x_rows):
+            lines += [f"    let x{r}_{c} = xs[{r}u * KC4 + {c}u * UPC + uc];" for c in chunks]
+            quad = [f"x{r}_{c}" for c in chunks]
+            lines.append(f"    let sx{r}_{half} = dot(({quad[0]} + {quad[1]}) + ({quad[2]} + {quad[3]}), vec4<f32>(1.0));")
+            for i in range(team_rows):
+                dots = [f"dot(q{i}_{c}, x{r}_{c})" for c in chunks]
+                lines.append(f"    acc[{i}][{r}] = acc[{i}][{r}] + combine(s{i}_{half}, "
+                             f"({dots[0]} + {dots[1]}) + ({dots[2]} + {dots[3]}), sx{r}_{half});")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def partials_source(x_rows: int, team_rows: int) -> str:
+    """Unrolled stores of every accumulator into workgroup memory, slot ((i * MR + r) * 256 + t)."""
+    lines = []
+    for i in range(team_rows):
+        for r in range(x_rows):
+            slot = f"{(i * x_rows + r) * GEMV_THREADS}u + t"
+            lines.append(f"    xs[({slot}) >> 2u][({slot}) & 3u] = acc[{i}][{r}];")
+    return "\n".join(lines)
 
 
 def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
@@ -113,6 +145,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
     subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc, "XS": xs_floats // 4,
+            "UNIT_DOT": unit_dot_source(rows_in_wg, team_rows), "PARTIALS": partials_source(rows_in_wg, team_rows),
             "GROUPED": "true" if grouped else "false",
             "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
     return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),
