@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,9 +37,11 @@ from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evalua
 from rlxpy.ir.passes.dynamic import bind_graph
 
 ON_UNSUPPORTED = ("fallback", "error")
+EXECUTORS = ("gpu", "reference")
 #: Compiled executables kept per graph (each holds an arena with its own copy of the weights).
 MAX_SIGNATURES = 4
 _WARNED: set[str] = set()
+_LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 class RlxpyFallbackWarning(UserWarning):
@@ -65,21 +68,24 @@ def decompositions() -> dict:
 
 
 def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
-                  on_unsupported: str | None = None, **compile_options: Any) -> Callable:
-    """The dynamo backend. ``options={"on_unsupported": "error"}`` (torch.compile's ``options``) or the
-    keyword selects the policy; other options go to ``rlxpy.compile``."""
+                  on_unsupported: str | None = None, executor: str | None = None, **compile_options: Any
+                  ) -> Callable:
+    """The dynamo backend. ``on_unsupported`` ("fallback" or "error") and ``executor`` ("gpu", or
+    "reference" to run the translated graph with rlxpy's numpy reference, for debugging) come as
+    keywords or in torch.compile's ``options``; other options go to ``rlxpy.compile``."""
     settings = dict(options or {})
     policy = on_unsupported or settings.pop("on_unsupported", "fallback")
+    runner = executor or settings.pop("executor", "gpu")
     if policy not in ON_UNSUPPORTED:
         raise ValueError(f"on_unsupported must be one of {ON_UNSUPPORTED}, got {policy!r}")
+    if runner not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {runner!r}")
     settings.update(compile_options)
+    settings["executor"] = runner
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         reason = ("the graph needs gradients (rlxpy runs inference: call the model under torch.no_grad() or "
                   "torch.inference_mode())")
-        if policy == "error":
-            raise UnsupportedOpError(reason)
-        _warn_once(f"rlxpy: running a captured graph in eager torch: {reason}")
-        return gm.forward
+        return _unsupported(UnsupportedOpError(reason), policy, gm.forward)
     static = [i for i, x in enumerate(example_inputs)
               if isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None)]
     from torch._dynamo.backends.common import aot_autograd
@@ -88,9 +94,14 @@ def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
     return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
 
 
-def make_backend(on_unsupported: str = "fallback", **compile_options: Any) -> Callable:
+def make_backend(on_unsupported: str = "fallback", executor: str = "gpu", **compile_options: Any) -> Callable:
     """A backend with its policy bound: ``torch.compile(m, backend=make_backend("error"))``."""
-    return functools.partial(rlxpy_backend, on_unsupported=on_unsupported, **compile_options)
+    return functools.partial(rlxpy_backend, on_unsupported=on_unsupported, executor=executor, **compile_options)
+
+
+def compiled_graphs() -> list[CompiledGraph]:
+    """The live CompiledGraphs, oldest first (for inspection: translations, compiles, eager calls)."""
+    return list(_LIVE)
 
 
 def _static_indices(count: int, dynamo_static: list[int]) -> set[int]:
@@ -109,15 +120,20 @@ def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence[Any], policy: 
     try:
         translation = FxTranslator(gm, static).translate()
     except UnsupportedOpError as e:
-        if policy == "error":
-            error = e
-
-            def raise_unsupported(*args: Any) -> Any:
-                raise error
-            return raise_unsupported
-        _warn_once(f"rlxpy: running a captured graph in eager torch: {e}")
-        return gm.forward
+        return _unsupported(e, policy, gm.forward)
     return CompiledGraph(gm, translation, policy, options)
+
+
+def _unsupported(error: UnsupportedOpError, policy: str, eager: Callable) -> Callable:
+    """What a graph rlxpy cannot take compiles to: torch's own forward (with a warning), or, with
+    on_unsupported="error", a function raising the error at the call (dynamo would otherwise wrap an
+    error raised while compiling in its BackendCompilerFailed)."""
+    if policy == "error":
+        def raise_unsupported(*args: Any) -> Any:
+            raise error
+        return raise_unsupported
+    _warn_once(f"rlxpy: running a captured graph in eager torch: {error}")
+    return eager
 
 
 class CompiledGraph:
@@ -127,7 +143,9 @@ class CompiledGraph:
         self.gm = gm
         self.translation = translation
         self.policy = policy
-        self.options = options
+        self.options = dict(options)
+        self.executor = self.options.pop("executor", "gpu")
+        _LIVE.add(self)
         self.executables: OrderedDict[tuple, Any] = OrderedDict()
         self.compiles = 0
         self.eager_calls = 0
@@ -216,7 +234,7 @@ class CompiledGraph:
             exe = self.executables[key]
         else:
             graph = bind_graph(self.graph, binding) if binding else self.graph
-            exe = rlxpy.compile(graph, **self.options)
+            exe = _ReferenceRunner(graph) if self.executor == "reference" else rlxpy.compile(graph, **self.options)
             self.compiles += 1
             self.executables[key] = exe
             while len(self.executables) > MAX_SIGNATURES:
@@ -265,6 +283,25 @@ class CompiledGraph:
         return result
 
 
+class _ReferenceRunner:
+    """The executable interface over rlxpy's numpy reference interpreter (executor="reference")."""
+
+    def __init__(self, graph: rlxpy.Graph) -> None:
+        self.graph = graph
+        self.params: dict[str, np.ndarray] = {}
+
+    def set_param(self, name: str, value: np.ndarray) -> None:
+        self.params[name] = value
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from rlxpy.ir.reference import run_reference
+
+        return run_reference(self.graph, inputs, self.params)
+
+    def destroy(self) -> None:
+        self.params.clear()
+
+
 def _register() -> None:
     """Make ``torch.compile(model, backend="rlxpy")`` work once this module is imported."""
     from torch._dynamo import list_backends, register_backend
@@ -275,4 +312,5 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["CompiledGraph", "RlxpyFallbackWarning", "decompositions", "make_backend", "rlxpy_backend"]
+__all__ = ["CompiledGraph", "RlxpyFallbackWarning", "compiled_graphs", "decompositions", "make_backend",
+           "rlxpy_backend"]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from rlxpy.frontends.onnx_ops import erf
 from rlxpy.frontends.torch_fx_translate import Dim, FxTranslator, Host, normalize_dims, translator
 from rlxpy.ir import DType, Node, Sym, ops
 from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp
@@ -88,19 +89,6 @@ def tr_erf(t: T, node: fx.Node, a: Args) -> Node:
     return erf(t.g, t.tensor(a["self"], DType.F32), node.name)
 
 
-def erf(g: Any, x: Node, name: str) -> Node:
-    """erf(x) by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, under f32's rounding of erf near 1):
-    1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + p |x|), odd in x. NaN propagates."""
-    p, coeffs = 0.3275911, (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-    ax = g.activation(x, "abs")
-    t = g.div(g.constant(1.0), g.add(g.mul(ax, p), 1.0))
-    poly = g.constant(coeffs[-1])
-    for c in reversed(coeffs[:-1]):
-        poly = g.add(g.mul(poly, t), c)
-    y = g.sub(g.constant(1.0), g.mul(g.mul(poly, t), g.exp(g.activation(g.mul(ax, ax), "neg"))))
-    return g.where(g.compare(x, 0.0, "lt"), g.activation(y, "neg"), y, name=name)
-
-
 @translator("reciprocal")
 def tr_reciprocal(t: T, node: fx.Node, a: Args) -> Node:
     return t.g.div(t.constant(1.0, DType.F32), t.tensor(a["self"], DType.F32), name=node.name)
@@ -144,11 +132,24 @@ def tr_div(t: T, node: fx.Node, a: Args) -> Node:
     q = t.g.div(x, y)  # rlxpy integer division truncates toward zero
     if mode == "floor":  # step down where the remainder is non-zero and the signs differ
         r = t.g.sub(x, t.g.mul(q, y))
-        differ = t.g.compare(t.cast(t.g.compare(r, 0, "lt"), DType.I32), t.cast(t.g.compare(y, 0, "lt"), DType.I32),
-                             "ne")
-        fix = t.g.mul(t.cast(t.g.compare(r, 0, "ne"), DType.I32), t.cast(differ, DType.I32))
-        q = t.g.sub(q, fix)
+        differ = t.g.compare(t.g.compare(r, 0, "lt"), t.g.compare(y, 0, "lt"), "ne")
+        step = t.g.where(t.g.compare(r, 0, "ne"), differ, t.constant(False, DType.BOOL))
+        q = t.g.sub(q, t.cast(step, DType.I32))
     return t.cast(q, t.out_dtype(node))
+
+
+@translator("remainder", "fmod")
+def tr_remainder(t: T, node: fx.Node, a: Args) -> Node:
+    """Integer remainders: fmod keeps the dividend's sign (C's %), remainder the divisor's (Python's %)."""
+    if t.out_dtype(node).is_float:
+        raise t.unsupported("float remainder (no floor/trunc op in rlxpy)")
+    x, y = t.tensor(a["self"], DType.I32), t.tensor(a["other"], DType.I32)
+    r = t.g.sub(x, t.g.mul(t.g.div(x, y), y))  # integer division truncates toward zero
+    if node.target._schema.name.endswith("remainder"):
+        differ = t.g.compare(t.g.compare(r, 0, "lt"), t.g.compare(y, 0, "lt"), "ne")
+        shift = t.g.where(t.g.compare(r, 0, "ne"), differ, t.constant(False, DType.BOOL))
+        r = t.g.add(r, t.g.mul(t.cast(shift, DType.I32), y))
+    return t.cast(r, t.out_dtype(node))
 
 
 @translator("pow")

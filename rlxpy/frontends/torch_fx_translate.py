@@ -149,6 +149,13 @@ class FxTranslator:
             self.current = node
             if node.op == "call_function":
                 self.env[node] = self.call(node)
+            elif node.op == "get_attr":  # a tensor literal of the traced code: a constant
+                value = self.gm
+                for part in str(node.target).split("."):
+                    value = getattr(value, part)
+                self.constants[node] = value
+                self.host_nodes.append(node)
+                self.env[node] = Host(node)
             elif node.op == "output":
                 outputs = [self.output_spec(v) for v in _flatten(node.args[0])]
             elif node.op != "placeholder":

@@ -218,6 +218,9 @@ class BertEncoder:
                ) -> tuple[np.ndarray, np.ndarray]:
         ids = np.asarray(ids)
         mask = np.asarray(mask)
+        if ids.dtype.kind not in "iu" or mask.dtype.kind not in "iufb":
+            raise InputError(f"bert: token ids must be integers and the mask numeric, got {ids.dtype} and "
+                             f"{mask.dtype}")
         if ids.ndim != 2 or mask.shape != ids.shape:
             raise InputError(f"bert: ids {list(ids.shape)} and mask {list(mask.shape)} must both be [B, S]")
         if ids.size and (ids.min() < 0 or ids.max() >= self.cfg.vocab_size):

@@ -142,6 +142,7 @@ CASES = [
     ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attn_decode", "attn_combine"]),
     ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attn_flash"]),
     ("bs(hd)", "hsd", 1, 2, 2, 2, 300, 256, "sliding_window", ["attn_decode", "attn_combine"]),
+    ("bhsd", "bhsd", 2, 6, 2, 4, 9, 17, "causal", ["attn_decode"]),  # 3 heads x 4 queries per kv head
 ]
 
 

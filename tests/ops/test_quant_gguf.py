@@ -175,7 +175,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype):
 
 
 @pytest.mark.parametrize(("qtype", "rows", "k"),
-                         [("Q4_0", 1, 4096 + 256), ("Q5_K", 8, 1024), ("F16", 3, 1301)])
+                         [("Q4_0", 1, 4096 + 256), ("Q5_K", 8, 1024), ("F16", 3, 2701)])
 def test_gemv_stages_long_rows_in_chunks(device, qtype, rows, k):
     assert k > chunk_elems(rows, k)  # more than one chunk of x goes through workgroup memory
     raw = make_weights(qtype, 3, k, seed=4)
@@ -336,8 +336,35 @@ def test_non_f32_x_is_refused_naming_the_node(device):
 
 
 @pytest.mark.parametrize("units", [1, 2, 18, 31, 32, 33, 48, 100, 448])
-def test_gemv_plan_covers_a_row_evenly(units):
-    lanes, rows_per_wg = gemv_plan(units)
+@pytest.mark.parametrize("rows", [1, 576, 49152])
+def test_gemv_plan_covers_a_row_evenly(units, rows):
+    lanes, teams, team_rows = gemv_plan(units, rows)
     passes = -(-units // lanes)
-    assert 1 <= lanes <= 32 and rows_per_wg == 256 // lanes
-    assert passes == max(1, -(-units // 32)) and lanes * passes - units < passes  # no idle pass
+    cap = 16 if rows >= 8192 else 32
+    assert 1 <= lanes <= cap and teams == 256 // lanes and 1 <= team_rows <= 4
+    assert passes == max(1, -(-units // cap)) and lanes * passes - units < passes  # no idle pass
+    assert team_rows == 1 or -(-rows // (teams * team_rows)) >= 128  # enough workgroups stay
+
+
+@pytest.mark.parametrize(("qtype", "k"), [("Q4_K", 512), ("Q5_0", 512), ("F16", 300)])
+def test_gemv_teams_owning_several_rows(device, monkeypatch, qtype, k):
+    """Big matrices give each team several weight rows; force that on a small one."""
+    from rlxpy.wgpu_backend.lowering import quant_gguf
+
+    monkeypatch.setattr(quant_gguf, "MIN_GROUPS", 1)
+    n = 70  # the last workgroup's teams own fewer rows than the others
+    raw = make_weights(qtype, n, k, seed=30)
+    rng = np.random.default_rng(31)
+    g = rlxpy.Graph("teams")
+    w = g.param("w", raw.shape, DType.U8)
+    feeds = {"x1": rng.standard_normal((1, k)).astype(np.float32),
+             "x3": rng.standard_normal((3, k)).astype(np.float32)}
+    g.output(*[g.dequant_matmul_gguf(g.input(name, value.shape), w, qtype, n, k, name=f"y_{name}")
+               for name, value in feeds.items()])
+    exe = compile_with(g, {"w": raw})
+    team_rows = [int(s.source.split("const RR: u32 = ")[1].split("u")[0]) for s in exe.schedule.steps]
+    assert min(team_rows) >= 2, team_rows
+    got = exe.run(feeds)
+    weight = gguf_values(raw, qtype).reshape(n, k)
+    for name, value in feeds.items():
+        assert_matmul_close(got[f"y_{name}"], value, weight, f"{qtype} {name}")

@@ -1,7 +1,7 @@
-// Attention for few queries (decode), f32: one query row per workgroup, its keys split across the threads.
-// Workgroup = (key split, head * S_q + query, batch); per TK-key tile, K goes through workgroup memory and
-// thread t sums key t % TK over dims t / TK + PARTS*n; then thread (g = t / D, d = t % D) sums p * v over
-// keys g, g + DG, ... Split partials go to attn_combine. Bindings: 0 = arena window, 1 = AttnDecodeParams.
+// Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, ROWS at a time)
+// go through each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch); thread
+// (key t % 128, rows 4(t / 128)..+3) scores one key of each 128-key tile, thread (g = t / D, d = t % D) sums
+// p * v over keys g, g + DG, ... Split partials go to attn_combine. Bindings: 0 = arena, 1 = AttnDecodeParams.
 struct AttnDecodeParams {
     s_q: u32,
     s_k: u32,
@@ -37,18 +37,15 @@ struct AttnDecodeParams {
 
 const D: u32 = {{D}}u;  // head_dim
 const DG: u32 = {{DG}}u;  // key groups in the p * v phase: floor(WG / D)
-const WG: u32 = {{WG}}u;
-const TK: u32 = {{TK}}u;  // keys per tile
-const PARTS: u32 = WG / TK;  // threads per key in the score phase
-const DC: u32 = {{DC}}u;  // head dims per K chunk in workgroup memory
-const KS: u32 = DC + 1u;  // padded row stride: the TK lanes reading different keys hit different banks
+const ROWS: u32 = {{ROWS}}u;  // query rows per workgroup: 4 or 8 (one or two vec4 lanes sets)
+const RQ: u32 = ROWS / 4u;
+const TK: u32 = 128u;  // keys per tile
+const WG: u32 = 256u;
 const MASK_KIND: u32 = {{MASK_KIND}}u;  // MaskKind: 0 none, 1 causal, 2 custom, 3 sliding window, 4 bias
 
-var<workgroup> qs: array<f32, {{D}}>;
-var<workgroup> kv: array<f32, {{KV_LEN}}>;  // [TK][KS] chunk of the K tile
-var<workgroup> red: array<f32, {{WG}}>;  // partial dot products, then the per-group partial outputs
-var<workgroup> sc: array<f32, {{TK}}>;  // the tile's scores
-var<workgroup> ps: array<f32, {{TK}}>;  // the tile's probabilities
+var<workgroup> qs: array<vec4<f32>, {{QS_LEN}}>;  // [D][RQ]: each vec4 holds one dim of four query rows
+var<workgroup> red: array<vec4<f32>, 256>;  // [RQ][TK] reductions, then the per-group partial outputs
+var<workgroup> ps: array<vec4<f32>, 256>;  // [RQ][TK] probabilities of the tile's keys
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
@@ -79,118 +76,133 @@ fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
     return s;
 }
 
-// element e of the [TK keys][DC dims] chunk at (k0, d0); 0 past the keys or the head dim
-fn chunk_value(base: u32, k0: u32, k_end: u32, d0: u32, e: u32) -> f32 {
-    let r = e / DC;
-    let dd = e % DC;
-    var x = 0.0;
-    if (e < TK * DC && k0 + r < k_end && d0 + dd < D) {
-        x = ld_f32(base + (k0 + r) * p.k_ss + d0 + dd);
-    }
-    return x;
+// head and query index of row rr of the kv head's group (rows enumerate (head in group, query))
+fn row_head(hk: u32, rr: u32) -> u32 {
+    return hk * p.group + rr / p.s_q;
 }
 
-fn store_chunk(e: u32, x: f32) {
-    if (e < TK * DC) {
-        kv[e / DC * KS + e % DC] = x;
-    }
-}
-
-// coalesced load of one K chunk (TK * DC <= 8 * WG): all eight loads are issued before any store
-fn load_chunk(t: u32, base: u32, k0: u32, k_end: u32, d0: u32) {
-    let x0 = chunk_value(base, k0, k_end, d0, t);
-    let x1 = chunk_value(base, k0, k_end, d0, t + WG);
-    let x2 = chunk_value(base, k0, k_end, d0, t + 2u * WG);
-    let x3 = chunk_value(base, k0, k_end, d0, t + 3u * WG);
-    let x4 = chunk_value(base, k0, k_end, d0, t + 4u * WG);
-    let x5 = chunk_value(base, k0, k_end, d0, t + 5u * WG);
-    let x6 = chunk_value(base, k0, k_end, d0, t + 6u * WG);
-    let x7 = chunk_value(base, k0, k_end, d0, t + 7u * WG);
-    store_chunk(t, x0);
-    store_chunk(t + WG, x1);
-    store_chunk(t + 2u * WG, x2);
-    store_chunk(t + 3u * WG, x3);
-    store_chunk(t + 4u * WG, x4);
-    store_chunk(t + 5u * WG, x5);
-    store_chunk(t + 6u * WG, x6);
-    store_chunk(t + 7u * WG, x7);
-}
-
-@compute @workgroup_size({{WG}})
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let split = wid.x;
-    let i = wid.y % p.s_q;
-    let h = wid.y / p.s_q;
+    let kv_heads = p.heads / p.group;
+    let hk = wid.y % kv_heads;
+    let r0 = (wid.y / kv_heads) * ROWS;  // first row of this workgroup's chunk
+    let rows_total = p.group * p.s_q;
     let b = wid.z;
-    let hk = h / p.group;  // GQA: query head h reads kv head h // (H / H_kv)
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    if (t < D) {
-        qs[t] = ld_f32(p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss + t);
+    for (var e = t; e < ROWS * D; e += WG) {
+        let r = e / D;
+        let d = e % D;
+        let rr = r0 + r;
+        var x = 0.0;
+        if (rr < rows_total) {
+            x = ld_f32(p.q + b * p.q_sb + row_head(hk, rr) * p.q_sh + (rr % p.s_q) * p.q_ss + d);
+        }
+        qs[d * RQ + r / 4u][r % 4u] = x;
     }
     // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
     let kv_total = min(p.kv_len, p.s_k);
+    let shift = i32(kv_total) - i32(p.s_q);
     let chunk = (kv_total + p.splits - 1u) / p.splits;
     var k_begin = min(split * chunk, kv_total);
     var k_end = min(k_begin + chunk, kv_total);
-    let pos = i32(kv_total) - i32(p.s_q) + i32(i);
-    // masked keys add exactly 0 unless the row is fully masked (pos < 0): then it averages them all
-    if ((MASK_KIND == 1u || MASK_KIND == 3u) && pos >= 0) {
-        k_end = min(k_end, u32(pos + 1));
-        if (MASK_KIND == 3u) {
-            k_begin = max(k_begin, u32(max(0, pos - i32(p.window))));
+    if (MASK_KIND == 1u || MASK_KIND == 3u) {
+        var i_min = p.s_q;
+        var i_max = 0u;
+        for (var r = 0u; r < ROWS; r++) {
+            if (r0 + r < rows_total) {
+                i_min = min(i_min, (r0 + r) % p.s_q);
+                i_max = max(i_max, (r0 + r) % p.s_q);
+            }
+        }
+        // keys masked for every row add exactly 0, unless a row is fully masked (first < 0): that row
+        // must average all keys, so the workgroup then reads them all
+        let first = shift + i32(i_min);
+        if (first >= 0) {
+            k_end = min(k_end, u32(shift + i32(i_max) + 1));
+            if (MASK_KIND == 3u) {
+                k_begin = max(k_begin, u32(max(0, first - i32(p.window))));
+            }
         }
     }
     let key = t % TK;
-    let part = t / TK;
+    let half = t / TK;  // score phase: rows 4 * half .. 4 * half + 3
     let g = t / D;
     let d = t % D;
-    var m = neg_inf();
-    var l = 0.0;
-    var acc = 0.0;
+    var m_lo = vec4<f32>(neg_inf());
+    var m_hi = vec4<f32>(neg_inf());
+    var l_lo = vec4<f32>(0.0);
+    var l_hi = vec4<f32>(0.0);
+    var acc_lo = vec4<f32>(0.0);
+    var acc_hi = vec4<f32>(0.0);
+    workgroupBarrier();
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        var partial = 0.0;
-        for (var d0 = 0u; d0 < D; d0 += DC) {
-            workgroupBarrier();
-            load_chunk(t, k_base, k0, k_end, d0);
-            workgroupBarrier();
-            for (var dd = part; dd < min(DC, D - d0); dd += PARTS) {
-                partial += qs[d0 + dd] * kv[key * KS + dd];
-            }
-        }
-        red[t] = partial;
-        workgroupBarrier();
-        let j = k0 + t;
-        let valid = t < TK && j < k_end;
-        var s = neg_inf();
+        let j = k0 + key;
+        let valid = j < k_end && half < RQ;
+        var s4 = vec4<f32>(neg_inf());
         if (valid) {
-            var dot = 0.0;
-            for (var q = 0u; q < PARTS; q++) {
-                dot += red[q * TK + t];
+            let k_row = k_base + j * p.k_ss;
+            var dot = vec4<f32>(0.0);
+            var dd = 0u;
+            // eight independent loads per step keep several memory requests in flight per thread
+            for (; dd + 8u <= D; dd += 8u) {
+                let x0 = ld_f32(k_row + dd);
+                let x1 = ld_f32(k_row + dd + 1u);
+                let x2 = ld_f32(k_row + dd + 2u);
+                let x3 = ld_f32(k_row + dd + 3u);
+                let x4 = ld_f32(k_row + dd + 4u);
+                let x5 = ld_f32(k_row + dd + 5u);
+                let x6 = ld_f32(k_row + dd + 6u);
+                let x7 = ld_f32(k_row + dd + 7u);
+                dot += qs[dd * RQ + half] * x0 + qs[(dd + 1u) * RQ + half] * x1
+                    + qs[(dd + 2u) * RQ + half] * x2 + qs[(dd + 3u) * RQ + half] * x3
+                    + qs[(dd + 4u) * RQ + half] * x4 + qs[(dd + 5u) * RQ + half] * x5
+                    + qs[(dd + 6u) * RQ + half] * x6 + qs[(dd + 7u) * RQ + half] * x7;
             }
-            s = masked_score(dot, b, h, i, j, pos);
+            for (; dd < D; dd++) {
+                dot += qs[dd * RQ + half] * ld_f32(k_row + dd);
+            }
+            for (var c = 0u; c < 4u; c++) {
+                let rr = r0 + half * 4u + c;
+                // rows past the group get score 0: finite, never written out
+                var sc = 0.0;
+                if (rr < rows_total) {
+                    let i = rr % p.s_q;
+                    sc = masked_score(dot[c], b, row_head(hk, rr), i, j, shift + i32(i));
+                }
+                s4[c] = sc;
+            }
         }
-        if (t < TK) {
-            sc[t] = s;
-        }
+        red[t] = s4;
         workgroupBarrier();
-        var tile_max = neg_inf();
-        for (var c = 0u; c < TK; c++) {
-            tile_max = max(tile_max, sc[c]);
+        for (var stride = TK / 2u; stride > 0u; stride >>= 1u) {
+            if (key < stride) {
+                red[t] = max(red[t], red[t + stride]);
+            }
+            workgroupBarrier();
         }
-        let m_new = max(m, tile_max);
-        let alpha = exp(m - m_new);
-        if (t < TK) {
-            ps[t] = select(0.0, exp(s - m_new), valid);
-        }
+        let m_lo_new = max(m_lo, red[0]);
+        let m_hi_new = max(m_hi, red[TK]);
+        let alpha_lo = exp(m_lo - m_lo_new);
+        let alpha_hi = exp(m_hi - m_hi_new);
+        m_lo = m_lo_new;
+        m_hi = m_hi_new;
+        let p4 = select(vec4<f32>(0.0), exp(s4 - select(m_lo, m_hi, half == 1u)), valid);
         workgroupBarrier();
-        var tile_sum = 0.0;
-        for (var c = 0u; c < TK; c++) {
-            tile_sum += ps[c];
+        ps[t] = p4;
+        red[t] = p4;
+        workgroupBarrier();
+        for (var stride = TK / 2u; stride > 0u; stride >>= 1u) {
+            if (key < stride) {
+                red[t] += red[t + stride];
+            }
+            workgroupBarrier();
         }
-        l = l * alpha + tile_sum;
-        m = m_new;
-        acc *= alpha;
+        l_lo = l_lo * alpha_lo + red[0];
+        l_hi = l_hi * alpha_hi + red[TK];
+        acc_lo *= alpha_lo;
+        acc_hi *= alpha_hi;
         if (g < DG) {
             let n = min(TK, k_end - k0);
             let v_col = v_base + k0 * p.k_ss + d;
@@ -201,30 +213,54 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
                 let v1 = ld_f32(v_col + (kk + DG) * p.k_ss);
                 let v2 = ld_f32(v_col + (kk + 2u * DG) * p.k_ss);
                 let v3 = ld_f32(v_col + (kk + 3u * DG) * p.k_ss);
-                acc += ps[kk] * v0 + ps[kk + DG] * v1 + ps[kk + 2u * DG] * v2 + ps[kk + 3u * DG] * v3;
+                acc_lo += ps[kk] * v0 + ps[kk + DG] * v1 + ps[kk + 2u * DG] * v2 + ps[kk + 3u * DG] * v3;
+                if (ROWS == 8u) {
+                    acc_hi += ps[TK + kk] * v0 + ps[TK + kk + DG] * v1 + ps[TK + kk + 2u * DG] * v2
+                        + ps[TK + kk + 3u * DG] * v3;
+                }
             }
             for (; kk < n; kk += DG) {
-                acc += ps[kk] * ld_f32(v_col + kk * p.k_ss);
+                let v0 = ld_f32(v_col + kk * p.k_ss);
+                acc_lo += ps[kk] * v0;
+                acc_hi += ps[TK + kk] * v0;
             }
         }
+        workgroupBarrier();
+    }
+    // sum the DG key groups' partial outputs, four rows at a time
+    red[t] = select(vec4<f32>(0.0), acc_lo, g < DG);
+    workgroupBarrier();
+    var total_lo = vec4<f32>(0.0);
+    for (var gg = 0u; gg < DG; gg++) {
+        total_lo += red[gg * D + d];
     }
     workgroupBarrier();
-    red[t] = select(0.0, acc, g < DG);
+    red[t] = select(vec4<f32>(0.0), acc_hi, g < DG);
     workgroupBarrier();
+    var total_hi = vec4<f32>(0.0);
+    for (var gg = 0u; gg < DG; gg++) {
+        total_hi += red[gg * D + d];
+    }
     if (t < D) {
-        var total = 0.0;
-        for (var gg = 0u; gg < DG; gg++) {
-            total += red[gg * D + t];
-        }
-        if (p.splits == 1u) {
-            st_f32(p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss + t, select(total / l, 0.0, l == 0.0));
-        } else {
-            // partial record [acc[D], m, l] of (row, split), rescaled by the combine pass
-            let rec = p.part + (((b * p.heads + h) * p.s_q + i) * p.splits + split) * (D + 2u);
-            st_f32(rec + t, total);
-            if (t == 0u) {
-                st_f32(rec + D, m);
-                st_f32(rec + D + 1u, l);
+        for (var r = 0u; r < ROWS; r++) {
+            let rr = r0 + r;
+            if (rr < rows_total) {
+                let h = row_head(hk, rr);
+                let i = rr % p.s_q;
+                let total = select(total_lo[r % 4u], total_hi[r % 4u], r >= 4u);
+                let m = select(m_lo[r % 4u], m_hi[r % 4u], r >= 4u);
+                let l = select(l_lo[r % 4u], l_hi[r % 4u], r >= 4u);
+                if (p.splits == 1u) {
+                    st_f32(p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss + t, select(total / l, 0.0, l == 0.0));
+                } else {
+                    // partial record [acc[D], m, l] of (row, split), rescaled by the combine pass
+                    let rec = p.part + (((b * p.heads + h) * p.s_q + i) * p.splits + split) * (D + 2u);
+                    st_f32(rec + t, total);
+                    if (t == 0u) {
+                        st_f32(rec + D, m);
+                        st_f32(rec + D + 1u, l);
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 // Flash attention, f32: out = softmax(mask(softcap(scale * q k^T))) v, online softmax over K/V tiles.
 // Workgroup = (block of 64 queries, head, batch), threads 16 x 16: thread (ty, tx) owns query rows ty + 16a
-// (a < 4), keys tx + 16c (c < 2) of each 32-key tile, output dims tx + 16u. Bindings: 0 = arena, 1 = params.
+// (a < 4, the lanes of its vec4s), keys tx + 16c (c < 2) of each 32-key tile, output dims tx + 16u.
+// Bindings: 0 = arena window (u32 words), 1 = AttnFlashParams.
 struct AttnFlashParams {
     s_q: u32,
     s_k: u32,
@@ -35,14 +36,14 @@ const D: u32 = {{D}}u;  // head_dim
 const BQ: u32 = 64u;  // queries per workgroup
 const BK: u32 = 32u;  // keys per tile
 const DS: u32 = 16u;  // head dims per Q/K chunk (score phase)
-const DV: u32 = 32u;  // head dims per V chunk (p * v phase)
+const KC: u32 = {{KC}}u;  // keys per V chunk (all D dims of each key; KC * D <= 1024)
 const QS: u32 = DS + 1u;  // padded row strides: lanes reading different rows hit different banks
-const VS: u32 = DV + 1u;
+const VS: u32 = D + 1u;
 const PS: u32 = BK + 1u;
 const UD: u32 = {{UD}}u;  // ceil(D / 16) output dims per thread and row
 const MASK_KIND: u32 = {{MASK_KIND}}u;  // MaskKind: 0 none, 1 causal, 2 custom, 3 sliding window, 4 bias
 
-// Q chunk [BQ][QS] then K chunk [BK][QS] during scores; V chunk [BK][VS] during p * v
+// Q chunk [BQ][QS] then K chunk [BK][QS] during scores; V chunk [KC][VS] during p * v
 var<workgroup> tiles: array<f32, 1632>;
 // probabilities [BQ][PS]; before that, the per-thread row maxima [BQ][16]
 var<workgroup> ps: array<f32, 2112>;
@@ -103,16 +104,26 @@ fn load_qk(t: u32, q_base: u32, q0: u32, k_base: u32, k0: u32, k_end: u32, d0: u
     tiles[BQ * QS + (t + 256u) / DS * QS + t % DS] = k_b;
 }
 
-// V chunk (BK x DV, 4 per thread)
-fn load_v(t: u32, v_base: u32, k0: u32, k_end: u32, d0: u32) {
-    let v_a = block_value(v_base, p.k_ss, k0, k_end, d0, DV, t);
-    let v_b = block_value(v_base, p.k_ss, k0, k_end, d0, DV, t + 256u);
-    let v_c = block_value(v_base, p.k_ss, k0, k_end, d0, DV, t + 512u);
-    let v_d = block_value(v_base, p.k_ss, k0, k_end, d0, DV, t + 768u);
-    tiles[t / DV * VS + t % DV] = v_a;
-    tiles[(t + 256u) / DV * VS + t % DV] = v_b;
-    tiles[(t + 512u) / DV * VS + t % DV] = v_c;
-    tiles[(t + 768u) / DV * VS + t % DV] = v_d;
+fn store_v(e: u32, x: f32) {
+    if (e < KC * D) {
+        tiles[e / D * VS + e % D] = x;
+    }
+}
+
+// V chunk (KC keys x D dims <= 1024 values, up to 4 per thread)
+fn load_v(t: u32, v_base: u32, k0: u32, k_end: u32) {
+    let v_a = select(0.0, block_value(v_base, p.k_ss, k0, k_end, 0u, D, t), t < KC * D);
+    let v_b = select(0.0, block_value(v_base, p.k_ss, k0, k_end, 0u, D, t + 256u), t + 256u < KC * D);
+    let v_c = select(0.0, block_value(v_base, p.k_ss, k0, k_end, 0u, D, t + 512u), t + 512u < KC * D);
+    let v_d = select(0.0, block_value(v_base, p.k_ss, k0, k_end, 0u, D, t + 768u), t + 768u < KC * D);
+    store_v(t, v_a);
+    store_v(t + 256u, v_b);
+    store_v(t + 512u, v_c);
+    store_v(t + 768u, v_d);
+}
+
+fn rows4(base: u32, stride: u32) -> vec4<f32> {
+    return vec4<f32>(ps[base], ps[base + stride], ps[base + 2u * stride], ps[base + 3u * stride]);
 }
 
 @compute @workgroup_size(256)
@@ -143,81 +154,72 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             }
         }
     }
-    var m = array<f32, 4>(neg_inf(), neg_inf(), neg_inf(), neg_inf());
-    var l = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    var acc: array<f32, {{ACC_LEN}}>;  // [4 rows][UD dims]
+    var m = vec4<f32>(neg_inf());
+    var l = vec4<f32>(0.0);
+    var acc: array<vec4<f32>, UD>;  // output dims tx + 16u of the four rows
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
-        // explicit zeros: a declaration inside a loop is not reliably re-zeroed on every iteration
-        var s = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);  // [4 rows][2 keys]
+        // scores of rows ty + 16a against keys tx and tx + 16 (explicit zeros: a declaration in a
+        // loop body is not reliably re-zeroed on every iteration)
+        var s0 = vec4<f32>(0.0);
+        var s1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < D; d0 += DS) {
             workgroupBarrier();
             load_qk(t, q_base, q0, k_base, k0, k_end, d0);
             workgroupBarrier();
             for (var dd = 0u; dd < min(DS, D - d0); dd++) {
-                let k_x = tiles[BQ * QS + tx * QS + dd];
-                let k_y = tiles[BQ * QS + (tx + 16u) * QS + dd];
-                for (var a = 0u; a < 4u; a++) {
-                    let qv = tiles[(ty + 16u * a) * QS + dd];
-                    s[2u * a] += qv * k_x;
-                    s[2u * a + 1u] += qv * k_y;
-                }
+                let q4 = vec4<f32>(tiles[ty * QS + dd], tiles[(ty + 16u) * QS + dd], tiles[(ty + 32u) * QS + dd],
+                                   tiles[(ty + 48u) * QS + dd]);
+                s0 += q4 * tiles[BQ * QS + tx * QS + dd];
+                s1 += q4 * tiles[BQ * QS + (tx + 16u) * QS + dd];
             }
         }
-        // masked scores, and each thread's maximum over its two keys, per row
+        let j0 = k0 + tx;
+        let j1 = k0 + tx + 16u;
         for (var a = 0u; a < 4u; a++) {
             let i = min(q0 + ty + 16u * a, p.s_q - 1u);  // padding rows past S_q read a valid mask row
             let pos = shift + i32(q0 + ty + 16u * a);
-            var row_max = neg_inf();
-            for (var c = 0u; c < 2u; c++) {
-                let j = k0 + tx + 16u * c;
-                var v = neg_inf();
-                if (j < k_end) {
-                    v = masked_score(s[2u * a + c], b, h, i, j, pos);
-                }
-                s[2u * a + c] = v;
-                row_max = max(row_max, v);
+            if (j0 < k_end) {
+                s0[a] = masked_score(s0[a], b, h, i, j0, pos);
             }
-            ps[(ty + 16u * a) * 16u + tx] = row_max;
+            if (j1 < k_end) {
+                s1[a] = masked_score(s1[a], b, h, i, j1, pos);
+            }
+        }
+        s0 = select(vec4<f32>(neg_inf()), s0, j0 < k_end);
+        s1 = select(vec4<f32>(neg_inf()), s1, j1 < k_end);
+        // row maxima: each thread's pair, then the 16 threads of a row through workgroup memory
+        let pair_max = max(s0, s1);
+        for (var a = 0u; a < 4u; a++) {
+            ps[(ty + 16u * a) * 16u + tx] = pair_max[a];
         }
         workgroupBarrier();
-        var alpha = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-        for (var a = 0u; a < 4u; a++) {
-            var tile_max = neg_inf();
-            for (var x = 0u; x < 16u; x++) {
-                tile_max = max(tile_max, ps[(ty + 16u * a) * 16u + x]);
-            }
-            let m_new = max(m[a], tile_max);
-            alpha[a] = exp(m[a] - m_new);
-            m[a] = m_new;
+        var tile_max = vec4<f32>(neg_inf());
+        for (var x = 0u; x < 16u; x++) {
+            tile_max = max(tile_max, rows4(ty * 16u + x, 256u));
         }
+        let m_new = max(m, tile_max);
+        let alpha = exp(m - m_new);
+        m = m_new;
         workgroupBarrier();
+        let p0 = select(vec4<f32>(0.0), exp(s0 - m), j0 < k_end);
+        let p1 = select(vec4<f32>(0.0), exp(s1 - m), j1 < k_end);
         for (var a = 0u; a < 4u; a++) {
-            for (var c = 0u; c < 2u; c++) {
-                let j = k0 + tx + 16u * c;
-                ps[(ty + 16u * a) * PS + tx + 16u * c] = select(0.0, exp(s[2u * a + c] - m[a]), j < k_end);
-            }
-            l[a] *= alpha[a];
-            for (var u = 0u; u < UD; u++) {
-                acc[a * UD + u] *= alpha[a];
-            }
+            ps[(ty + 16u * a) * PS + tx] = p0[a];
+            ps[(ty + 16u * a) * PS + tx + 16u] = p1[a];
         }
-        for (var d0 = 0u; d0 < D; d0 += DV) {
+        l *= alpha;
+        for (var u = 0u; u < UD; u++) {
+            acc[u] *= alpha;
+        }
+        for (var c0 = 0u; c0 < BK; c0 += KC) {
+            workgroupBarrier();  // also publishes the probabilities on the first pass
+            load_v(t, v_base, k0 + c0, k_end);
             workgroupBarrier();
-            load_v(t, v_base, k0, k_end, d0);
-            workgroupBarrier();
-            let u0 = d0 / 16u;  // this chunk holds output dims tx + 16 * (u0 + w), w < 2
-            for (var kk = 0u; kk < BK; kk++) {
-                let v_x = tiles[kk * VS + tx];
-                let v_y = tiles[kk * VS + tx + 16u];
-                for (var a = 0u; a < 4u; a++) {
-                    let pv = ps[(ty + 16u * a) * PS + kk];
-                    acc[a * UD + u0] += pv * v_x;
-                    if (u0 + 1u < UD) {
-                        acc[a * UD + u0 + 1u] += pv * v_y;
-                    }
-                    if (d0 == 0u) {
-                        l[a] += pv;
-                    }
+            for (var kk = 0u; kk < KC; kk++) {
+                let p4 = rows4(ty * PS + c0 + kk, 16u * PS);
+                l += p4;
+                for (var u = 0u; u < UD; u++) {
+                    acc[u] += p4 * tiles[kk * VS + tx + 16u * u];
                 }
             }
         }
@@ -229,7 +231,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             for (var u = 0u; u < UD; u++) {
                 let d = tx + 16u * u;
                 if (d < D) {
-                    st_f32(o_base + d, select(acc[a * UD + u] / l[a], 0.0, l[a] == 0.0));
+                    st_f32(o_base + d, select(acc[u][a] / l[a], 0.0, l[a] == 0.0));
                 }
             }
         }

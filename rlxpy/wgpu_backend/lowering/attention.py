@@ -28,8 +28,6 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MAX_HEAD_DIM = 256
 DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
 DECODE_WG = 256
-DECODE_KEYS = 64  # keys per decode tile: 4 threads per key in the score phase
-DECODE_CHUNK = 32  # head dims per K chunk in workgroup memory (DECODE_KEYS * 32 <= 8 * DECODE_WG loads)
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
 SPLIT_MAX = 32
@@ -47,6 +45,17 @@ ATTN_DECODE = kernel("attn_decode", params("AttnDecodeParams", ("kv_len",), **_C
 ATTN_COMBINE = kernel("attn_combine", params("AttnCombineParams", rows=U32, heads=U32, s_q=U32, splits=U32,
                                              part=U32, o=U32, q_sb=U32, q_sh=U32, q_ss=U32),
                       workgroup=(COMBINE_WG, 1, 1))
+
+
+def flash_tiles(head_dim: int) -> dict[str, int]:
+    """attn_flash's per-head-dim constants: UD = ceil(D / 16) output dims per thread and row; KC = keys
+    per V chunk, the largest power of two <= 32 whose chunk (KC x D, rows padded to D + 1, read up to
+    16 * UD columns wide) fits the 1632-float tile area and 4 loads per thread."""
+    units = math.ceil(head_dim / 16)
+    keys = 32
+    while keys > 1 and (keys * head_dim > 1024 or (keys - 1) * (head_dim + 1) + 16 * units > 1632):
+        keys //= 2
+    return {"UD": units, "KC": keys}
 
 
 def _seq_strides(node: Node, t: Node, layout: str, heads: int, head_dim: int, what: str
@@ -89,10 +98,10 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
     return strides["b"], strides["h"], strides["q"], strides["k"]
 
 
-def _decode_splits(rows: int, s_k: int, head_dim: int, ctx: LowerCtx) -> int:
-    """Split-K factor for the decode kernel: enough workgroups to fill the GPU, bounded by the
-    keys (>= SPLIT_MIN_KEYS each) and by the scratch space the partial records need."""
-    splits = min(math.ceil(SPLIT_TARGET_GROUPS / rows), math.ceil(s_k / SPLIT_MIN_KEYS), SPLIT_MAX)
+def _decode_splits(groups: int, rows: int, s_k: int, head_dim: int, ctx: LowerCtx) -> int:
+    """Split-K factor for attn_decode: enough workgroups (``groups`` per split) to fill the GPU, bounded
+    by the keys (>= SPLIT_MIN_KEYS each) and by the scratch space the ``rows`` partial records need."""
+    splits = min(math.ceil(SPLIT_TARGET_GROUPS / groups), math.ceil(s_k / SPLIT_MIN_KEYS), SPLIT_MAX)
     scratch_base, scratch_size = ctx.scratch
     window_end = ctx.window_base + ctx.window_size
     if scratch_base < ctx.window_base or scratch_base + scratch_size > window_end:
@@ -140,23 +149,26 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
         raise LimitError(f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and 256 "
                          f"threads; the device allows {ctx.facts.max_workgroup_storage} B / "
                          f"{ctx.facts.max_invocations}")
-    units = math.ceil(head_dim / 16)
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
-    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, "UD": units, "ACC_LEN": 4 * units}, **fields)]
+    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
 
 
 def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int,
                   head_dim: int) -> list[Step]:
+    """attn_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
+    head's group (GQA heads x S_q) through each K/V row once; partial records need attn_combine."""
     if DECODE_WG > ctx.facts.max_invocations:
         raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads per workgroup")
-    s_q, s_k = fields["s_q"], fields["s_k"]
+    s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
+    rows_per_kv = group * s_q
+    row_block = 4 if rows_per_kv <= 4 else 8
+    chunks = math.ceil(rows_per_kv / row_block)
+    kv_heads = heads // group
     rows = batch * heads * s_q
-    splits = _decode_splits(rows, s_k, head_dim, ctx)
+    splits = _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
-    chunk = min(head_dim, DECODE_CHUNK)
-    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "WG": DECODE_WG, "TK": DECODE_KEYS, "DC": chunk,
-                   "KV_LEN": DECODE_KEYS * (chunk + 1)}
-    steps = [ctx.dispatch(ATTN_DECODE, node, (splits, heads * s_q, batch), decode_subs, **fields,
+    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "ROWS": row_block, "QS_LEN": head_dim * row_block // 4}
+    steps = [ctx.dispatch(ATTN_DECODE, node, (splits, kv_heads * chunks, batch), decode_subs, **fields,
                           heads=heads, splits=splits, part=part)]
     if splits > 1:
         combine_subs = {"PRELUDE": PRELUDE, "D": head_dim}

@@ -24,7 +24,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.quant import gguf_row_bytes
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, decode_source
+from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, decode_source
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
 
 GEMV_THREADS = 256
@@ -44,9 +44,14 @@ QUANT_GGUF_GATHER = kernel(
            row_bytes=U32), extent_axis=0)
 
 GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
-MAX_LANES = 32  # lanes per weight row: enough to cover typical rows in one or two passes
-MAX_TEAM_ROWS = 8  # weight rows x x rows accumulated per lane (registers; partial sums <= 4096 floats)
-MIN_GROUPS = 256  # keep at least this many workgroups before making teams own more rows
+# GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
+# cross-lane reduction short; teams owning several rows amortise staging x over more weights.
+MAX_LANES = 32  # lanes per weight row for small matrices (latency-bound: spread the work wide)
+MAX_LANES_BIG = 16  # ... and from BIG_ROWS rows on (bandwidth-bound: shorter reductions)
+BIG_ROWS = 8192
+MAX_TEAM_ROWS = 4  # weight rows per team (their accumulators are registers)
+MAX_ACCUMULATORS = 8  # weight rows x x rows per lane
+MIN_GROUPS = 128  # teams take more rows only while the grid keeps this many workgroups
 TILE = 64
 UNIT = 32  # elements per decode unit (quant_gguf_wgsl)
 
@@ -71,14 +76,14 @@ INDEX_LOADS = {
 def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
     """(lanes per weight row, teams per workgroup, weight rows per team).
 
-    Lanes: the fewest passes of at most ``MAX_LANES`` over a row's units, split evenly so no
-    pass leaves lanes idle. Rows per team: up to ``MAX_TEAM_ROWS`` while the grid keeps at least
-    ``MIN_GROUPS`` workgroups: fat workgroups amortise staging x and the reduction, and give
-    each lane several independent loads in flight."""
-    passes = max(1, math.ceil(units / MAX_LANES))
+    Lanes: the fewest passes of at most ``MAX_LANES`` (``MAX_LANES_BIG`` for big matrices) over
+    a row's units, split evenly so no pass leaves lanes idle. Rows per team: up to
+    ``MAX_TEAM_ROWS`` while the grid keeps ``MIN_GROUPS`` workgroups."""
+    cap = MAX_LANES_BIG if rows >= BIG_ROWS else MAX_LANES
+    passes = max(1, math.ceil(units / cap))
     lanes = max(1, math.ceil(units / passes))
     teams = GEMV_THREADS // lanes
-    team_rows = max(1, min(MAX_TEAM_ROWS // x_rows, rows // (teams * MIN_GROUPS)))
+    team_rows = max(1, min(MAX_TEAM_ROWS, MAX_ACCUMULATORS // x_rows, rows // (teams * MIN_GROUPS)))
     return lanes, teams, team_rows
 
 
@@ -88,22 +93,24 @@ def chunk_elems(x_rows: int, k: int) -> int:
     return min(chunk, max(UNIT, math.ceil(k / UNIT) * UNIT))
 
 
-def unit_dot_source(x_rows: int, team_rows: int) -> str:
+def unit_dot_source(qtype: str, x_rows: int, team_rows: int) -> str:
     """WGSL ``unit_dot`` for ``x_rows`` x rows and ``team_rows`` weight rows, fully unrolled: the
-    accumulators ``acc[i][r]`` are then registers, and the chunk indices constants the decoders fold."""
+    accumulators ``acc[i][r]`` are then registers, the chunk indices constants, and each weight
+    word is loaded once (``q_unit``)."""
     lines = ["fn unit_dot(rb: u32, u: u32, uc: u32) {", "    let stride = p.rows_per_wg * p.row_bytes;"]
-    lines += [f"    let rb{i} = rb + {i}u * stride;" for i in range(team_rows)]
+    for i in range(team_rows):
+        lines += [f"    let rb{i} = rb + {i}u * stride;", f"    let q{i} = q_unit(rb{i}, u);",
+                  f"    let s{i}_0 = q_scale(rb{i}, u, 0u);",
+                  f"    let s{i}_1 = {f's{i}_0' if qtype in SCALE_PER_UNIT else f'q_scale(rb{i}, u, 1u)'};"]
     for half in range(2):
         chunks = range(4 * half, 4 * half + 4)
-        for i in range(team_rows):
-            lines.append(f"    let s{i}_{half} = q_scale(rb{i}, u, {half}u);")
-            lines += [f"    let q{i}_{c} = q_chunk(rb{i}, u, {c}u);" for c in chunks]
         for r in range(x_rows):
             lines += [f"    let x{r}_{c} = xs[{r}u * KC4 + {c}u * UPC + uc];" for c in chunks]
             quad = [f"x{r}_{c}" for c in chunks]
-            lines.append(f"    let sx{r}_{half} = dot(({quad[0]} + {quad[1]}) + ({quad[2]} + {quad[3]}), vec4<f32>(1.0));")
+            lines.append(f"    let sx{r}_{half} = dot(({quad[0]} + {quad[1]}) + ({quad[2]} + {quad[3]}), "
+                         "vec4<f32>(1.0));")
             for i in range(team_rows):
-                dots = [f"dot(q{i}_{c}, x{r}_{c})" for c in chunks]
+                dots = [f"dot(q{i}[{c}], x{r}_{c})" for c in chunks]
                 lines.append(f"    acc[{i}][{r}] = acc[{i}][{r}] + combine(s{i}_{half}, "
                              f"({dots[0]} + {dots[1]}) + ({dots[2]} + {dots[3]}), sx{r}_{half});")
     lines.append("}")
@@ -145,7 +152,8 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
     subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc, "XS": xs_floats // 4,
-            "UNIT_DOT": unit_dot_source(rows_in_wg, team_rows), "PARTIALS": partials_source(rows_in_wg, team_rows),
+            "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows),
+            "PARTIALS": partials_source(rows_in_wg, team_rows),
             "GROUPED": "true" if grouped else "false",
             "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
     return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),

@@ -60,6 +60,37 @@ fn sbytes4(w: u32) -> vec4<f32> {
 }
 """
 
+#: The 32 quants of a Q4_x/Q5_x block from its four qs words (element j: low nibble of byte j,
+#: then high nibbles for j >= 16) and the 5th bits ``qh`` (0 for Q4), minus ``offset``.
+NIBBLE_UNIT = """
+// the low 4 bits of qh moved to bit 4 of each byte (the 5th bit of 4 consecutive elements)
+fn qh_bits(qh: u32) -> u32 {
+    return ((qh & 1u) << 4u) | ((qh & 2u) << 11u) | ((qh & 4u) << 18u) | ((qh & 8u) << 25u);
+}
+fn nibble_unit(w0: u32, w1: u32, w2: u32, w3: u32, qh: u32, offset: vec4<f32>) -> array<vec4<f32>, 8> {
+    let m = 0x0f0f0f0fu;
+    return array<vec4<f32>, 8>(
+        bytes4((w0 & m) | qh_bits(qh)) - offset,
+        bytes4((w1 & m) | qh_bits(qh >> 4u)) - offset,
+        bytes4((w2 & m) | qh_bits(qh >> 8u)) - offset,
+        bytes4((w3 & m) | qh_bits(qh >> 12u)) - offset,
+        bytes4(((w0 >> 4u) & m) | qh_bits(qh >> 16u)) - offset,
+        bytes4(((w1 >> 4u) & m) | qh_bits(qh >> 20u)) - offset,
+        bytes4(((w2 >> 4u) & m) | qh_bits(qh >> 24u)) - offset,
+        bytes4(((w3 >> 4u) & m) | qh_bits(qh >> 28u)) - offset);
+}
+"""
+#: ``q_unit`` for types whose chunks share no words: the eight chunks, one after another.
+DEFAULT_Q_UNIT = """
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    return array<vec4<f32>, 8>(q_chunk(rb, u, 0u), q_chunk(rb, u, 1u), q_chunk(rb, u, 2u),
+                               q_chunk(rb, u, 3u), q_chunk(rb, u, 4u), q_chunk(rb, u, 5u),
+                               q_chunk(rb, u, 6u), q_chunk(rb, u, 7u));
+}
+"""
+#: Types whose two unit halves share one scale (the GEMV then decodes it once per unit).
+SCALE_PER_UNIT = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "F32", "F16", "BF16"})
+
 #: Exact dequantised values of elements ``e .. e+3`` (``e`` a multiple of 4) of the row at ``rb``.
 DQ4 = """
 fn dq4(rb: u32, e: u32) -> vec4<f32> {
@@ -124,6 +155,10 @@ fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let w = ld_word(rb + u * 18u + 2u + ((c & 3u) << 2u));
     return bytes4((w >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu) - vec4<f32>(8.0);
 }
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let b = rb + u * 18u + 2u;
+    return nibble_unit(ld_word(b), ld_word(b + 4u), ld_word(b + 8u), ld_word(b + 12u), 0u, vec4<f32>(8.0));
+}
 """,
     # d, m (f16) | qs[16]: value = d * nibble + m (20-byte blocks stay word aligned)
     "Q4_1": """
@@ -137,6 +172,10 @@ fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let w = buf[((rb + u * 20u) >> 2u) + 1u + (c & 3u)];
     return bytes4((w >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu);
 }
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let i = ((rb + u * 20u) >> 2u) + 1u;
+    return nibble_unit(buf[i], buf[i + 1u], buf[i + 2u], buf[i + 3u], 0u, vec4<f32>(0.0));
+}
 """,
     # d (f16) | qh (u32: bit j = 5th bit of element j) | qs[16]: value = d * (q5 - 16)
     "Q5_0": """
@@ -148,9 +187,12 @@ fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = rb + u * 22u;
     let lo = (ld_word(b + 6u + ((c & 3u) << 2u)) >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu;
-    let qh = ld_word(b + 2u) >> (c << 2u);
-    let hi = ((qh & 1u) << 4u) | ((qh & 2u) << 11u) | ((qh & 4u) << 18u) | ((qh & 8u) << 25u);
-    return bytes4(lo | hi) - vec4<f32>(16.0);
+    return bytes4(lo | qh_bits(ld_word(b + 2u) >> (c << 2u))) - vec4<f32>(16.0);
+}
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let b = rb + u * 22u;
+    return nibble_unit(ld_word(b + 6u), ld_word(b + 10u), ld_word(b + 14u), ld_word(b + 18u), ld_word(b + 2u),
+                       vec4<f32>(16.0));
 }
 """,
     # d, m (f16) | qh (u32) | qs[16]: value = d * q5 + m (24-byte blocks stay word aligned)
@@ -164,9 +206,11 @@ fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let i = (rb + u * 24u) >> 2u;
     let lo = (buf[i + 2u + (c & 3u)] >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu;
-    let qh = buf[i + 1u] >> (c << 2u);
-    let hi = ((qh & 1u) << 4u) | ((qh & 2u) << 11u) | ((qh & 4u) << 18u) | ((qh & 8u) << 25u);
-    return bytes4(lo | hi);
+    return bytes4(lo | qh_bits(buf[i + 1u] >> (c << 2u)));
+}
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let i = (rb + u * 24u) >> 2u;
+    return nibble_unit(buf[i + 2u], buf[i + 3u], buf[i + 4u], buf[i + 5u], buf[i + 1u], vec4<f32>(0.0));
 }
 """,
     # d (f16) | qs[32] (i8): value = d * q
@@ -297,4 +341,5 @@ GPU_TYPES = frozenset(DECODERS)
 def decode_source(qtype: str) -> str:
     """Helpers + the decoder of ``qtype`` + dq4, ready for a kernel's ``{{DECODE}}`` slot."""
     extra = KQUANT_SCALE_MIN if qtype in ("Q4_K", "Q5_K") else ""
-    return HELPERS + extra + DECODERS[qtype] + DQ4
+    unit = "" if "fn q_unit" in DECODERS[qtype] else DEFAULT_Q_UNIT
+    return HELPERS + NIBBLE_UNIT + extra + DECODERS[qtype] + unit + DQ4
