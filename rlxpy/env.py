@@ -85,6 +85,7 @@ FORCE_INPUT_UPLOAD = flag("RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every i
 MATMUL_F32_ONLY = flag("RLX_WGPU_MATMUL_F32_ONLY", int, 0, "never use reduced-precision matmul paths")
 F16_WEIGHTS = flag("RLX_WGPU_F16_WEIGHTS", int, 0, "keep f32 params as an f16 shadow for matmuls")
 NO_PACKED_BSHD_ATTN = flag("RLX_WGPU_NO_PACKED_BSHD_ATTN", int, 0, "disable the packed BSHD attention pattern")
+NO_PATTERNS = flag("RLX_WGPU_NO_PATTERNS", int, 0, "disable pattern fusion (decode GEMV + norm/SwiGLU/residual)")
 MAX_BINDING = flag("RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)")
 PROFILE = flag("RLX_WGPU_PROFILE", int, 0, "time each GPU step with timestamp queries (report columns)")
 ADAPTER = flag("RLX_WGPU_ADAPTER", str, "", "pick an adapter whose name or backend contains this text")

@@ -47,13 +47,21 @@ class CompiledSchedule:
 
 
 def prepare(graph: Graph) -> Graph:
-    """verify -> unfuse -> verify: a static graph of primitives."""
+    """verify -> unfuse -> pattern fusion -> verify: a static graph of primitives."""
+    from rlxpy import env
+    from rlxpy.ir import ops
+    from rlxpy.ir.passes.patterns import fuse_gguf_decode
     from rlxpy.ir.passes.unfuse import unfuse
+    from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the lowerers)
+    from rlxpy.wgpu_backend.schedule import LOWERERS
 
     graph.verify()
     if not graph.is_static():
         raise GraphError(f"graph {graph.name!r} has symbolic dims {sorted(graph.symbols())}: bind them first")
-    return unfuse(graph).verify()
+    primitive = unfuse(graph)
+    if not env.NO_PATTERNS and ops.FusedGgufMatMul in LOWERERS:
+        primitive = fuse_gguf_decode(primitive)
+    return primitive.verify()
 
 
 def choose_window(span: tuple[int, int], arena_size: int, window: int, alignment: int) -> int:

@@ -57,7 +57,9 @@ from rlxpy.ir.ops.linalg import (
     Softmax,
     TopK,
 )
-from rlxpy.ir.ops.quant import GGUF_BLOCKS, DequantGroupedMatMul, DequantMatMul, DequantMatMulGguf, GatherGguf
+from rlxpy.ir.ops.quant import (
+    GGUF_BLOCKS, DequantGroupedMatMul, DequantMatMul, DequantMatMulGguf, FusedGgufMatMul, GatherGguf,
+)
 
 ALL_OPS: tuple[type[Op], ...] = tuple(OP_TYPES.values())
 LEAF_OPS = (Input, Param, Constant)
@@ -67,7 +69,7 @@ __all__ = [
     "ALL_OPS", "CacheWrite", "ENUMS", "GGUF_BLOCKS", "LEAF_OPS", "OP_TYPES", "VIEW_OPS", "ActKind", "Activation",
     "Argmax", "Attention", "Binary", "BinaryOp", "Cast", "CmpOp", "Compare", "Concat", "Constant", "Copy",
     "Cumsum", "DequantGroupedMatMul", "DequantMatMul", "DequantMatMulGguf", "Expand", "FftNorm",
-    "FusedMatMulBiasAct", "FusedResidualLN", "FusedResidualRmsNorm", "Gather", "GatherGguf",
+    "FusedGgufMatMul", "FusedMatMulBiasAct", "FusedResidualLN", "FusedResidualRmsNorm", "Gather", "GatherGguf",
     "GroupedMatMul", "Input", "LayerNorm", "MaskKind", "MatMul", "Narrow", "Op", "Param", "Reduce",
     "ReduceOp", "Reshape", "RmsNorm", "Rope", "Sample", "ScatterAdd", "Softmax", "TensorType", "TopK",
     "Transpose", "Where",

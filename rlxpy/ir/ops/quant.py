@@ -103,3 +103,43 @@ class DequantMatMul(Op):
         need(self.scheme in DEQUANT_SCHEMES, f"unknown scheme {self.scheme!r}")
         need(x.shape[-1] == self.k, f"x {x} last dim must be k={self.k}")
         return TensorType(tuple(x.shape[:-1]) + (self.n,), DType.F32)
+
+
+@dataclass(frozen=True)
+class FusedGgufMatMul(Op):
+    """A decode-path GEMV with its neighbours folded in (made by ir/passes/patterns.py):
+
+    ``h = rms_norm(x) * gamma`` when ``eps > 0`` (else ``h = x``);
+    ``y = h @ dequant(W)^T``, or ``silu(h @ W^T) * (h @ W_up^T)`` when ``swiglu``;
+    ``y += residual`` when ``has_residual``.
+    Inputs in order: x, w, [w_up], [gamma], [residual]. Same math as the unfused ops."""
+
+    qtype: str
+    n: int
+    k: int
+    eps: float = 0.0
+    swiglu: bool = False
+    has_residual: bool = False
+    arity = (2, 5)
+
+    def input_roles(self) -> list[str]:
+        roles = ["x", "w"] + (["w_up"] if self.swiglu else []) + (["gamma"] if self.eps > 0 else [])
+        return roles + (["residual"] if self.has_residual else [])
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        roles = self.input_roles()
+        need(len(ins) == len(roles), f"takes inputs {roles}, got {len(ins)}")
+        by_role = dict(zip(roles, ins))
+        x = by_role["x"]
+        need(x.shape[-1] == self.k and x.dtype is DType.F32, f"x {x} must be f32[..., {self.k}]")
+        row = gguf_row_bytes(self.qtype, self.k)
+        for role in ("w", "w_up"):
+            if role in by_role:
+                need(by_role[role].dtype is DType.U8 and by_role[role].shape == (self.n, row),
+                     f"{role} must be u8[{self.n}, {row}], got {by_role[role]}")
+        if "gamma" in by_role:
+            need(by_role["gamma"].shape == (self.k,), f"gamma must be [{self.k}], got {by_role['gamma']}")
+        out = tuple(x.shape[:-1]) + (self.n,)
+        if "residual" in by_role:
+            need(tuple(by_role["residual"].shape) == out, f"residual must be {list(out)}, got {by_role['residual']}")
+        return TensorType(out, DType.F32)

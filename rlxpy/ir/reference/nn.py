@@ -286,3 +286,18 @@ def ref_gather_gguf(op: ops.GatherGguf, args, node):
     rows = clamp_indices(idx, table.shape[0]).ravel()
     values = gguf_dequantize(table[rows], op.qtype, len(rows), op.k)
     return values.reshape(node.shape)
+
+
+@reference(ops.FusedGgufMatMul)
+def ref_fused_gguf_matmul(op: ops.FusedGgufMatMul, args, node):
+    by_role = dict(zip(op.input_roles(), args))
+    h = by_role["x"]
+    if op.eps > 0:
+        h = rms_norm(h, by_role["gamma"], None, op.eps)
+    y = _f64(h) @ _f64(gguf_dequantize(by_role["w"], op.qtype, op.n, op.k)).T
+    if op.swiglu:
+        up = _f64(h) @ _f64(gguf_dequantize(by_role["w_up"], op.qtype, op.n, op.k)).T
+        y = (y / (1.0 + np.exp(-y))) * up
+    if op.has_residual:
+        y = y + _f64(by_role["residual"])
+    return y.astype(np.float32)
