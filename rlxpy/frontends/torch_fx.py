@@ -2,7 +2,8 @@
 
 dynamo captures the model; aot_autograd lowers each captured graph to aten ops (with the core-aten
 decompositions, minus the ops rlxpy runs whole: SDPA, layer/rms norm, GELU, SiLU, softmax), and our
-forward compiler translates that into one rlxpy Graph (torch_fx_translate.py, torch_fx_ops.py).
+forward compiler translates that into one rlxpy Graph (torch_fx_translate.py; the op table is in
+torch_fx_ops.py and torch_fx_ops_nn.py).
 
 At run time, per call: the sizes of the symbolic dims come from the inputs; each new binding (a
 shape signature) compiles the graph once (``rlxpy.compile`` of the bound graph) and uploads the
@@ -14,7 +15,7 @@ device torch would give.
 ``on_unsupported="fallback"`` (default) runs a graph rlxpy cannot take in eager torch, with one
 warning that lists the reasons (a clean graph break: the whole captured subgraph runs in torch);
 ``"error"`` raises UnsupportedOpError instead. Graphs that need gradients are always left to torch:
-rlxpy runs inference. torch is imported here and in the two modules above only, never by rlxpy's core.
+rlxpy runs inference. torch is imported here and in the modules above only, never by rlxpy's core.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch.fx as fx
 
 import rlxpy
 from rlxpy.errors import InputError, RlxError, UnsupportedOpError
-from rlxpy.frontends import torch_fx_ops  # noqa: F401  (fills TRANSLATORS)
+from rlxpy.frontends import torch_fx_ops, torch_fx_ops_nn  # noqa: F401  (they fill TRANSLATORS)
 from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evaluate_host, to_numpy
 from rlxpy.ir.passes.dynamic import bind_graph
 
@@ -60,7 +61,8 @@ def decompositions() -> dict:
     from torch._decomp import core_aten_decompositions
 
     aten = torch.ops.aten
-    keep = {aten._scaled_dot_product_flash_attention_for_cpu.default, aten.scaled_dot_product_attention.default,
+    keep = {aten._scaled_dot_product_flash_attention_for_cpu.default,
+            aten.scaled_dot_product_attention.default,
             aten._scaled_dot_product_attention_math.default, aten.silu.default, aten._fused_rms_norm.default,
             aten.rms_norm.default, aten.gelu.default, aten.native_layer_norm.default, aten.layer_norm.default,
             aten._softmax.default, aten.softmax.int, aten._log_softmax.default}
@@ -82,7 +84,8 @@ def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
         raise ValueError(f"executor must be one of {EXECUTORS}, got {runner!r}")
     settings.update(compile_options)
     settings["executor"] = runner
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+    needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+    if torch.is_grad_enabled() and needs_grad:
         reason = ("the graph needs gradients (rlxpy runs inference: call the model under torch.no_grad() or "
                   "torch.inference_mode())")
         return _unsupported(UnsupportedOpError(reason), policy, gm.forward)
@@ -96,7 +99,8 @@ def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
 
 def make_backend(on_unsupported: str = "fallback", executor: str = "gpu", **compile_options: Any) -> Callable:
     """A backend with its policy bound: ``torch.compile(m, backend=make_backend("error"))``."""
-    return functools.partial(rlxpy_backend, on_unsupported=on_unsupported, executor=executor, **compile_options)
+    return functools.partial(rlxpy_backend, on_unsupported=on_unsupported, executor=executor,
+                             **compile_options)
 
 
 def compiled_graphs() -> list[CompiledGraph]:
@@ -219,7 +223,8 @@ class CompiledGraph:
                 raise InputError(f"input {spec.name}: shape {list(array.shape)} does not match the traced "
                                  f"shape {list(want)}")
             if spec.index_bound is not None and array.size:
-                bound = spec.index_bound if isinstance(spec.index_bound, int) else binding[spec.index_bound.name]
+                bound = spec.index_bound
+                bound = bound if isinstance(bound, int) else binding[bound.name]
                 low, high = int(array.min()), int(array.max())
                 if low < 0 or high >= bound:
                     raise IndexError(f"input {spec.name}: index out of range: values [{low}, {high}] index a "
@@ -234,7 +239,8 @@ class CompiledGraph:
             exe = self.executables[key]
         else:
             graph = bind_graph(self.graph, binding) if binding else self.graph
-            exe = _ReferenceRunner(graph) if self.executor == "reference" else rlxpy.compile(graph, **self.options)
+            exe = _ReferenceRunner(graph) if self.executor == "reference" \
+                else rlxpy.compile(graph, **self.options)
             self.compiles += 1
             self.executables[key] = exe
             while len(self.executables) > MAX_SIGNATURES:

@@ -33,7 +33,8 @@ Translate = Callable[["FxTranslator", fx.Node, dict[str, Any]], Any]
 #: aten packet name ("add", "_softmax", ...) or "getitem" -> translator. Filled by torch_fx_ops.py.
 TRANSLATORS: dict[str, Translate] = {}
 
-TORCH_TO_RLX = {torch.float32: DType.F32, torch.int64: DType.I32, torch.int32: DType.I32, torch.bool: DType.BOOL}
+TORCH_TO_RLX = {torch.float32: DType.F32, torch.int64: DType.I32, torch.int32: DType.I32,
+                torch.bool: DType.BOOL}
 #: Ops whose output must never be folded at upload time (random, uninitialised).
 NOT_FOLDABLE = ("rand", "dropout", "bernoulli", "empty", "normal", "uniform", "multinomial")
 #: Small host values with no placeholder ancestor become Constants; bigger ones become Params.
@@ -206,7 +207,8 @@ class FxTranslator:
             self.env[node] = dim
             return
         if not isinstance(val, torch.Tensor):
-            raise UnsupportedOpError(f"{node.name}: placeholder of type {type(val).__name__} is not supported")
+            raise UnsupportedOpError(f"{node.name}: a placeholder of type {type(val).__name__} is not "
+                                     "supported")
         for axis, size in enumerate(val.shape):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 self.sym_sources.setdefault(size.node.expr, (index, axis))
@@ -251,7 +253,8 @@ class FxTranslator:
         try:
             return fn(self, node, args)
         except GraphError as e:
-            raise UnsupportedOpError(f"{node.name} ({op_label(node.target)}): rlxpy cannot take it: {e}") from None
+            raise UnsupportedOpError(f"{node.name} ({op_label(node.target)}): rlxpy cannot take it: {e}"
+                                     ) from None
 
     def bind(self, node: fx.Node) -> dict[str, Any]:
         """Schema-bound arguments with defaults, FX nodes replaced by their values."""
@@ -284,7 +287,8 @@ class FxTranslator:
         for arg in node.all_input_nodes:
             if not isinstance(self.env.get(arg), Host):
                 return False
-        scalars = [v for v in _flatten(list(node.args) + list(node.kwargs.values())) if not isinstance(v, fx.Node)]
+        arguments = _flatten(list(node.args) + list(node.kwargs.values()))
+        scalars = [v for v in arguments if not isinstance(v, fx.Node)]
         return not any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in scalars)
 
     # -- values -----------------------------------------------------------------------------------
@@ -342,7 +346,8 @@ class FxTranslator:
                              else DType.F32)
             return self.constant(value, kind)
         else:
-            raise UnsupportedOpError(f"{self.where()}: cannot use {type(value).__name__} {value!r} as a tensor")
+            raise UnsupportedOpError(f"{self.where()}: cannot use {type(value).__name__} {value!r} as a "
+                                     "tensor")
         return self.cast(node, dtype) if dtype is not None else node
 
     def materialize(self, host: fx.Node) -> Node:

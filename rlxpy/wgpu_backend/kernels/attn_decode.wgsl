@@ -1,7 +1,7 @@
 // Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, ROWS at a time)
-// go through each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch); thread
-// (key t % 128, rows 4(t / 128)..+3) scores one key of each 128-key tile, thread (g = t / D, d = t % D) sums
-// p * v over keys g, g + DG, ... Split partials go to attn_combine. Bindings: 0 = arena, 1 = AttnDecodeParams.
+// read each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch). Per 64-key tile,
+// thread (key t / 4, part t % 4) loads dims part + 4n of its key in one batch; thread (g = t / D, d = t % D)
+// loads v of keys g + DG n in one batch. Split partials go to attn_combine. Bindings: 0 = arena, 1 = params.
 struct AttnDecodeParams {
     s_q: u32,
     s_k: u32,
@@ -37,15 +37,18 @@ struct AttnDecodeParams {
 
 const D: u32 = {{D}}u;  // head_dim
 const DG: u32 = {{DG}}u;  // key groups in the p * v phase: floor(WG / D)
-const ROWS: u32 = {{ROWS}}u;  // query rows per workgroup: 4 or 8 (one or two vec4 lanes sets)
+const ROWS: u32 = {{ROWS}}u;  // query rows per workgroup: 4 or 8 (one or two vec4s of rows)
 const RQ: u32 = ROWS / 4u;
-const TK: u32 = 128u;  // keys per tile
+const QD: u32 = {{QD}}u;  // D rounded up to a multiple of 4
+const TK: u32 = 64u;  // keys per tile
 const WG: u32 = 256u;
 const MASK_KIND: u32 = {{MASK_KIND}}u;  // MaskKind: 0 none, 1 causal, 2 custom, 3 sliding window, 4 bias
 
-var<workgroup> qs: array<vec4<f32>, {{QS_LEN}}>;  // [D][RQ]: each vec4 holds one dim of four query rows
-var<workgroup> red: array<vec4<f32>, 256>;  // [RQ][TK] reductions, then the per-group partial outputs
-var<workgroup> ps: array<vec4<f32>, 256>;  // [RQ][TK] probabilities of the tile's keys
+var<workgroup> qs: array<vec4<f32>, {{QS_LEN}}>;  // [QD][RQ]: one dim of four query rows per vec4
+var<workgroup> red_lo: array<vec4<f32>, 256>;  // partial dots of rows 0-3, then partial outputs
+var<workgroup> red_hi: array<vec4<f32>, 256>;  // the same for rows 4-7
+var<workgroup> ps_lo: array<vec4<f32>, 64>;  // the tile's scores, then probabilities, rows 0-3
+var<workgroup> ps_hi: array<vec4<f32>, 64>;
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
@@ -76,9 +79,13 @@ fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
     return s;
 }
 
-// head and query index of row rr of the kv head's group (rows enumerate (head in group, query))
+// head of row rr of the kv head's group (rows enumerate (head in group, query))
 fn row_head(hk: u32, rr: u32) -> u32 {
     return hk * p.group + rr / p.s_q;
+}
+
+fn key_dim(row: u32, d: u32) -> f32 {
+    return select(0.0, ld_f32(row + min(d, D - 1u)), d < D);
 }
 
 @compute @workgroup_size(256)
@@ -91,12 +98,12 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let b = wid.z;
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    for (var e = t; e < ROWS * D; e += WG) {
-        let r = e / D;
-        let d = e % D;
+    for (var e = t; e < ROWS * QD; e += WG) {
+        let r = e / QD;
+        let d = e % QD;
         let rr = r0 + r;
         var x = 0.0;
-        if (rr < rows_total) {
+        if (rr < rows_total && d < D) {
             x = ld_f32(p.q + b * p.q_sb + row_head(hk, rr) * p.q_sh + (rr % p.s_q) * p.q_ss + d);
         }
         qs[d * RQ + r / 4u][r % 4u] = x;
@@ -126,8 +133,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             }
         }
     }
-    let key = t % TK;
-    let half = t / TK;  // score phase: rows 4 * half .. 4 * half + 3
+    let key = t / 4u;
+    let part = t % 4u;
     let g = t / D;
     let d = t % D;
     var m_lo = vec4<f32>(neg_inf());
@@ -138,110 +145,95 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     var acc_hi = vec4<f32>(0.0);
     workgroupBarrier();
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        let j = k0 + key;
-        let valid = j < k_end && half < RQ;
-        var s4 = vec4<f32>(neg_inf());
-        if (valid) {
-            let k_row = k_base + j * p.k_ss;
-            var dot = vec4<f32>(0.0);
-            var dd = 0u;
-            // eight independent loads per step keep several memory requests in flight per thread
-            for (; dd + 8u <= D; dd += 8u) {
-                let x0 = ld_f32(k_row + dd);
-                let x1 = ld_f32(k_row + dd + 1u);
-                let x2 = ld_f32(k_row + dd + 2u);
-                let x3 = ld_f32(k_row + dd + 3u);
-                let x4 = ld_f32(k_row + dd + 4u);
-                let x5 = ld_f32(k_row + dd + 5u);
-                let x6 = ld_f32(k_row + dd + 6u);
-                let x7 = ld_f32(k_row + dd + 7u);
-                dot += qs[dd * RQ + half] * x0 + qs[(dd + 1u) * RQ + half] * x1
-                    + qs[(dd + 2u) * RQ + half] * x2 + qs[(dd + 3u) * RQ + half] * x3
-                    + qs[(dd + 4u) * RQ + half] * x4 + qs[(dd + 5u) * RQ + half] * x5
-                    + qs[(dd + 6u) * RQ + half] * x6 + qs[(dd + 7u) * RQ + half] * x7;
-            }
-            for (; dd < D; dd++) {
-                dot += qs[dd * RQ + half] * ld_f32(k_row + dd);
-            }
-            for (var c = 0u; c < 4u; c++) {
-                let rr = r0 + half * 4u + c;
-                // rows past the group get score 0: finite, never written out
-                var sc = 0.0;
-                if (rr < rows_total) {
-                    let i = rr % p.s_q;
-                    sc = masked_score(dot[c], b, row_head(hk, rr), i, j, shift + i32(i));
-                }
-                s4[c] = sc;
-            }
-        }
-        red[t] = s4;
+        // partial dots over dims part + 4n: every load of the batch is issued before the first use
+        let k_row = k_base + min(k0 + key, k_end - 1u) * p.k_ss;
+        var dot_lo = vec4<f32>(0.0);
+        var dot_hi = vec4<f32>(0.0);
+{{SCORE_BATCH}}
+        red_lo[t] = dot_lo;
+        red_hi[t] = dot_hi;
         workgroupBarrier();
-        for (var stride = TK / 2u; stride > 0u; stride >>= 1u) {
-            if (key < stride) {
-                red[t] = max(red[t], red[t + stride]);
+        if (t < TK) {
+            let j = k0 + t;
+            var s_lo = vec4<f32>(neg_inf());
+            var s_hi = vec4<f32>(neg_inf());
+            if (j < k_end) {
+                let dots_lo = red_lo[4u * t] + red_lo[4u * t + 1u] + red_lo[4u * t + 2u] + red_lo[4u * t + 3u];
+                let dots_hi = red_hi[4u * t] + red_hi[4u * t + 1u] + red_hi[4u * t + 2u] + red_hi[4u * t + 3u];
+                for (var r = 0u; r < ROWS; r++) {
+                    let rr = r0 + r;
+                    // rows past the group get score 0: finite, never written out
+                    var sc = 0.0;
+                    if (rr < rows_total) {
+                        let i = rr % p.s_q;
+                        let dot = select(dots_lo[r % 4u], dots_hi[r % 4u], r >= 4u);
+                        sc = masked_score(dot, b, row_head(hk, rr), i, j, shift + i32(i));
+                    }
+                    if (r < 4u) {
+                        s_lo[r] = sc;
+                    } else {
+                        s_hi[r - 4u] = sc;
+                    }
+                }
             }
-            workgroupBarrier();
+            ps_lo[t] = s_lo;
+            ps_hi[t] = s_hi;
         }
-        let m_lo_new = max(m_lo, red[0]);
-        let m_hi_new = max(m_hi, red[TK]);
+        workgroupBarrier();
+        // every thread reads the 64 scores (broadcast) instead of a barrier-heavy tree
+        var max_lo = vec4<f32>(neg_inf());
+        var max_hi = vec4<f32>(neg_inf());
+        for (var c = 0u; c < TK; c++) {
+            max_lo = max(max_lo, ps_lo[c]);
+            max_hi = max(max_hi, ps_hi[c]);
+        }
+        let m_lo_new = max(m_lo, max_lo);
+        let m_hi_new = max(m_hi, max_hi);
         let alpha_lo = exp(m_lo - m_lo_new);
         let alpha_hi = exp(m_hi - m_hi_new);
         m_lo = m_lo_new;
         m_hi = m_hi_new;
-        let p4 = select(vec4<f32>(0.0), exp(s4 - select(m_lo, m_hi, half == 1u)), valid);
-        workgroupBarrier();
-        ps[t] = p4;
-        red[t] = p4;
-        workgroupBarrier();
-        for (var stride = TK / 2u; stride > 0u; stride >>= 1u) {
-            if (key < stride) {
-                red[t] += red[t + stride];
-            }
-            workgroupBarrier();
+        var p_lo = vec4<f32>(0.0);
+        var p_hi = vec4<f32>(0.0);
+        if (t < TK && k0 + t < k_end) {
+            p_lo = exp(ps_lo[t] - m_lo);
+            p_hi = exp(ps_hi[t] - m_hi);
         }
-        l_lo = l_lo * alpha_lo + red[0];
-        l_hi = l_hi * alpha_hi + red[TK];
+        workgroupBarrier();
+        if (t < TK) {
+            ps_lo[t] = p_lo;
+            ps_hi[t] = p_hi;
+        }
+        workgroupBarrier();
+        var sum_lo = vec4<f32>(0.0);
+        var sum_hi = vec4<f32>(0.0);
+        for (var c = 0u; c < TK; c++) {
+            sum_lo += ps_lo[c];
+            sum_hi += ps_hi[c];
+        }
+        l_lo = l_lo * alpha_lo + sum_lo;
+        l_hi = l_hi * alpha_hi + sum_hi;
         acc_lo *= alpha_lo;
         acc_hi *= alpha_hi;
         if (g < DG) {
-            let n = min(TK, k_end - k0);
+            // keys g + DG n of the tile; past the tile's end the address is clamped and p is 0
+            let last = min(TK, k_end - k0) - 1u;
             let v_col = v_base + k0 * p.k_ss + d;
-            var kk = g;
-            // four independent loads per step keep several memory requests in flight per thread
-            for (; kk + 3u * DG < n; kk += 4u * DG) {
-                let v0 = ld_f32(v_col + kk * p.k_ss);
-                let v1 = ld_f32(v_col + (kk + DG) * p.k_ss);
-                let v2 = ld_f32(v_col + (kk + 2u * DG) * p.k_ss);
-                let v3 = ld_f32(v_col + (kk + 3u * DG) * p.k_ss);
-                acc_lo += ps[kk] * v0 + ps[kk + DG] * v1 + ps[kk + 2u * DG] * v2 + ps[kk + 3u * DG] * v3;
-                if (ROWS == 8u) {
-                    acc_hi += ps[TK + kk] * v0 + ps[TK + kk + DG] * v1 + ps[TK + kk + 2u * DG] * v2
-                        + ps[TK + kk + 3u * DG] * v3;
-                }
-            }
-            for (; kk < n; kk += DG) {
-                let v0 = ld_f32(v_col + kk * p.k_ss);
-                acc_lo += ps[kk] * v0;
-                acc_hi += ps[TK + kk] * v0;
-            }
+{{PV_BATCH}}
         }
         workgroupBarrier();
     }
-    // sum the DG key groups' partial outputs, four rows at a time
-    red[t] = select(vec4<f32>(0.0), acc_lo, g < DG);
+    // sum the DG key groups' partial outputs
+    red_lo[t] = select(vec4<f32>(0.0), acc_lo, g < DG);
+    red_hi[t] = select(vec4<f32>(0.0), acc_hi, g < DG);
     workgroupBarrier();
-    var total_lo = vec4<f32>(0.0);
-    for (var gg = 0u; gg < DG; gg++) {
-        total_lo += red[gg * D + d];
-    }
-    workgroupBarrier();
-    red[t] = select(vec4<f32>(0.0), acc_hi, g < DG);
-    workgroupBarrier();
-    var total_hi = vec4<f32>(0.0);
-    for (var gg = 0u; gg < DG; gg++) {
-        total_hi += red[gg * D + d];
-    }
     if (t < D) {
+        var total_lo = vec4<f32>(0.0);
+        var total_hi = vec4<f32>(0.0);
+        for (var gg = 0u; gg < DG; gg++) {
+            total_lo += red_lo[gg * D + t];
+            total_hi += red_hi[gg * D + t];
+        }
         for (var r = 0u; r < ROWS; r++) {
             let rr = r0 + r;
             if (rr < rows_total) {

@@ -1,4 +1,4 @@
-// y[r, j] = sum_i x[r, i] * dequant(W)[j, i] for few x rows (decode GEMV); GGML blocks read in place.
+// y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add (FusedGgufMatMul).
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
 struct QuantGgufGemvParams {
@@ -15,6 +15,10 @@ struct QuantGgufGemvParams {
     w_stride: u32,
     idx: u32,
     experts: u32,
+    w_up: u32,
+    gamma: u32,
+    residual: u32,
+    eps: f32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -28,11 +32,17 @@ const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk
 const KC4: u32 = KC / 4u;
 const UPC: u32 = KC / 32u;  // units per chunk (KC is a multiple of 32)
 const GROUPED: bool = {{GROUPED}};
+const NORM: bool = {{NORM}};  // h = x * rsqrt(mean(x^2) + eps) * gamma (x row by x row)
+const SWIGLU: bool = {{SWIGLU}};  // y = silu(h . W) * (h . W_up)
+const RESIDUAL: bool = {{RESIDUAL}};  // y += residual
 
 // x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
 // then [RR][MR][256] partial sums
 var<workgroup> xs: array<vec4<f32>, {{XS}}>;
 var<private> acc: array<array<f32, MR>, RR>;
+var<private> acc_up: array<array<f32, MR>, RR>;  // SwiGLU's second weight
+var<workgroup> norm_parts: array<f32, 128>;  // [MR][16] partial sums of squares
+var<workgroup> inv_rms: array<f32, 8>;
 
 // expert of x row i, or -1 when out of range (then the output row is zero)
 fn expert_of(i: u32) -> i32 {
@@ -82,6 +92,39 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         rows_live = min(RR, (p.n - row0 + p.rows_per_wg - 1u) / p.rows_per_wg);
     }
     let rb0 = w_base + row0 * p.row_bytes;
+    let rbu0 = p.w_up + row0 * p.row_bytes;
+    if (NORM) {
+        // mean of squares of each x row: 256 strided partials -> 16 per row -> 1 per row
+        for (var r = 0u; r < MR; r = r + 1u) {
+            var ss = 0.0;
+            if (r < x_rows) {
+                for (var e = t; e < p.k; e = e + 256u) {
+                    let v = bitcast<f32>(buf[x_base + r * p.k + e]);
+                    ss = ss + v * v;
+                }
+            }
+            let slot = (r << 8u) + t;
+            xs[slot >> 2u][slot & 3u] = ss;
+        }
+        workgroupBarrier();
+        if (t < MR * 16u) {
+            var s = 0.0;
+            for (var j = 0u; j < 16u; j = j + 1u) {
+                let slot = ((t >> 4u) << 8u) + ((t & 15u) << 4u) + j;
+                s = s + xs[slot >> 2u][slot & 3u];
+            }
+            norm_parts[t] = s;
+        }
+        workgroupBarrier();
+        if (t < MR) {
+            var s = 0.0;
+            for (var j = 0u; j < 16u; j = j + 1u) {
+                s = s + norm_parts[t * 16u + j];
+            }
+            inv_rms[t] = 1.0 / sqrt(s / f32(p.k) + p.eps);
+        }
+        workgroupBarrier();
+    }
     for (var c0 = 0u; c0 < p.k; c0 = c0 + KC) {
         for (var j = t; j < MR * KC4; j = j + 256u) {
             let r = j / KC4;
@@ -93,6 +136,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
                 for (var i = 0u; i < 4u; i = i + 1u) {
                     if (e + i < p.k) {
                         v[i] = bitcast<f32>(buf[xb + i]);
+                        if (NORM) {
+                            v[i] = v[i] * inv_rms[r] * bitcast<f32>(buf[p.gamma + e + i]);
+                        }
                     }
                 }
             }
@@ -103,7 +149,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let u0 = c0 >> 5u;
             let u1 = min(p.units, (c0 + KC) >> 5u);
             for (var u = u0 + lane; u < u1; u = u + p.tpr) {
-                unit_dot(rb0, u, u - u0);
+                unit_dot(rb0, rbu0, u, u - u0);
             }
         }
         workgroupBarrier();
@@ -120,6 +166,18 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let q = base + j;
             s = s + xs[q >> 2u][q & 3u];
         }
-        buf[y_base + r * p.n + row0 + i * p.rows_per_wg] = bitcast<u32>(select(0.0, s, valid));
+        let out = r * p.n + row0 + i * p.rows_per_wg;
+        if (SWIGLU) {
+            var up = 0.0;
+            for (var j = 0u; j < p.tpr; j = j + 1u) {
+                let q = base + ((RR * MR) << 8u) + j;
+                up = up + xs[q >> 2u][q & 3u];
+            }
+            s = s / (1.0 + exp(-s)) * up;
+        }
+        if (RESIDUAL) {
+            s = s + bitcast<f32>(buf[p.residual + out]);
+        }
+        buf[y_base + out] = bitcast<u32>(select(0.0, s, valid));
     }
 }

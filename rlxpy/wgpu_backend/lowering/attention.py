@@ -1,11 +1,16 @@
-"""Attention family: Attention (flash kernel, decode kernel with split-K); Rope and Sample live in
-rope.py and sample.py, imported at the bottom so that importing this module registers all three.
+"""Attention family: Attention (attn_flash for prefill, attn_decode + attn_combine for few queries);
+Rope and Sample live in rope.py and sample.py, imported at the bottom so that importing this module
+registers all three.
 
 Every layout of ``attention_layout`` is read in place through (batch, head, seq) strides in the
-uniform record; the head dim is always contiguous. S_q <= DECODE_MAX_Q uses attn_decode (one query
-row per workgroup, keys split across threads and, for long caches, across workgroups combined by
-attn_combine); larger S_q uses attn_flash (a block of queries per workgroup, K/V tiles through
-workgroup memory). Neither materialises the S_q x S_k score matrix.
+uniform record; the head dim is contiguous. Both kernels keep an online softmax (running max and
+sum per query row, f32) and never materialise the S_q x S_k score matrix:
+
+* S_q > DECODE_MAX_Q: attn_flash, one workgroup per (64 queries, head, batch); Q/K/V tiles go
+  through workgroup memory, each thread holds a 4 x 2 block of scores and 4 rows of its output dims.
+* S_q <= DECODE_MAX_Q: attn_decode, one workgroup per (key split, kv head x row chunk, batch): the
+  query rows that share a kv head (GQA heads x S_q) read each K/V row together, the keys of a tile
+  are spread over the threads, and key splits of long caches are merged by attn_combine (split-K).
 
 ``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
 keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i.
@@ -18,7 +23,7 @@ import math
 from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.graph import Node
+from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.core import TensorType
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
@@ -28,6 +33,8 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MAX_HEAD_DIM = 256
 DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
 DECODE_WG = 256
+DECODE_KEYS = 64  # keys per attn_decode tile (4 threads per key in the score phase)
+DECODE_BATCH = 32  # most loads one thread issues before using them
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
 SPLIT_MAX = 32
@@ -90,24 +97,78 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
     step = 1
     for name, size in reversed(list(zip(names, mask.shape))):
         if size not in (1, dims[name]):
-            want = "[" + ", ".join(str(dims[n]) for n in names) + "]"
-            raise GraphError(f"{where(node)}: mask {mask.type} does not broadcast to {want} "
-                             f"({'x'.join(names.upper())})")
+            want = ", ".join(str(dims[n]) for n in names)
+            form = ", ".join({"b": "B", "h": "H", "q": "S_q", "k": "S_k"}[n] for n in names)
+            raise GraphError(f"{where(node)}: mask {mask.type} does not broadcast to [{want}] ([{form}])")
         strides[name] = step if size != 1 else 0
         step *= size
     return strides["b"], strides["h"], strides["q"], strides["k"]
 
 
+def decode_batches(head_dim: int, rows: int) -> dict[str, str]:
+    """attn_decode's straight-line load batches (WGSL text). Each thread issues all the loads of a
+    batch before using any: written out, not looped, so the shader compiler cannot serialise them
+    into one load round trip per element (what made a looped version latency-bound on an H100)."""
+    score, pv = [], []
+    per_thread = math.ceil(head_dim / 4)  # dims part + 4n of a key
+    for first in range(0, per_thread, DECODE_BATCH):
+        batch = range(first, min(per_thread, first + DECODE_BATCH))
+        score += [f"        let kx{n} = key_dim(k_row, part + {4 * n}u);" for n in batch]
+        score += [f"        dot_lo += qs[(part + {4 * n}u) * RQ] * kx{n};" for n in batch]
+        if rows == 8:
+            score += [f"        dot_hi += qs[(part + {4 * n}u) * RQ + 1u] * kx{n};" for n in batch]
+    groups = DECODE_WG // head_dim
+    for first in range(0, math.ceil(DECODE_KEYS / groups), DECODE_BATCH):
+        batch = range(first, min(math.ceil(DECODE_KEYS / groups), first + DECODE_BATCH))
+        pv += [f"            let vx{n} = ld_f32(v_col + min(g + {groups * n}u, last) * p.k_ss);"
+               for n in batch]
+        for lanes in ("lo", "hi") if rows == 8 else ("lo",):
+            pv += [f"            acc_{lanes} += select(vec4<f32>(0.0), ps_{lanes}[min(g + {groups * n}u, "
+                   f"last)], g + {groups * n}u <= last) * vx{n};" for n in batch]
+    return {"SCORE_BATCH": "\n".join(score), "PV_BATCH": "\n".join(pv)}
+
+
+def decode_blocks(heads: int, group: int, s_q: int, head_dim: int) -> tuple[int, int]:
+    """(query rows per attn_decode workgroup, row chunks per kv head): the GQA group's heads x S_q rows
+    go 4 or 8 at a time (8 only while their queries fit 4 KiB of workgroup memory)."""
+    rows_per_kv = group * s_q
+    row_block = 4 if rows_per_kv <= 4 or head_dim > 128 else 8
+    return row_block, math.ceil(rows_per_kv / row_block)
+
+
+def wanted_splits(groups: int, s_k: int) -> int:
+    """Split-K factor that fills the GPU: about SPLIT_TARGET_GROUPS workgroups (``groups`` per split),
+    each with at least SPLIT_MIN_KEYS keys."""
+    return max(1, min(math.ceil(SPLIT_TARGET_GROUPS / groups), math.ceil(s_k / SPLIT_MIN_KEYS), SPLIT_MAX))
+
+
+def scratch_bytes(node: Node, graph: Graph) -> int:
+    """Scratch an Attention node's split-K partial records want ([acc[D], m, l] per query row and
+    split); 0 when it runs attn_flash. The lowerer uses what ``ctx.scratch`` offers and splits less
+    when it is smaller, so a compiler sizing the arena's scratch as the max over nodes makes decode
+    use its full split (the default 64 KiB allows ~3 splits for 32 heads of dim 128)."""
+    op: ops.Attention = node.op  # type: ignore[assignment]
+    q, k = (graph.nodes[i] for i in node.inputs[:2])
+    batch, s_q, _ = _seq_strides(node, q, attention_layout(q.type, op.num_heads, op.head_dim), op.num_heads,
+                                 op.head_dim, "q")
+    _, s_k, _ = _seq_strides(node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads,
+                             op.head_dim, "k")
+    if s_q > DECODE_MAX_Q:
+        return 0
+    group = op.num_heads // op.kv_heads
+    _, chunks = decode_blocks(op.num_heads, group, s_q, op.head_dim)
+    splits = wanted_splits(batch * op.kv_heads * chunks, s_k)
+    return 0 if splits == 1 else 4 * batch * op.num_heads * s_q * splits * (op.head_dim + 2)
+
+
 def _decode_splits(groups: int, rows: int, s_k: int, head_dim: int, ctx: LowerCtx) -> int:
-    """Split-K factor for attn_decode: enough workgroups (``groups`` per split) to fill the GPU, bounded
-    by the keys (>= SPLIT_MIN_KEYS each) and by the scratch space the ``rows`` partial records need."""
-    splits = min(math.ceil(SPLIT_TARGET_GROUPS / groups), math.ceil(s_k / SPLIT_MIN_KEYS), SPLIT_MAX)
+    """wanted_splits, bounded by the scratch space (``ctx.scratch``) the ``rows`` partial records need."""
     scratch_base, scratch_size = ctx.scratch
     window_end = ctx.window_base + ctx.window_size
     if scratch_base < ctx.window_base or scratch_base + scratch_size > window_end:
         return 1  # the scratch area is outside this step's binding
     fit = scratch_size // (4 * rows * (head_dim + 2))
-    return max(1, min(splits, fit))
+    return max(1, min(wanted_splits(groups, s_k), fit))
 
 
 @lowers(ops.Attention)
@@ -146,8 +207,8 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
     if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:
-        raise LimitError(f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and 256 "
-                         f"threads; the device allows {ctx.facts.max_workgroup_storage} B / "
+        raise LimitError(f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
+                         f"256 threads; the device allows {ctx.facts.max_workgroup_storage} B / "
                          f"{ctx.facts.max_invocations}")
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
     return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
@@ -160,14 +221,14 @@ def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: in
     if DECODE_WG > ctx.facts.max_invocations:
         raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads per workgroup")
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
-    rows_per_kv = group * s_q
-    row_block = 4 if rows_per_kv <= 4 else 8
-    chunks = math.ceil(rows_per_kv / row_block)
+    row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
     splits = _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
-    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "ROWS": row_block, "QS_LEN": head_dim * row_block // 4}
+    padded = 4 * math.ceil(head_dim / 4)
+    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "ROWS": row_block, "QD": padded,
+                   "QS_LEN": padded * row_block // 4, **decode_batches(head_dim, row_block)}
     steps = [ctx.dispatch(ATTN_DECODE, node, (splits, kv_heads * chunks, batch), decode_subs, **fields,
                           heads=heads, splits=splits, part=part)]
     if splits > 1:

@@ -23,7 +23,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.quant import gguf_row_bytes
-from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, decode_source
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
 
@@ -32,7 +32,8 @@ XS_FLOATS = 4096  # workgroup floats of the GEMV's x chunk (16 KiB, the portable
 QUANT_GGUF_GEMV = kernel(
     "quant_gguf_gemv",
     params("QuantGgufGemvParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32,
-           units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32),
+           units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32, w_up=U32, gamma=U32,
+           residual=U32, eps=F32),
     workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
@@ -93,15 +94,20 @@ def chunk_elems(x_rows: int, k: int) -> int:
     return min(chunk, max(UNIT, math.ceil(k / UNIT) * UNIT))
 
 
-def unit_dot_source(qtype: str, x_rows: int, team_rows: int) -> str:
-    """WGSL ``unit_dot`` for ``x_rows`` x rows and ``team_rows`` weight rows, fully unrolled: the
-    accumulators ``acc[i][r]`` are then registers, the chunk indices constants, and each weight
-    word is loaded once (``q_unit``)."""
-    lines = ["fn unit_dot(rb: u32, u: u32, uc: u32) {", "    let stride = p.rows_per_wg * p.row_bytes;"]
-    for i in range(team_rows):
-        lines += [f"    let rb{i} = rb + {i}u * stride;", f"    let q{i} = q_unit(rb{i}, u);",
-                  f"    let s{i}_0 = q_scale(rb{i}, u, 0u);",
-                  f"    let s{i}_1 = {f's{i}_0' if qtype in SCALE_PER_UNIT else f'q_scale(rb{i}, u, 1u)'};"]
+def unit_dot_source(qtype: str, x_rows: int, team_rows: int, swiglu: bool = False) -> str:
+    """WGSL ``unit_dot`` for ``x_rows`` x rows and ``team_rows`` weight rows (times two with
+    SwiGLU's W_up), fully unrolled: the accumulators are then registers, the chunk indices
+    constants, and each weight word is loaded once (``q_unit``)."""
+    weights = [("", "rb", "acc")] + ([("u", "rbu", "acc_up")] if swiglu else [])
+    lines = ["fn unit_dot(rb: u32, rbu: u32, u: u32, uc: u32) {",
+             "    let stride = p.rows_per_wg * p.row_bytes;"]
+    for tag, base, _ in weights:
+        for i in range(team_rows):
+            second = f"s{tag}{i}_0" if qtype in SCALE_PER_UNIT else f"q_scale({base}{i}, u, 1u)"
+            lines += [f"    let {base}{i} = {base} + {i}u * stride;",
+                      f"    let q{tag}{i} = q_unit({base}{i}, u);",
+                      f"    let s{tag}{i}_0 = q_scale({base}{i}, u, 0u);",
+                      f"    let s{tag}{i}_1 = {second};"]
     for half in range(2):
         chunks = range(4 * half, 4 * half + 4)
         for r in range(x_rows):
@@ -109,21 +115,25 @@ def unit_dot_source(qtype: str, x_rows: int, team_rows: int) -> str:
             quad = [f"x{r}_{c}" for c in chunks]
             lines.append(f"    let sx{r}_{half} = dot(({quad[0]} + {quad[1]}) + ({quad[2]} + {quad[3]}), "
                          "vec4<f32>(1.0));")
-            for i in range(team_rows):
-                dots = [f"dot(q{i}[{c}], x{r}_{c})" for c in chunks]
-                lines.append(f"    acc[{i}][{r}] = acc[{i}][{r}] + combine(s{i}_{half}, "
-                             f"({dots[0]} + {dots[1]}) + ({dots[2]} + {dots[3]}), sx{r}_{half});")
+            for tag, _, accumulator in weights:
+                for i in range(team_rows):
+                    dots = [f"dot(q{tag}{i}[{c}], x{r}_{c})" for c in chunks]
+                    target = f"{accumulator}[{i}][{r}]"
+                    lines.append(f"    {target} = {target} + combine(s{tag}{i}_{half}, "
+                                 f"({dots[0]} + {dots[1]}) + ({dots[2]} + {dots[3]}), sx{r}_{half});")
     lines.append("}")
     return "\n".join(lines)
 
 
-def partials_source(x_rows: int, team_rows: int) -> str:
-    """Unrolled stores of every accumulator into workgroup memory, slot ((i * MR + r) * 256 + t)."""
+def partials_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
+    """Unrolled stores of every accumulator into workgroup memory: slot ((i * MR + r) * 256 + t),
+    SwiGLU's second set after the first."""
     lines = []
-    for i in range(team_rows):
-        for r in range(x_rows):
-            slot = f"{(i * x_rows + r) * GEMV_THREADS}u + t"
-            lines.append(f"    xs[({slot}) >> 2u][({slot}) & 3u] = acc[{i}][{r}];")
+    for set_index, accumulator in enumerate(("acc", "acc_up")[:1 + swiglu]):
+        for i in range(team_rows):
+            for r in range(x_rows):
+                slot = f"{((set_index * team_rows + i) * x_rows + r) * GEMV_THREADS}u + t"
+                lines.append(f"    xs[({slot}) >> 2u][({slot}) & 3u] = {accumulator}[{i}][{r}];")
     return "\n".join(lines)
 
 
@@ -139,27 +149,35 @@ def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
 
 
 def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
-              idx: Node | None = None, experts: int = 0) -> Step:
-    """The GEMV dispatch: ``m`` x rows together, or (``idx`` given) one grid row per x row."""
+              idx: Node | None = None, experts: int = 0, fused: dict[str, Node] | None = None,
+              eps: float = 0.0) -> Step:
+    """The GEMV dispatch: ``m`` x rows together, or (``idx`` given) one grid row per x row.
+    ``fused`` holds FusedGgufMatMul's extra inputs by role (w_up, gamma, residual)."""
     grouped = idx is not None
+    fused = fused or {}
+    swiglu = "w_up" in fused
     rows_in_wg = 1 if grouped else m
     kc = chunk_elems(rows_in_wg, k)
     units = math.ceil(k / UNIT)
     lanes, teams, team_rows = gemv_plan(units, n, rows_in_wg)
-    xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS)
+    xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS * (2 if swiglu else 1))
     _check(node, ctx, x, 4 * xs_floats)
     row_bytes = gguf_row_bytes(qtype, k)
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
-    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc, "XS": xs_floats // 4,
-            "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows),
-            "PARTIALS": partials_source(rows_in_wg, team_rows),
-            "GROUPED": "true" if grouped else "false",
+    flag = {True: "true", False: "false"}
+    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
+            "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
+            "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu),
+            "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag[swiglu],
+            "RESIDUAL": flag["residual" in fused],
             "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
+    offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
     return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),
                         w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes, units=units,
                         tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
-                        idx=ctx.offset(idx) if grouped else 0, experts=experts)
+                        idx=ctx.offset(idx) if grouped else 0, experts=experts, w_up=offsets.get("w_up", 0),
+                        gamma=offsets.get("gamma", 0), residual=offsets.get("residual", 0), eps=eps)
 
 
 def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
@@ -216,3 +234,30 @@ def lower_gather_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
                          {"DECODE": decode_source(op.qtype), "INDEX": INDEX_LOADS[idx.dtype]},
                          count=count, rows=table.shape[0], k=op.k, table=ctx.offset(table) * 4,
                          idx=ctx.offset(idx), y=ctx.offset(node), row_bytes=gguf_row_bytes(op.qtype, op.k))]
+
+
+@lowers(ops.FusedGgufMatMul)
+def lower_fused_gguf_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    """The decode GEMV with its neighbours folded in (ir/passes/patterns.py): RMSNorm while x is
+    staged, SwiGLU as a second weight set in the same pass, the residual in the epilogue."""
+    op: ops.FusedGgufMatMul = node.op
+    by_role = dict(zip(op.input_roles(), ctx.inputs(node)))
+    x, w = by_role["x"], by_role["w"]
+    m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
+    if m == 0 or op.n == 0:
+        return []
+    extra = {role: by_role[role] for role in ("w_up", "gamma", "residual") if role in by_role}
+    for role in ("gamma", "residual"):
+        if role in extra and extra[role].dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: {role} must be f32, got {extra[role].type}")
+    if op.qtype in GPU_TYPES and m <= GEMV_MAX_ROWS:
+        return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, fused=extra, eps=op.eps)]
+    # the pattern pass only fuses GEMV-sized rows; anything else is correct but on the host
+    from rlxpy.ir.reference import REFERENCE
+
+    reference, input_ids, output_id = REFERENCE[ops.FusedGgufMatMul], list(node.inputs), node.id
+
+    def run(io) -> None:
+        io.write(output_id, reference(op, [io.read(i) for i in input_ids], node))
+
+    return [ctx.host(node, "gguf_fused_matmul", run)]
