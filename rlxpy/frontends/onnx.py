@@ -92,7 +92,8 @@ class OnnxModel:
             if value.name in self.constants:
                 continue
             tensor = value.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim)
+            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                         for d in tensor.shape.dim)
             self.input_specs[value.name] = (tensor.elem_type, dims)
         self.output_names = [v.name for v in graph.output]
         self.compile_options = compile_options
@@ -103,9 +104,10 @@ class OnnxModel:
 
     def _check_supported(self) -> None:
         problems = []
-        bad = sorted({f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
-                      for n in self.nodes
-                      if n.domain not in ("", "ai.onnx") or n.op_type not in EMIT and n.op_type not in FOLD_ONLY})
+        def foreign(n: OnnxNode) -> bool:
+            return n.domain not in ("", "ai.onnx")
+        bad = sorted({f"{n.domain}.{n.op_type}" if foreign(n) else n.op_type for n in self.nodes
+                      if foreign(n) or n.op_type not in EMIT and n.op_type not in FOLD_ONLY})
         if bad:
             problems.append("unsupported ONNX operators: " + ", ".join(bad))
         types = sorted({str(t) for t, _ in self.input_specs.values() if t not in ONNX_DTYPES})
@@ -122,7 +124,8 @@ class OnnxModel:
             if name not in shapes:
                 raise InputError(f"ONNX input {name!r} needs a shape (declared {list(dims)})")
             given = tuple(int(d) for d in shapes[name])
-            if len(given) != len(dims) or any(isinstance(d, int) and d and d != g for d, g in zip(dims, given)):
+            clash = any(isinstance(d, int) and d and d != g for d, g in zip(dims, given))
+            if len(given) != len(dims) or clash:
                 raise InputError(f"ONNX input {name!r}: shape {list(given)} does not match the declared "
                                  f"{list(dims)}")
         importer = _Importer(self, {k: tuple(int(d) for d in v) for k, v in shapes.items()})
@@ -134,7 +137,8 @@ class OnnxModel:
         unknown = sorted(set(inputs) - set(self.input_specs))
         if unknown:
             raise InputError(f"unknown ONNX inputs {unknown}; the model takes {sorted(self.input_specs)}")
-        arrays = {name: _convert_input(name, inputs.get(name), spec) for name, spec in self.input_specs.items()}
+        arrays = {name: _convert_input(name, inputs.get(name), spec)
+                  for name, spec in self.input_specs.items()}
         key = tuple((name, a.shape) for name, a in arrays.items())
         if key not in self._compiled:
             imported = self.import_graph({name: a.shape for name, a in arrays.items()})
@@ -152,8 +156,8 @@ class OnnxModel:
         for name, bound in imported.index_bounds.items():
             array = arrays[name]
             if array.size and (array.min() < -bound or array.max() >= bound):
-                raise InputError(f"ONNX input {name!r}: indices [{array.min()}, {array.max()}] are out of range "
-                                 f"for an axis of {bound}")
+                raise InputError(f"ONNX input {name!r}: indices [{array.min()}, {array.max()}] are out of "
+                                 f"range for an axis of {bound}")
         feeds = {name: a for name, a in arrays.items() if _used(imported.graph, name)}
         results = exe.run(feeds) if exe is not None else {}
         out = {}
@@ -281,7 +285,8 @@ class _Importer:
             kind = DType.BOOL
         elif array.dtype.kind in "iu":
             if array.size and (array.min() < -2**31 or array.max() >= 2**31):
-                raise UnsupportedOpError(f"an int64 constant with values beyond int32 ({array.min()}..{array.max()})")
+                raise UnsupportedOpError(f"an int64 constant with values beyond int32 "
+                                         f"({array.min()}..{array.max()})")
             kind, array = DType.I32, array.astype(np.int32)
         else:
             raise UnsupportedOpError(f"a constant of dtype {array.dtype}")
@@ -327,7 +332,8 @@ class _Importer:
 
 
 # -- pattern fusion ----------------------------------------------------------------------------------
-def fuse_patterns(nodes: list[OnnxNode], constants: dict[str, np.ndarray], outputs: set[str]) -> list[OnnxNode]:
+def fuse_patterns(nodes: list[OnnxNode], constants: dict[str, np.ndarray], outputs: set[str]
+                  ) -> list[OnnxNode]:
     """Replace GELU, LayerNorm and MatMul+bias subgraphs by single nodes (see the module docstring)."""
     known = dict(constants)
     for n in nodes:
@@ -473,8 +479,8 @@ def _match_linear(m: _Match, matmul: OnnxNode) -> tuple[OnnxNode, list[OnnxNode]
     width = m.known[matmul.inputs[1]].shape[1]
     if bias is None or bias not in m.known or m.known[bias].shape != (width,):
         return None
-    return OnnxNode("rlx.Linear", [matmul.inputs[0], matmul.inputs[1], bias], [add.output[0]], {}, add.name), \
-        [matmul, add]
+    fused = OnnxNode("rlx.Linear", [matmul.inputs[0], matmul.inputs[1], bias], [add.output[0]], {}, add.name)
+    return fused, [matmul, add]
 
 
 __all__ = ["OnnxImport", "OnnxModel", "fuse_patterns", "load_model", "onnx_ops"]

@@ -45,15 +45,18 @@ def emits(*names: str) -> Callable[[Emit], Emit]:
 
 def onnx_numpy_dtype(code: int, what: str) -> np.dtype:
     if code not in ONNX_DTYPES:
-        raise UnsupportedOpError(f"{what}: ONNX element type {code} is not supported (float, int64, int32, bool)")
+        raise UnsupportedOpError(f"{what}: ONNX element type {code} is not supported (float, int64, int32, "
+                                 "bool)")
     return np.dtype(ONNX_DTYPES[code][0])
 
 
 # -- element-wise ---------------------------------------------------------------------------------
-_BINARY = {"Add": (BinaryOp.ADD, np.add), "Sub": (BinaryOp.SUB, np.subtract), "Mul": (BinaryOp.MUL, np.multiply),
+_BINARY = {"Add": (BinaryOp.ADD, np.add), "Sub": (BinaryOp.SUB, np.subtract),
+           "Mul": (BinaryOp.MUL, np.multiply),
            "Div": (BinaryOp.DIV, None), "Pow": (BinaryOp.POW, np.power), "Max": (BinaryOp.MAX, np.maximum),
            "Min": (BinaryOp.MIN, np.minimum)}
-_COMPARE = {"Equal": (CmpOp.EQ, np.equal), "Less": (CmpOp.LT, np.less), "LessOrEqual": (CmpOp.LE, np.less_equal),
+_COMPARE = {"Equal": (CmpOp.EQ, np.equal), "Less": (CmpOp.LT, np.less),
+            "LessOrEqual": (CmpOp.LE, np.less_equal),
             "Greater": (CmpOp.GT, np.greater), "GreaterOrEqual": (CmpOp.GE, np.greater_equal)}
 _UNARY = {"Sqrt": (ActKind.SQRT, np.sqrt), "Tanh": (ActKind.TANH, np.tanh), "Relu": (ActKind.RELU, None),
           "Sigmoid": (ActKind.SIGMOID, None), "Exp": (ActKind.EXP, np.exp), "Log": (ActKind.LOG, np.log),
@@ -71,7 +74,8 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def emit_binary(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     kind = _BINARY[node.op_type][0]
     a, b = im.pair(ins[0], ins[1])
-    if kind is BinaryOp.POW and isinstance(ins[1], Known) and ins[1].value.size == 1 and float(ins[1].value) == 2:
+    square = isinstance(ins[1], Known) and ins[1].value.size == 1 and float(ins[1].value) == 2
+    if kind is BinaryOp.POW and square:
         return [im.g.mul(a, a, name=im.name(node))]  # x ** 2 as x * x, like onnxruntime
     return [im.g.binary(a, b, kind, name=im.name(node))]
 
@@ -216,8 +220,8 @@ def emit_gemm(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 @emits("rlx.Linear")
 def emit_linear(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     """MatMul(x, W) + b fused by the importer's pattern pass (W [K, N], b [N] both known)."""
-    return [im.g.linear(im.tensor(ins[0], DType.F32), im.tensor(ins[1], DType.F32), im.tensor(ins[2], DType.F32),
-                        name=im.name(node))]
+    x, w, b = (im.tensor(v, DType.F32) for v in ins[:3])
+    return [im.g.linear(x, w, b, name=im.name(node))]
 
 
 @emits("LayerNormalization", "rlx.LayerNorm")
@@ -227,7 +231,8 @@ def emit_layer_norm(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any
     width = math.prod(x.shape[axis:])
     flat = im.g.reshape(x, list(x.shape[:axis]) + [width]) if axis != x.rank - 1 else x
     gamma = im.g.reshape(im.tensor(ins[1], DType.F32), [width])
-    beta = im.g.reshape(im.tensor(ins[2], DType.F32), [width]) if len(ins) > 2 and ins[2] is not None else None
+    has_beta = len(ins) > 2 and ins[2] is not None
+    beta = im.g.reshape(im.tensor(ins[2], DType.F32), [width]) if has_beta else None
     if any(o for o in node.output[1:]):
         raise UnsupportedOpError(f"{im.where(node)}: the mean / inv_std_dev outputs of LayerNormalization")
     y = im.g.layer_norm(flat, gamma, beta, eps=float(attrs.get("epsilon", 1e-5)))
@@ -394,7 +399,8 @@ def slice_spec(shape: tuple, ins: list[Any], attrs: dict, known: Callable) -> li
 @emits("Slice")
 def emit_slice(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    for axis, start, stop, step in slice_spec(tuple(x.shape), ins, attrs, lambda v: im.known(node, v, "slice")):
+    spec = slice_spec(tuple(x.shape), ins, attrs, lambda v: im.known(node, v, "slice"))
+    for axis, start, stop, step in spec:
         if step != 1:
             raise UnsupportedOpError(f"{im.where(node)}: Slice with step {step}")
         if start == 0 and stop == x.shape[axis]:

@@ -3,7 +3,8 @@
 Importers translate op by op, so they leave nodes nobody reads (a transpose cancelled by the next
 one, a statistic no one uses) and activations that could ride in a matmul's epilogue. ``finalize``
 rebuilds the graph with only what the outputs need (and every Input), merges identical pure nodes
-(common-subexpression elimination: models often rebuild one mask per layer), and turns ``act(reshape*(x @ w + b))`` into one
+(common-subexpression elimination: models often rebuild one mask per layer), and turns
+``act(reshape*(x @ w + b))`` into one
 FusedMatMulBiasAct with that activation when the linear feeds nothing else (the epilogue applies
 the same element-wise function, so results are unchanged). Names and output order are kept.
 """
@@ -70,7 +71,8 @@ def _private(node_id: int, consumers: dict[int, list[int]], outputs: set[int]) -
     return len(consumers[node_id]) == 1 and node_id not in outputs
 
 
-def _activation_nodes(graph: Graph, fused: dict[int, ops.ActKind], consumers: dict[int, list[int]]) -> list[int]:
+def _activation_nodes(graph: Graph, fused: dict[int, ops.ActKind], consumers: dict[int, list[int]]
+                      ) -> list[int]:
     """The Activation node each fused linear absorbed (found by walking down its reshape chain)."""
     found = []
     for linear in fused:

@@ -72,8 +72,11 @@ def _activation(cfg: BertConfig) -> str:
     return {"gelu": "gelu", "relu": "relu"}.get(cfg.hidden_act, "gelu_approx")
 
 
+BATCH, SEQ = Sym("B"), Sym("S")
+
+
 def build_bert(cfg: BertConfig, pooling: bool = True, token_types: bool = False,
-               batch: int | Sym = Sym("B"), seq: int | Sym = Sym("S")) -> Graph:
+               batch: int | Sym = BATCH, seq: int | Sym = SEQ) -> Graph:
     """The encoder graph. Inputs: ``input_ids`` i32 [B, S], ``attention_mask`` f32 [B, S] (1 keeps a
     token, 0 is padding), and ``token_type_ids`` i32 [B, S] when ``token_types`` (else type 0).
     Outputs: ``last_hidden_state`` [B, S, H] and, with ``pooling``, ``embeddings`` [B, H]."""
@@ -102,8 +105,8 @@ def build_bert(cfg: BertConfig, pooling: bool = True, token_types: bool = False,
     else:
         types = g.narrow(type_table, 0, 0, 1, name="emb.types")
     x = g.add(g.add(words, pos, name="emb.words_pos"), types, name="emb.sum")
-    x = g.layer_norm(x, vector("embeddings.LayerNorm.weight", hidden), vector("embeddings.LayerNorm.bias", hidden),
-                     eps=cfg.eps, name="emb.norm")
+    x = g.layer_norm(x, vector("embeddings.LayerNorm.weight", hidden),
+                     vector("embeddings.LayerNorm.bias", hidden), eps=cfg.eps, name="emb.norm")
     for layer in range(cfg.layers):
         p, at = f"encoder.layer.{layer}", f"l{layer}"
         q = linear(x, f"{p}.attention.self.query", hidden, hidden, f"{at}.q")

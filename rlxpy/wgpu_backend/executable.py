@@ -92,11 +92,12 @@ class WgpuExecutable:
     def set_param_bytes(self, name: str, data: bytes | np.ndarray) -> None:
         """Write raw arena bytes (e.g. GGUF blocks for a u8 param); length must match exactly."""
         node = self._param(name)
-        raw = np.ascontiguousarray(data).view(np.uint8) if isinstance(data, np.ndarray) else data
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) \
+            else np.frombuffer(data, np.uint8)
         want = node.numel * node.dtype.itemsize
-        if len(raw) != want:
-            raise InputError(f"param {name!r} ({node.type}): expected {want} bytes, got {len(raw)}")
-        self.arena.write(self.schedule.node_offset(node.id), bytes(raw) if not isinstance(raw, bytes) else raw)
+        if raw.nbytes != want:
+            raise InputError(f"param {name!r} ({node.type}): expected {want} bytes, got {raw.nbytes}")
+        self.arena.write(self.schedule.node_offset(node.id), raw.tobytes())
         self._params_set.add(name)
 
     def _param(self, name: str) -> Node:

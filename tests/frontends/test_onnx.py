@@ -36,7 +36,7 @@ def _check(model, feeds, tol=1e-5, reference_only=False):
         graph = imported.import_graph({k: v.shape for k, v in feeds.items()})
         ins = {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feeds.items()}
         ref = run_reference(graph.graph, ins, graph.params)
-        got = [ref[graph.outputs[n]] if isinstance(graph.outputs[n], str) else graph.outputs[n] for n in names]
+        got = [ref[v] if isinstance(v, str) else v for v in (graph.outputs[n] for n in names)]
     else:
         out = imported.run(feeds)
         got = [out[n] for n in names]
@@ -65,8 +65,8 @@ def bert_onnx(tmp_path_factory):
     ids, mask = torch.tensor([[101, 2023, 2003, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notes
-        torch.onnx.export(Hidden().eval(), (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"], opset_version=14, dynamo=False,
+        torch.onnx.export(Hidden().eval(), (ids, mask), str(path), opset_version=14, dynamo=False,
+                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
                           dynamic_axes={"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}})
     return bert.eval(), path  # export restores the wrapper's mode on every submodule
 
@@ -138,7 +138,8 @@ def _shape_model():
         helper.make_node("Where", ["is_pad", "neg_inf", "keep_f"], ["bias"]),
         helper.make_node("IsNaN", ["bias"], ["nan"]),
         helper.make_node("Or", ["nan", "is_pad"], ["either"]),
-        helper.make_node("ConstantOfShape", ["shape"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                         value=numpy_helper.from_array(np.ones(1, np.float32))),
         helper.make_node("Add", ["x", "ones"], ["x1"]),
         helper.make_node("Expand", ["bias_row", "shape"], ["ex"]),
         helper.make_node("Mul", ["x1", "ex"], ["scaled"]),
@@ -147,8 +148,9 @@ def _shape_model():
         helper.make_node("Split", ["x", "split"], ["a", "b2"], axis=1),
         helper.make_node("Gather", ["emb", "ids"], ["looked"], axis=0),
     ]
-    init = {"zero": np.array(0, np.int64), "axis0": np.array([0], np.int64), "minus_one": np.array([-1], np.int64), "starts": np.array([1], np.int64),
-            "ends": np.array([-1], np.int64), "axes": np.array([1], np.int64), "neg_idx": np.array([-1, 0, 2]),
+    int64 = {"zero": 0, "axis0": [0], "minus_one": [-1], "starts": [1], "ends": [-1], "axes": [1]}
+    init = {**{k: np.array(v, np.int64) for k, v in int64.items()},
+            "neg_idx": np.array([-1, 0, 2]),
             "neg_inf": np.array(-np.inf, np.float32), "bias_row": np.linspace(-1, 1, 5).astype(np.float32),
             "ge_idx": np.array([[4, 0], [1, 1], [0, 3]], np.int64), "split": np.array([2, 3], np.int64),
             "emb": np.arange(40, dtype=np.float32).reshape(10, 4)}
@@ -178,13 +180,16 @@ def test_shape_model_through_numpy_reference():
 
 def test_gelu_opset20_and_old_softmax_semantics(device):
     x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32) * 3
-    gelu = _model([helper.make_node("Gelu", ["x"], ["y"]), helper.make_node("Gelu", ["x"], ["z"], approximate="tanh")],
-                  [("x", F32, [2, 3, 4])], [("y", F32), ("z", F32)], opset=20)
+    nodes = [helper.make_node("Gelu", ["x"], ["y"]),
+             helper.make_node("Gelu", ["x"], ["z"], approximate="tanh")]
+    gelu = _model(nodes, [("x", F32, [2, 3, 4])], [("y", F32), ("z", F32)], opset=20)
     _check(gelu, {"x": x}, tol=2e-6)
-    old = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", F32, [2, 3, 4])], [("y", F32)], opset=11)
+    old = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", F32, [2, 3, 4])], [("y", F32)],
+                 opset=11)
     # opset < 13 coerces x to 2-D [2, 3*4] first (onnx.reference ignores that, so numpy is the oracle)
     flat = x.reshape(2, 12).astype(np.float64)
-    want = (np.exp(flat - flat.max(1, keepdims=True)) / np.exp(flat - flat.max(1, keepdims=True)).sum(1, keepdims=True))
+    exps = np.exp(flat - flat.max(1, keepdims=True))
+    want = exps / exps.sum(1, keepdims=True)
     got = OnnxModel(old).run({"x": x})["y"]
     np.testing.assert_allclose(got, want.reshape(2, 3, 4), rtol=1e-5, atol=1e-6)
 
@@ -193,12 +198,9 @@ def test_erf_gelu_pattern_is_fused_in_every_grouping():
     def export(order):
         nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
                  helper.make_node("Add", ["e", "one"], ["a"])]
-        if order == "x*a*0.5":
-            nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
-        elif order == "a*0.5*x":
-            nodes += [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["m", "x"], ["y"])]
-        else:
-            nodes += [helper.make_node("Mul", ["x", "half"], ["m"]), helper.make_node("Mul", ["m", "a"], ["y"])]
+        first, second = {"x*a*0.5": (["x", "a"], ["m", "half"]), "a*0.5*x": (["a", "half"], ["m", "x"]),
+                         "(x*0.5)*a": (["x", "half"], ["m", "a"])}[order]
+        nodes += [helper.make_node("Mul", first, ["m"]), helper.make_node("Mul", second, ["y"])]
         init = {"sqrt2": np.array(np.sqrt(2.0), np.float32), "one": np.array(1.0, np.float32),
                 "half": np.array(0.5, np.float32)}
         return _model(nodes, [("x", F32, [4, 9])], [("y", F32)], init)
@@ -219,9 +221,9 @@ def test_unsupported_operators_are_all_listed():
 
 
 def test_runtime_reshape_target_is_a_clear_error():
-    model = _model([helper.make_node("Cast", ["s"], ["target"], to=I64), helper.make_node("Reshape", ["x", "target"],
-                                                                                        ["y"])],
-                   [("x", F32, [2, 6]), ("s", F32, [2])], [("y", F32)])
+    nodes = [helper.make_node("Cast", ["s"], ["target"], to=I64),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    model = _model(nodes, [("x", F32, [2, 6]), ("s", F32, [2])], [("y", F32)])
     with pytest.raises(rlxpy.UnsupportedOpError, match="shape must be known at import time"):
         OnnxModel(model).run({"x": np.zeros((2, 6), np.float32), "s": np.array([3, 4], np.float32)})
 

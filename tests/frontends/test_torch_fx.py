@@ -35,9 +35,10 @@ def _compare(fn, inputs, executor="gpu", tol=1e-5, rtol=None):
     got = got if isinstance(got, tuple) else (got,)
     assert len(want) == len(got)
     for i, (w, g) in enumerate(zip(want, got)):
-        assert g.dtype == w.dtype and g.shape == w.shape, f"{fn.__name__}[{i}]: {g.dtype}{list(g.shape)} != " \
+        what = f"{fn.__name__}[{i}]"
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), f"{what}: {g.dtype}{list(g.shape)} != " \
                                                          f"{w.dtype}{list(w.shape)}"
-        torch.testing.assert_close(g, w, rtol=rtol or tol, atol=tol, equal_nan=True, msg=f"{fn.__name__}[{i}]")
+        torch.testing.assert_close(g, w, rtol=rtol or tol, atol=tol, equal_nan=True, msg=what)
 
 
 # -- a real encoder ------------------------------------------------------------------------------------
@@ -88,7 +89,8 @@ def test_bert_matches_eager_for_batches_1_and_8_with_padding(device, bert):
 def f_elementwise(x, y):
     return (torch.relu(x) + torch.sigmoid(y) * torch.tanh(x) - torch.exp(-x.abs()) / (1 + y * y),
             torch.rsqrt(x.abs() + 1), torch.erf(x), F.gelu(x), F.gelu(x, approximate="tanh"), F.silu(x),
-            torch.where(x > y, x, y * 2), x.masked_fill(x < 0, -1.5), x.clamp(-0.5, 0.7), F.leaky_relu(x, 0.1),
+            torch.where(x > y, x, y * 2), x.masked_fill(x < 0, -1.5), x.clamp(-0.5, 0.7),
+            F.leaky_relu(x, 0.1),
             x.pow(2) + y.pow(3), torch.maximum(x, y), torch.minimum(x, 0.3 * y), x.reciprocal(),
             (x > 0) & (y < 0), ~(x > 0), (x > 0) | (y > 1))
 
@@ -109,8 +111,10 @@ def f_shapes(x, y):
 
 def f_indexing(x, idx):
     table = torch.arange(20 * 5, dtype=torch.float32).view(20, 5)
-    return (x.index_select(1, idx[0]), x[:, idx[1]], torch.gather(x, 1, idx.abs().clamp(max=16)[:1, :2].expand(3, 2)),
-            F.embedding(idx.abs() % 20, table), x[torch.tensor([0, 2])], torch.arange(5) * 2 + 1, torch.full((2, 3), 7))
+    columns = idx.abs().clamp(max=16)[:1, :2].expand(3, 2)
+    return (x.index_select(1, idx[0]), x[:, idx[1]], torch.gather(x, 1, columns),
+            F.embedding(idx.abs() % 20, table), x[torch.tensor([0, 2])], torch.arange(5) * 2 + 1,
+            torch.full((2, 3), 7))
 
 
 def f_norms(x):
@@ -142,7 +146,8 @@ def _sweep_inputs(name):
     if name == "norms":
         return (x,)
     if name == "attention":
-        return tuple(torch.randn(2, 3, 5, 8, generator=gen) for _ in range(3)) + (torch.randn(2, 1, 5, 5, generator=gen),)
+        qkv = tuple(torch.randn(2, 3, 5, 8, generator=gen) for _ in range(3))
+        return qkv + (torch.randn(2, 1, 5, 5, generator=gen),)
     return x, y
 
 
@@ -167,9 +172,10 @@ def test_odd_shapes_match_eager(device, shape):
 
 
 def f_edges(x, y):
-    return (torch.relu(x), torch.sigmoid(x), torch.tanh(x), torch.exp(x), torch.maximum(x, y), torch.minimum(x, y),
-            x.clamp(-1, 1), torch.where(x > y, x, y), F.gelu(x), torch.erf(x), x.softmax(-1), x.amax(), x.sum(),
-            x * y, x / y, torch.isnan(x), x.masked_fill(torch.isnan(x), 0.0), x.abs(), torch.sqrt(x.abs()), x.pow(2))
+    return (torch.relu(x), torch.sigmoid(x), torch.tanh(x), torch.exp(x), torch.maximum(x, y),
+            torch.minimum(x, y), x.clamp(-1, 1), torch.where(x > y, x, y), F.gelu(x), torch.erf(x),
+            x.softmax(-1), x.amax(), x.sum(), x * y, x / y, torch.isnan(x),
+            x.masked_fill(torch.isnan(x), 0.0), x.abs(), torch.sqrt(x.abs()), x.pow(2))
 
 
 def test_nan_and_inf_propagate_like_eager(device):

@@ -67,7 +67,12 @@ def torch_sentence_embedding(bert, ids: list[int]) -> np.ndarray:
         return torch.nn.functional.normalize(pooled, p=2, dim=0).numpy()
 
 
-def _padded(embedder_or_tokenizer, sentences):
+def _torch_hidden(bert, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return bert(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+
+
+def _padded(sentences):
     tokenizer = load_tokenizer(default_model_dir(), 256)
     rows = [e.ids for e in tokenizer.encode_batch(sentences)]
     length = max(len(r) for r in rows)
@@ -81,12 +86,11 @@ def _padded(embedder_or_tokenizer, sentences):
 def test_reference_graph_matches_transformers(model_dir, torch_bert):
     """The builder's graph in rlxpy's numpy reference (no GPU) against BertModel on a padded batch."""
     cfg, params = load_bert_dir(model_dir)
-    ids, mask = _padded(None, SENTENCES[:3])
+    ids, mask = _padded(SENTENCES[:3])
     graph = bind_graph(build_bert(cfg), {"B": ids.shape[0], "S": ids.shape[1]})
     out = run_reference(graph, {"input_ids": ids.astype(np.int32), "attention_mask": mask.astype(np.float32)},
                         params)
-    with torch.no_grad():
-        want = torch_bert(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+    want = _torch_hidden(torch_bert, ids, mask)
     np.testing.assert_allclose(out["last_hidden_state"], want, rtol=1e-4, atol=1e-4)
 
 
@@ -99,18 +103,16 @@ def test_embed_matches_torch_pooling_for_20_sentences(embedder, torch_bert):
         want = torch_sentence_embedding(torch_bert, tokenizer.encode(sentence).ids)
         cosine = float(got[i] @ want / np.linalg.norm(want))
         assert cosine >= 0.9999, f"{sentence!r}: cosine {cosine}"
-    similar = got[SENTENCES.index("The cat sat on the mat.")] @ got[SENTENCES.index("A feline rested on a rug.")]
-    unrelated = got[SENTENCES.index("The cat sat on the mat.")] @ got[SENTENCES.index("GPUs execute thousands "
-                                                                                      "of threads in parallel.")]
-    assert similar > unrelated + 0.2
+    picked = ["The cat sat on the mat.", "A feline rested on a rug.",
+              "GPUs execute thousands of threads in parallel."]
+    cat, feline, gpu = (got[SENTENCES.index(s)] for s in picked)
+    assert cat @ feline > cat @ gpu + 0.2
 
 
 def test_padded_batch_hidden_states_match_transformers(embedder, torch_bert):
-    ids, mask = _padded(embedder, SENTENCES[:3])
+    ids, mask = _padded(SENTENCES[:3])
     hidden, embeddings = embedder.encoder.encode(ids, mask)
-    with torch.no_grad():
-        want = torch_bert(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
-    np.testing.assert_allclose(hidden, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(hidden, _torch_hidden(torch_bert, ids, mask), rtol=1e-4, atol=1e-4)
     assert embedder.encoder.exe.compiles >= 1
 
 

@@ -4,6 +4,9 @@
   x (decode) run the bandwidth-bound GEMV kernel: each weight row is read once, by a team of
   lanes striding over its 32-element units, with x staged in workgroup memory. More rows
   (prefill) run the tiled kernel, which dequantises a 64x16 tile of W into workgroup memory.
+* ``FusedGgufMatMul`` (made by ir/passes/patterns.py once this lowerer exists): the same GEMV
+  with RMSNorm applied while x is staged, SwiGLU's W_up as a second weight set in the same
+  pass, and the residual added in the epilogue: one dispatch instead of up to five.
 * ``GatherGguf``: one workgroup per looked-up row, dequantised exactly like gguf-py.
 * ``DequantGroupedMatMul`` (MoE): the GEMV kernel in grouped mode, one x row per grid row,
   each reading the W slab of its expert. Right for decode; prefill re-reads each expert per
