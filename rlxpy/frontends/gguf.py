@@ -16,7 +16,7 @@ import numpy as np
 
 from rlxpy.errors import ModelError
 from rlxpy.ir.ops.quant import GGUF_BLOCKS
-from rlxpy.models.llama import LlamaConfig
+from rlxpy.models.llama import LlamaConfig, param_sources
 
 #: Architectures whose tensors and hyper-parameters follow llama's naming.
 LLAMA_LIKE = ("llama", "mistral", "granite")
@@ -124,9 +124,12 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
             node = exe._params[name]
             exe.set_param_bytes(name, bytes(node.nbytes))
             continue
-        if name not in model.tensors:
-            raise ModelError(f"{model.path}: the graph needs tensor {name!r}, which the file lacks")
-        raw = model.tensor_bytes(name)
+        sources = param_sources(name)
+        for source in sources:
+            if source not in model.tensors:
+                raise ModelError(f"{model.path}: the graph needs tensor {source!r}, which the file lacks")
+        parts = [model.tensor_bytes(source) for source in sources]
+        raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
         exe.set_param_bytes(name, raw)
         total += raw.nbytes
     return total

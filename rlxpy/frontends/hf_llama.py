@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rlxpy.models.llama import LlamaConfig
+from rlxpy.models.llama import LlamaConfig, param_sources
 
 _LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -59,4 +59,5 @@ def load_into(exe: Any, weights: Mapping[str, np.ndarray]) -> None:
         if name.endswith(("k_cache", "v_cache")):
             exe.set_param_bytes(name, bytes(exe._params[name].nbytes))
         else:
-            exe.set_param_bytes(name, np.ascontiguousarray(weights[name], np.float32).tobytes())
+            parts = [np.ascontiguousarray(weights[source], np.float32) for source in param_sources(name)]
+            exe.set_param_bytes(name, np.concatenate(parts).tobytes())

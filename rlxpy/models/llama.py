@@ -36,6 +36,9 @@ class LlamaConfig:
     rope_interleaved: bool = False  # True for GGUF llama weights (llama.cpp's permuted Q/K)
     context: int = 2048  # KV-cache capacity
     tied_embeddings: bool = False
+    #: One GEMV for Q, K and V (their rows concatenated) when the three share a type: on the
+    #: decode path the three outputs are then contiguous views, saving two dispatches a layer.
+    fuse_qkv: bool = True
     #: GGML type of each weight by GGUF tensor name ("F32" when absent).
     weight_types: dict[str, str] = field(default_factory=dict)
 
@@ -48,6 +51,19 @@ class LlamaConfig:
             raise GraphError(f"llama config: {self.heads} heads is not a multiple of {self.kv_heads} kv heads")
         if self.dim % 2:
             raise GraphError(f"llama config: head_dim {self.dim} must be even for RoPE")
+
+
+def param_sources(name: str) -> list[str]:
+    """The checkpoint tensors whose rows, concatenated, make graph param ``name``."""
+    if name.endswith(".attn_qkv.weight"):
+        block = name[: -len(".attn_qkv.weight")]
+        return [f"{block}.attn_q.weight", f"{block}.attn_k.weight", f"{block}.attn_v.weight"]
+    return [name]
+
+
+def _qkv_fusable(cfg: LlamaConfig, layer: int) -> bool:
+    types = {cfg.weight_types.get(n, "F32") for n in param_sources(f"blk.{layer}.attn_qkv.weight")}
+    return cfg.fuse_qkv and len(types) == 1
 
 
 def rope_tables(cfg: LlamaConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +80,7 @@ class _Weights:
         self.g, self.cfg, self.cache = g, cfg, {}
 
     def matrix(self, name: str, n: int, k: int) -> tuple[Node, str]:
-        qtype = self.cfg.weight_types.get(name, "F32")
+        qtype = self.cfg.weight_types.get(param_sources(name)[0], "F32")
         if name not in self.cache:
             self.cache[name] = self.g.param(name, [n, gguf_row_bytes(qtype, k)], DType.U8)
         return self.cache[name], qtype
@@ -96,9 +112,15 @@ def _branch(g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos:
     for layer in range(cfg.layers):
         blk, at = f"blk.{layer}", f"{prefix}.{layer}"
         h = g.rms_norm(x, w.vector(f"{blk}.attn_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{at}.attn_norm")
-        q = _linear(g, w, h, f"{blk}.attn_q.weight", q_width, cfg.hidden, f"{at}.q")
-        k = _linear(g, w, h, f"{blk}.attn_k.weight", kv_width, cfg.hidden, f"{at}.k")
-        v = _linear(g, w, h, f"{blk}.attn_v.weight", kv_width, cfg.hidden, f"{at}.v")
+        if _qkv_fusable(cfg, layer):
+            qkv = _linear(g, w, h, f"{blk}.attn_qkv.weight", q_width + 2 * kv_width, cfg.hidden, f"{at}.qkv")
+            q = g.narrow(qkv, 1, 0, q_width, name=f"{at}.q")
+            k = g.narrow(qkv, 1, q_width, kv_width, name=f"{at}.k")
+            v = g.narrow(qkv, 1, q_width + kv_width, kv_width, name=f"{at}.v")
+        else:
+            q = _linear(g, w, h, f"{blk}.attn_q.weight", q_width, cfg.hidden, f"{at}.q")
+            k = _linear(g, w, h, f"{blk}.attn_k.weight", kv_width, cfg.hidden, f"{at}.k")
+            v = _linear(g, w, h, f"{blk}.attn_v.weight", kv_width, cfg.hidden, f"{at}.v")
         q = g.rope(q, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.q_rope")
         k = g.rope(k, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.k_rope")
         k_all = g.cache_write(w.kv_cache(f"{blk}.k_cache"), k, pos, name=f"{at}.k_cache")

@@ -21,12 +21,32 @@ SCRATCH_MIN = 1 << 16
 
 
 def is_view(node: Node, graph: Graph) -> bool:
-    """Nodes that alias their input's bytes: reshapes and dtype-preserving casts."""
+    """Nodes that alias bytes of their input and need no step: reshapes, dtype-preserving casts,
+    and narrows that select one contiguous, word-aligned run (e.g. q/k/v of a 1-row QKV GEMV)."""
     if isinstance(node.op, ops.Reshape):
         return True
     if isinstance(node.op, ops.Cast):
         return graph.nodes[node.inputs[0]].dtype == node.dtype
-    return False
+    return narrow_view_offset(node, graph) is not None
+
+
+def narrow_view_offset(node: Node, graph: Graph) -> int | None:
+    """Byte offset of a contiguous narrow inside its input, or None when it needs a copy."""
+    if not isinstance(node.op, ops.Narrow):
+        return None
+    x = graph.nodes[node.inputs[0]]
+    axis = node.op.axis % x.rank
+    if any(d != 1 for d in x.shape[:axis]) or not all(isinstance(d, int) for d in x.shape):
+        return None
+    inner = 1
+    for d in x.shape[axis + 1:]:
+        inner *= d
+    offset = node.op.start * inner * x.dtype.itemsize
+    return offset if offset % 4 == 0 else None
+
+
+def view_offset(node: Node, graph: Graph) -> int:
+    return narrow_view_offset(node, graph) or 0
 
 
 def aliases_input(node: Node, graph: Graph) -> bool:
@@ -91,7 +111,12 @@ def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scrat
         else:
             buffers.append(Buffer(node.id, tensor_bytes(node), node.id, death[node.id]))
     plan = place(buffers, alignment)
-    offsets = {node.id: plan.offsets[roots[node.id]] for node in graph.nodes}
+    offsets: dict[int, int] = {}
+    for node in graph.nodes:
+        if roots[node.id] == node.id:
+            offsets[node.id] = plan.offsets[node.id]
+        else:  # a view or in-place op: its input's bytes, plus the view's own offset
+            offsets[node.id] = offsets[node.inputs[0]] + (view_offset(node, graph) if is_view(node, graph) else 0)
     scratch_size = align_up(max(scratch, SCRATCH_MIN), alignment)
     return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size), tuple(buffers))
 

@@ -75,3 +75,23 @@ def test_views_alias_their_root():
     g.output(y)
     plan = plan_arena(g)
     assert plan.offsets[r.id] == plan.offsets[x.id]
+
+
+def test_contiguous_narrow_is_a_view_and_strided_one_is_not(device):
+    import numpy as np
+
+    g = rlxpy.Graph()
+    row = g.input("row", [1, 12])
+    mat = g.input("mat", [3, 12])
+    a = g.narrow(row, 1, 4, 5, name="a")  # one row: a contiguous run
+    b = g.narrow(mat, 1, 4, 5, name="b")  # three rows: strided, needs a copy
+    g.output(g.add(a, 1.0, name="a1"), g.add(b, 1.0, name="b1"))
+    plan = plan_arena(g)
+    assert plan.offsets[a.id] == plan.offsets[row.id] + 16
+    exe = rlxpy.compile(g)
+    assert [s.node for s in exe.schedule.steps].count("a") == 0
+    assert [s.node for s in exe.schedule.steps].count("b") == 1
+    r, m = np.arange(12, dtype=np.float32)[None], np.arange(36, dtype=np.float32).reshape(3, 12)
+    out = exe.run({"row": r, "mat": m})
+    np.testing.assert_array_equal(out["a1"], r[:, 4:9] + 1)
+    np.testing.assert_array_equal(out["b1"], m[:, 4:9] + 1)

@@ -1,5 +1,5 @@
 // Token sampling, f32 logits -> i32 id per row: argmax (temperature 0) or softmax/top-k/top-p + Gumbel-max.
-// One workgroup per row (grid folded into y past 65535), threads stride the vocab; the logits are only read.
+// One workgroup per row (grid folded into y past 65535); thread t reads tokens t + WG n, eight per batch.
 // Bindings: 0 = arena window (u32 words), 1 = SampleRowsParams (seed from the uniforms or a u32[2] input).
 struct SampleRowsParams {
     rows: u32,
@@ -145,6 +145,16 @@ fn log_accurate(x: f32) -> f32 {
     return e * 0.69314718056 + series;
 }
 
+// tokens j0 + c WG (c < 8) of the row, all eight loads issued before any use (one memory round trip,
+// not eight); addresses past the vocabulary are clamped, and callers skip those tokens
+fn load8(base: u32, j0: u32) -> array<f32, 8> {
+    let last = p.vocab - 1u;
+    return array<f32, 8>(ld_f32(base + min(j0, last)), ld_f32(base + min(j0 + WG, last)),
+                         ld_f32(base + min(j0 + 2u * WG, last)), ld_f32(base + min(j0 + 3u * WG, last)),
+                         ld_f32(base + min(j0 + 4u * WG, last)), ld_f32(base + min(j0 + 5u * WG, last)),
+                         ld_f32(base + min(j0 + 6u * WG, last)), ld_f32(base + min(j0 + 7u * WG, last)));
+}
+
 fn prob(x: f32, x_max: f32, total: f32) -> f32 {
     return exp((x - x_max) / p.temperature) / total;
 }
@@ -159,11 +169,14 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let base = p.x + row * p.vocab;
     var best_v = bitcast<f32>(0xff800000u);
     var best_i = 0xffffffffu;
-    for (var j = t; j < p.vocab; j += WG) {
-        let x = ld_f32(base + j);
-        if (better(x, j, best_v, best_i)) {
-            best_v = x;
-            best_i = j;
+    for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+        var xs = load8(base, j0);
+        for (var c = 0u; c < 8u; c++) {
+            let j = j0 + c * WG;
+            if (j < p.vocab && better(xs[c], j, best_v, best_i)) {
+                best_v = xs[c];
+                best_i = j;
+            }
         }
     }
     let top = reduce_best(t, best_v, best_i);
@@ -188,8 +201,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     }
     let x_max = top.value;
     var mine = 0.0;
-    for (var j = t; j < p.vocab; j += WG) {
-        mine += exp((ld_f32(base + j) - x_max) / p.temperature);
+    for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+        var xs = load8(base, j0);
+        for (var c = 0u; c < 8u; c++) {
+            if (j0 + c * WG < p.vocab) {
+                mine += exp((xs[c] - x_max) / p.temperature);
+            }
+        }
     }
     let total = reduce_tally(t, Tally(0u, 0u, mine)).mass;
     // Kept tokens = a prefix of the order (probability desc, index asc): those with key > cut, and the
@@ -205,11 +223,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         while (lo < hi) {
             let mid = lo + (hi - lo) / 2u;
             var part = Tally(0u, 0u, 0.0);
-            for (var j = t; j < p.vocab; j += WG) {
-                let x = ld_f32(base + j);
-                if (key_of(x) > mid) {
-                    part.count += 1u;
-                    part.mass += prob(x, x_max, total);
+            for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+                var xs = load8(base, j0);
+                for (var c = 0u; c < 8u; c++) {
+                    if (j0 + c * WG < p.vocab && key_of(xs[c]) > mid) {
+                        part.count += 1u;
+                        part.mass += prob(xs[c], x_max, total);
+                    }
                 }
             }
             let all = reduce_tally(t, part);
@@ -221,14 +241,16 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         }
         cut = lo;
         var part = Tally(0u, 0u, 0.0);
-        for (var j = t; j < p.vocab; j += WG) {
-            let x = ld_f32(base + j);
-            let key = key_of(x);
-            if (key > cut) {
-                part.count += 1u;
-                part.mass += prob(x, x_max, total);
-            } else if (key == cut) {
-                part.ties += 1u;
+        for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+            var xs = load8(base, j0);
+            for (var c = 0u; c < 8u; c++) {
+                let key = key_of(xs[c]);
+                if (j0 + c * WG < p.vocab && key > cut) {
+                    part.count += 1u;
+                    part.mass += prob(xs[c], x_max, total);
+                } else if (j0 + c * WG < p.vocab && key == cut) {
+                    part.ties += 1u;
+                }
             }
         }
         let above = reduce_tally(t, part);
@@ -244,8 +266,11 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             while (first < last) {
                 let mid = first + (last - first) / 2u;
                 var part_ties = Tally(0u, 0u, 0.0);
-                for (var j = t; j <= mid; j += WG) {
-                    part_ties.ties += u32(key_of(ld_f32(base + j)) == cut);
+                for (var j0 = t; j0 <= mid; j0 += 8u * WG) {
+                    var xs = load8(base, j0);
+                    for (var c = 0u; c < 8u; c++) {
+                        part_ties.ties += u32(j0 + c * WG <= mid && key_of(xs[c]) == cut);
+                    }
                 }
                 if (reduce_tally(t, part_ties).ties >= keep_ties) {
                     last = mid;
@@ -264,18 +289,22 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let key = threefry(0u, 0u, seed.x, seed.y);
     var best_s = bitcast<f32>(0xff800000u);
     var best_j = 0xffffffffu;
-    for (var j = t; j < p.vocab; j += WG) {
-        let x = ld_f32(base + j);
-        let kx = key_of(x);
-        if (kx > cut || (kx == cut && j <= last_kept)) {
-            let bits = threefry(row, j, key.x, key.y).x;
-            let u = max(f32(bits >> 8u) * (1.0 / 16777216.0), 1e-30);
-            let gumbel = -log_accurate(-log_accurate(u));
-            // log p = (x - max) / T - log(sum): the constant does not move the argmax
-            let score = (x - x_max) / p.temperature + gumbel;
-            if (better(score, j, best_s, best_j)) {
-                best_s = score;
-                best_j = j;
+    for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+        var xs = load8(base, j0);
+        for (var c = 0u; c < 8u; c++) {
+            let j = j0 + c * WG;
+            let x = xs[c];
+            let kx = key_of(x);
+            if (j < p.vocab && (kx > cut || (kx == cut && j <= last_kept))) {
+                let bits = threefry(row, j, key.x, key.y).x;
+                let u = max(f32(bits >> 8u) * (1.0 / 16777216.0), 1e-30);
+                let gumbel = -log_accurate(-log_accurate(u));
+                // log p = (x - max) / T - log(sum): the constant does not move the argmax
+                let score = (x - x_max) / p.temperature + gumbel;
+                if (better(score, j, best_s, best_j)) {
+                    best_s = score;
+                    best_j = j;
+                }
             }
         }
     }

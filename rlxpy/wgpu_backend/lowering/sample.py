@@ -19,11 +19,12 @@ from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 SAMPLE_WG = 256
-SMALL_VOCAB = 2048  # below this, 64 threads per row: fewer idle lanes in each of the ~40 reductions
+SMALL_VOCAB = 2048  # below this, 64 threads per row
+LARGE_VOCAB = 16384  # from this, 1024 threads per row where the device allows them
 SAMPLE_ROWS = kernel("sample_rows", params(
     "SampleRowsParams", rows=U32, vocab=U32, x=U32, y=U32, greedy=U32, temperature=F32, top_k=U32,
     top_p=F32, filtered=U32, seed_lo=U32, seed_hi=U32, seed_input=U32, has_seed=U32),
-    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=3 * 4 * SAMPLE_WG + 12)
+    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=3 * 4 * SAMPLE_WG + 12)  # 1024 lanes: 12 KiB + 12 B
 
 
 @lowers(ops.Sample)
@@ -44,7 +45,11 @@ def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
     top_k = op.top_k if op.top_k < vocab else 0  # keeping every token is no filter
     filtering = top_k > 0 or 0.0 < op.top_p < 1.0
     seed = op.seed & (1 << 64) - 1
+    # small vocabularies: 64 lanes idle less in each of the ~40 reductions; large ones: up to 1024 lanes
+    # cut the memory round trips of each pass over the row (one workgroup per row)
     threads = 64 if vocab < SMALL_VOCAB else SAMPLE_WG
+    if vocab >= LARGE_VOCAB and ctx.facts.max_invocations >= 1024 and ctx.facts.max_workgroup_storage >= 12300:
+        threads = 1024
     return [ctx.dispatch(SAMPLE_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": threads},
                          rows=rows, vocab=vocab, x=ctx.offset(logits), y=ctx.offset(node),
                          greedy=int(op.temperature == 0.0), temperature=max(op.temperature, 1e-6),
