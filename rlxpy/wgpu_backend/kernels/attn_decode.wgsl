@@ -1,7 +1,8 @@
-// Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, ROWS at a time)
-// read each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch). Per 64-key tile,
-// thread (key t / 4, part t % 4) loads dims part + 4n of its key in one batch; thread (g = t / D, d = t % D)
-// loads v of keys g + DG n in one batch. Split partials go to attn_combine. Bindings: 0 = arena, 1 = params.
+// Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, ROWS at a
+// time) read each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch); per 64-key
+// tile, thread (key t / 4, part t % 4) loads dims part + 4n of its key in one batch, then thread
+// (g = t / D, d = t % D) loads v of keys g + DG n in one batch; split partials go to attn_combine.
+// Bindings: 0 = arena window (u32 words), 1 = AttnDecodeParams.
 struct AttnDecodeParams {
     s_q: u32,
     s_k: u32,

@@ -110,21 +110,32 @@ fn rotl(x: u32, r: u32) -> u32 {
     return (x << r) | (x >> (32u - r));
 }
 
-// Threefry2x32 with 20 rounds (Random123), as threefry2x32 in ir/reference/nn.py
+// four Threefry rounds with rotations r: x0 += x1; x1 = rotl(x1, r) ^ x0
+fn mix4(x_in: vec2<u32>, r: vec4<u32>) -> vec2<u32> {
+    var x = x_in;
+    x.x += x.y;
+    x.y = rotl(x.y, r.x) ^ x.x;
+    x.x += x.y;
+    x.y = rotl(x.y, r.y) ^ x.x;
+    x.x += x.y;
+    x.y = rotl(x.y, r.z) ^ x.x;
+    x.x += x.y;
+    x.y = rotl(x.y, r.w) ^ x.x;
+    return x;
+}
+
+// Threefry2x32 with 20 rounds (Random123), as threefry2x32 in ir/reference/nn.py; written out so the
+// key schedule stays in registers (an indexed key array would live in local memory)
 fn threefry(c0: u32, c1: u32, k0: u32, k1: u32) -> vec2<u32> {
-    var ks = array<u32, 3>(k0, k1, 0x1BD11BDAu ^ k0 ^ k1);
+    let k2 = 0x1BD11BDAu ^ k0 ^ k1;
+    let ra = vec4<u32>(13u, 15u, 26u, 6u);
+    let rb = vec4<u32>(17u, 29u, 16u, 24u);
     var x = vec2<u32>(c0 + k0, c1 + k1);
-    for (var g = 0u; g < 5u; g++) {
-        let rots = select(vec4<u32>(13u, 15u, 26u, 6u), vec4<u32>(17u, 29u, 16u, 24u), (g & 1u) == 1u);
-        for (var r = 0u; r < 4u; r++) {
-            x.x += x.y;
-            x.y = rotl(x.y, rots[r]);
-            x.y ^= x.x;
-        }
-        let inject = g + 1u;
-        x.x += ks[inject % 3u];
-        x.y += ks[(inject + 1u) % 3u] + inject;
-    }
+    x = mix4(x, ra) + vec2<u32>(k1, k2 + 1u);
+    x = mix4(x, rb) + vec2<u32>(k2, k0 + 2u);
+    x = mix4(x, ra) + vec2<u32>(k0, k1 + 3u);
+    x = mix4(x, rb) + vec2<u32>(k1, k2 + 4u);
+    x = mix4(x, ra) + vec2<u32>(k2, k0 + 5u);
     return x;
 }
 
@@ -200,21 +211,21 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         return;
     }
     let x_max = top.value;
-    var mine = 0.0;
-    for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
-        var xs = load8(base, j0);
-        for (var c = 0u; c < 8u; c++) {
-            if (j0 + c * WG < p.vocab) {
-                mine += exp((xs[c] - x_max) / p.temperature);
-            }
-        }
-    }
-    let total = reduce_tally(t, Tally(0u, 0u, mine)).mass;
     // Kept tokens = a prefix of the order (probability desc, index asc): those with key > cut, and the
     // first `keep_ties` (by index) of those with key == cut. Without filtering, cut = 0 keeps all.
     var cut = 0u;
     var last_kept = 0xffffffffu;
     if (p.filtered == 1u) {
+        var mine = 0.0;  // the softmax denominator: only the filters need probabilities
+        for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
+            var xs = load8(base, j0);
+            for (var c = 0u; c < 8u; c++) {
+                if (j0 + c * WG < p.vocab) {
+                    mine += exp((xs[c] - x_max) / p.temperature);
+                }
+            }
+        }
+        let total = reduce_tally(t, Tally(0u, 0u, mine)).mass;
         let k_limit = select(p.vocab, p.top_k, p.top_k > 0u);
         let p_limit = select(2.0, p.top_p, p.top_p > 0.0 && p.top_p < 1.0);
         // smallest key c whose strictly-better tokens still leave room: count < top_k and mass < top_p
@@ -295,12 +306,15 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             let j = j0 + c * WG;
             let x = xs[c];
             let kx = key_of(x);
-            if (j < p.vocab && (kx > cut || (kx == cut && j <= last_kept))) {
+            let z = (x - x_max) / p.temperature;
+            // g lies in [-4.24, 16.64] (u in [1e-30, 1 - 2^-24]) and the first maximum (z = 0) is always
+            // kept, so a token with z < -21 can never win: skip its Threefry and logs (exact pruning)
+            if (j < p.vocab && z > -21.0 && (kx > cut || (kx == cut && j <= last_kept))) {
                 let bits = threefry(row, j, key.x, key.y).x;
                 let u = max(f32(bits >> 8u) * (1.0 / 16777216.0), 1e-30);
                 let gumbel = -log_accurate(-log_accurate(u));
                 // log p = (x - max) / T - log(sum): the constant does not move the argmax
-                let score = (x - x_max) / p.temperature + gumbel;
+                let score = z + gumbel;
                 if (better(score, j, best_s, best_j)) {
                     best_s = score;
                     best_j = j;

@@ -48,7 +48,7 @@ ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMM
 FLASH_SHARED_BYTES = ATTN_FLASH.shared_bytes  # the two workgroup arrays of attn_flash.wgsl
 FLASH_QUERIES = 64  # queries per attn_flash workgroup
 ATTN_DECODE = kernel("attn_decode", params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32,
-                                           part=U32), workgroup=(DECODE_WG, 1, 1))
+                                           part=U32), workgroup=(DECODE_WG, 1, 1), shared_bytes=14336)
 ATTN_COMBINE = kernel("attn_combine", params("AttnCombineParams", rows=U32, heads=U32, s_q=U32, splits=U32,
                                              part=U32, o=U32, q_sb=U32, q_sh=U32, q_ss=U32),
                       workgroup=(COMBINE_WG, 1, 1))
@@ -218,8 +218,10 @@ def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: in
                   head_dim: int) -> list[Step]:
     """attn_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
     head's group (GQA heads x S_q) through each K/V row once; partial records need attn_combine."""
-    if DECODE_WG > ctx.facts.max_invocations:
-        raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads per workgroup")
+    if DECODE_WG > ctx.facts.max_invocations or ATTN_DECODE.shared_bytes > ctx.facts.max_workgroup_storage:
+        raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads and "
+                         f"{ATTN_DECODE.shared_bytes} B of workgroup memory; the device allows "
+                         f"{ctx.facts.max_invocations} / {ctx.facts.max_workgroup_storage} B")
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
     row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group

@@ -48,7 +48,8 @@ def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
     # small vocabularies: 64 lanes idle less in each of the ~40 reductions; large ones: up to 1024 lanes
     # cut the memory round trips of each pass over the row (one workgroup per row)
     threads = 64 if vocab < SMALL_VOCAB else SAMPLE_WG
-    if vocab >= LARGE_VOCAB and ctx.facts.max_invocations >= 1024 and ctx.facts.max_workgroup_storage >= 12300:
+    wide_ok = ctx.facts.max_invocations >= 1024 and ctx.facts.max_workgroup_storage >= 3 * 4 * 1024 + 12
+    if vocab >= LARGE_VOCAB and wide_ok:
         threads = 1024
     return [ctx.dispatch(SAMPLE_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": threads},
                          rows=rows, vocab=vocab, x=ctx.offset(logits), y=ctx.offset(node),
