@@ -77,7 +77,8 @@ def lower_graph(graph: Graph, facts: DeviceFacts, keep_all: bool = False) -> Com
 
     alignment = facts.storage_align
     nodes = [n for n in graph.nodes if not (pinned(n) or is_view(n, graph))]
-    arena, plans, window = plan_windows(graph, nodes, plan_arena(graph, alignment, keep_all=keep_all),
+    arena, plans, window = plan_windows(graph, nodes, plan_arena(graph, alignment, keep_all=keep_all,
+                                                                     scratch=scratch_needed(graph)),
                                         facts.max_binding, alignment)
     size = align_up(arena.size, alignment)
     ctx = LowerCtx(graph, arena.offsets, size, facts, arena.scratch, 0, window, graph.consumers())
@@ -240,6 +241,13 @@ def _span(node: Node, graph: Graph, arena: ArenaPlan, alignment: int, window: in
     units = windows.merge_units(accesses(node, graph, arena))
     windows.check_fits(units, window, alignment, where(node))
     return min(u.offset for u in units), max(u.end for u in units)
+
+
+def scratch_needed(graph: Graph) -> int:
+    """The largest scratch any node asks for (split-K attention's partial records)."""
+    from rlxpy.wgpu_backend.lowering.attention import scratch_bytes
+
+    return max((scratch_bytes(n, graph) for n in graph.nodes if isinstance(n.op, ops.Attention)), default=0)
 
 
 def is_leaf(node: Node) -> bool:

@@ -26,6 +26,8 @@ struct AttnDecodeParams {
     scale: f32,
     softcap: f32,
     window: u32,
+    kv_pos: u32,
+    kv_dyn: u32,
     heads: u32,
     splits: u32,
     part: u32,
@@ -110,7 +112,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         qs[d * RQ + r / 4u][r % 4u] = x;
     }
     // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_total = min(p.kv_len, p.s_k);
+    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos]) + p.s_q, p.kv_dyn == 1u);
+    let kv_total = min(kv_len, p.s_k);
     let shift = i32(kv_total) - i32(p.s_q);
     let chunk = (kv_total + p.splits - 1u) / p.splits;
     var k_begin = min(split * chunk, kv_total);

@@ -25,6 +25,8 @@ struct AttnFlashParams {
     scale: f32,
     softcap: f32,
     window: u32,
+    kv_pos: u32,
+    kv_dyn: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -138,7 +140,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
     // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_total = min(p.kv_len, p.s_k);
+    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos]) + p.s_q, p.kv_dyn == 1u);
+    let kv_total = min(kv_len, p.s_k);
     let shift = i32(kv_total) - i32(p.s_q);
     var k_begin = 0u;
     var k_end = kv_total;

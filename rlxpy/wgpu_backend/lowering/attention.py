@@ -13,7 +13,9 @@ sum per query row, f32) and never materialise the S_q x S_k score matrix:
   are spread over the threads, and key splits of long caches are merged by attn_combine (split-K).
 
 ``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
-keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i.
+keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i. With
+``dynamic_kv`` the kernels read kv_len = pos + S_q from the pos tensor at run time instead (KV-cache
+decoding: one compiled graph serves every position, and work grows with the position).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ COMBINE_WG = 64
 
 _COMMON = dict(s_q=U32, s_k=U32, kv_len=U32, group=U32, q=U32, k=U32, v=U32, o=U32, mask=U32,
                q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
-               m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32)
+               m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32,
+               kv_pos=U32, kv_dyn=U32)
 ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1),
                     shared_bytes=14976)
 FLASH_SHARED_BYTES = ATTN_FLASH.shared_bytes  # the two workgroup arrays of attn_flash.wgsl
@@ -175,7 +178,9 @@ def _decode_splits(groups: int, rows: int, s_k: int, head_dim: int, ctx: LowerCt
 def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.Attention = node.op  # type: ignore[assignment]
     q, k, v = ctx.inputs(node)[:3]
-    mask = ctx.inputs(node)[3] if len(node.inputs) > 3 else None
+    extra = ctx.inputs(node)[3:]
+    pos = extra.pop() if op.dynamic_kv else None  # KV-cache mode: kv_len = pos + S_q, read at run time
+    mask = extra[0] if extra else None
     heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
     for t, what in ((q, "q"), (k, "k"), (v, "v")):
         if t.dtype is not DType.F32:
@@ -202,7 +207,7 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
                   v=ctx.offset(v), o=ctx.offset(node), mask=ctx.offset(mask) if mask is not None else 0,
                   q_sb=q_sb, q_sh=q_sh, q_ss=q_ss, k_sb=k_sb, k_sh=k_sh, k_ss=k_ss,
                   m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk, scale=scale, softcap=op.softcap or 0.0,
-                  window=op.window)
+                  window=op.window, kv_pos=ctx.offset(pos) if pos is not None else 0, kv_dyn=int(pos is not None))
     subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
