@@ -42,7 +42,7 @@ EXECUTORS = ("gpu", "reference")
 #: Compiled executables kept per graph (each holds an arena with its own copy of the weights).
 MAX_SIGNATURES = 4
 _WARNED: set[str] = set()
-_LIVE: weakref.WeakSet = weakref.WeakSet()
+_LIVE: list[weakref.ref] = []  # CompiledGraphs in creation order (weak: dynamo owns them)
 
 
 class RlxpyFallbackWarning(UserWarning):
@@ -105,10 +105,12 @@ def make_backend(on_unsupported: str = "fallback", executor: str = "gpu", **comp
 
 def compiled_graphs() -> list[CompiledGraph]:
     """The live CompiledGraphs, oldest first (for inspection: translations, compiles, eager calls)."""
-    return list(_LIVE)
+    alive = [graph for graph in (ref() for ref in _LIVE) if graph is not None]
+    _LIVE[:] = [weakref.ref(graph) for graph in alive]
+    return alive
 
 
-def _static_indices(count: int, dynamo_static: list[int]) -> set[int]:
+def _static_indices(dynamo_static: list[int]) -> set[int]:
     """Which forward-graph inputs are weights: aot_autograd's own record when it has one."""
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None) if context is not None else None
@@ -120,7 +122,7 @@ def _static_indices(count: int, dynamo_static: list[int]) -> set[int]:
 
 def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence[Any], policy: str, dynamo_static: list[int],
                      options: dict) -> Callable:
-    static = _static_indices(len(example_inputs), dynamo_static)
+    static = _static_indices(dynamo_static)
     try:
         translation = FxTranslator(gm, static).translate()
     except UnsupportedOpError as e:
@@ -149,7 +151,7 @@ class CompiledGraph:
         self.policy = policy
         self.options = dict(options)
         self.executor = self.options.pop("executor", "gpu")
-        _LIVE.add(self)
+        _LIVE.append(weakref.ref(self))
         self.executables: OrderedDict[tuple, Any] = OrderedDict()
         self.compiles = 0
         self.eager_calls = 0
@@ -166,8 +168,8 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> list[Any]:
         if self._broken is not None:
             return self._eager(args)
-        symbols, binding = self.binding(args)
         try:
+            symbols, binding = self.binding(args)
             inputs = self.convert_inputs(args, binding)
         except UnsupportedOpError as e:  # this call's values only (an int64 beyond int32): torch runs it
             if self.policy == "error":

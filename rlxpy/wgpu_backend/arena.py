@@ -159,8 +159,8 @@ class Arena:
 
         total = sum(align_up(n, 4) for _, _, n in copies)
         if self._transfer is None or self._transfer.size < total:
-            if self._transfer is not None:
-                self._transfer.destroy()
+            # no destroy(): copies already recorded in this encoder may still use the old buffer;
+            # dropping our reference lets wgpu free it once those commands are done
             self._transfer = self.device.device.create_buffer(
                 label="rlx_transfer", size=max(align_up(total, 256), 256),
                 usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)

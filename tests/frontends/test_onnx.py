@@ -253,3 +253,32 @@ def test_missing_onnx_package_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(rlxpy.ModelError, match="pip install 'rlxpy\\[onnx\\]'"):
         OnnxModel(b"")
+
+
+def test_finalize_drops_dead_nodes_merges_duplicates_and_fuses_activations():
+    from rlxpy.frontends.rewrite import finalize
+    from rlxpy.ir.reference import run_reference
+
+    g = rlxpy.Graph("rewrite")
+    x = g.input("x", [3, 4])
+    unused = g.input("unused", [2])
+    w, b = g.param("w", [4, 5]), g.param("b", [5])
+    hidden = g.reshape(g.linear(x, w, b), [15])
+    act = g.gelu(hidden)
+    twice_a, twice_b = g.mul(act, 2.0), g.mul(act, 2.0)  # one value computed twice
+    g.exp(x, name="dead")
+    g.output(g.add(twice_a, twice_b, name="y"))
+    out = finalize(g)
+    kinds = [type(n.op) for n in out.nodes]
+    assert rlxpy.ops.Activation not in kinds and "dead" not in [n.name for n in out.nodes]
+    fused = next(n for n in out.nodes if isinstance(n.op, rlxpy.ops.FusedMatMulBiasAct))
+    assert fused.op.activation is rlxpy.ops.ActKind.GELU
+    binaries = [n.op.op for n in out.nodes if isinstance(n.op, rlxpy.ops.Binary)]
+    assert binaries.count(rlxpy.ops.BinaryOp.MUL) == 1
+    assert unused.name in [n.name for n in out.inputs()] and [out[o].name for o in out.outputs] == ["y"]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32), "unused": np.zeros(2, np.float32)}
+    params = {"w": rng.standard_normal((4, 5)).astype(np.float32),
+              "b": rng.standard_normal(5).astype(np.float32)}
+    np.testing.assert_allclose(run_reference(out, feeds, params)["y"], run_reference(g, feeds, params)["y"],
+                               rtol=1e-6, atol=1e-6)

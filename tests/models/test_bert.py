@@ -179,3 +179,13 @@ def test_missing_tokenizers_package_is_a_clear_error(model_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(rlxpy.ModelError, match="needs the `tokenizers` package"):
         load_tokenizer(model_dir, 128)
+
+
+def test_core_and_these_frontends_do_not_import_torch():
+    import subprocess
+
+    code = ("import sys, rlxpy, rlxpy.models.bert, rlxpy.frontends.embed, rlxpy.frontends.onnx; "
+            "bad = [m for m in ('torch', 'transformers', 'tokenizers', 'onnx') if m in sys.modules]; "
+            "print(', '.join(bad)); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"imported: {result.stdout.strip()} {result.stderr.strip()}"
