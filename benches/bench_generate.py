@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from common import emit, parse_args, torch_cuda
 
@@ -77,9 +78,9 @@ def transformers_side(torch, path, dtype, prompt_len: int, decode_tokens: int) -
 
 def main() -> None:
     args = parse_args(__doc__)
-    path = default_model_path()
-    prompt_len, decode_tokens = (64, 8) if args.quick else (512, 128)
-    results = {"model": path.name, "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, 64 if args.quick else 128)}
+    path = Path(args.model) if args.model else default_model_path()
+    prompt_len, decode_tokens = (40, 4) if args.quick else (512, 128)
+    results = {"model": path.name, "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, 32 if args.quick else 128)}
     torch = torch_cuda()
     if torch is not None:
         for name, dtype in (("transformers_fp32", torch.float32), ("transformers_fp16", torch.float16)):

