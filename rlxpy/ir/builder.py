@@ -205,6 +205,12 @@ class Builder:
     def cache_write(self, cache: NodeRef, rows: NodeRef, pos: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.CacheWrite(), [cache, rows, pos], name)
 
+    def rope_kv_append(self, qkv: NodeRef, k_cache: NodeRef, v_cache: NodeRef, cos: NodeRef, sin: NodeRef,
+                       pos: NodeRef, head_dim: int, q_width: int, kv_width: int, n_rot: int = 0,
+                       interleaved: bool = False, name: str | None = None) -> Node:
+        op = ops.RopeKvAppend(head_dim, q_width, kv_width, n_rot, interleaved)
+        return self.apply(op, [qkv, k_cache, v_cache, cos, sin, pos], name)
+
     def rope(self, x: NodeRef, cos: NodeRef, sin: NodeRef, head_dim: int, n_rot: int = 0,
              interleaved: bool = False, position_offset: int = 0, position: NodeRef | None = None,
              name: str | None = None) -> Node:

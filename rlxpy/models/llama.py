@@ -112,19 +112,21 @@ def _branch(g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos:
     for layer in range(cfg.layers):
         blk, at = f"blk.{layer}", f"{prefix}.{layer}"
         h = g.rms_norm(x, w.vector(f"{blk}.attn_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{at}.attn_norm")
+        k_cache, v_cache = w.kv_cache(f"{blk}.k_cache"), w.kv_cache(f"{blk}.v_cache")
         if _qkv_fusable(cfg, layer):
+            # one GEMV for q|k|v, then one kernel rotates q, k and appends k, v to the caches
             qkv = _linear(g, w, h, f"{blk}.attn_qkv.weight", q_width + 2 * kv_width, cfg.hidden, f"{at}.qkv")
-            q = g.narrow(qkv, 1, 0, q_width, name=f"{at}.q")
-            k = g.narrow(qkv, 1, q_width, kv_width, name=f"{at}.k")
-            v = g.narrow(qkv, 1, q_width + kv_width, kv_width, name=f"{at}.v")
+            q = g.rope_kv_append(qkv, k_cache, v_cache, cos, sin, pos, cfg.dim, q_width, kv_width,
+                                 interleaved=cfg.rope_interleaved, name=f"{at}.q_rope")
+            k_all, v_all = k_cache, v_cache  # read after the append: attention depends on q
         else:
             q = _linear(g, w, h, f"{blk}.attn_q.weight", q_width, cfg.hidden, f"{at}.q")
             k = _linear(g, w, h, f"{blk}.attn_k.weight", kv_width, cfg.hidden, f"{at}.k")
             v = _linear(g, w, h, f"{blk}.attn_v.weight", kv_width, cfg.hidden, f"{at}.v")
-        q = g.rope(q, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.q_rope")
-        k = g.rope(k, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.k_rope")
-        k_all = g.cache_write(w.kv_cache(f"{blk}.k_cache"), k, pos, name=f"{at}.k_cache")
-        v_all = g.cache_write(w.kv_cache(f"{blk}.v_cache"), v, pos, name=f"{at}.v_cache")
+            q = g.rope(q, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.q_rope")
+            k = g.rope(k, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.k_rope")
+            k_all = g.cache_write(k_cache, k, pos, name=f"{at}.k_cache")
+            v_all = g.cache_write(v_cache, v, pos, name=f"{at}.v_cache")
         attn = g.attention(g.reshape(q, [1, seq, q_width], name=f"{at}.q3"),
                            g.reshape(k_all, [1, cfg.context, kv_width], name=f"{at}.k3"),
                            g.reshape(v_all, [1, cfg.context, kv_width], name=f"{at}.v3"),

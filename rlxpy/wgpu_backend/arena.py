@@ -18,6 +18,7 @@ from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.memplan import Buffer, Plan, align_up, place
 
 SCRATCH_MIN = 1 << 16
+SYNC_SLOT = 2  # the readback slot of Arena.read (never one a pre-encoded run may be writing)
 
 
 def is_view(node: Node, graph: Graph) -> bool:
@@ -134,9 +135,8 @@ class Arena:
         self.size = size
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.buffer = device.device.create_buffer(label=label, size=size, usage=usage)
-        self._staging: Any = None
+        self._stagings: list[Any] = [None, None, None]  # two for runs' readback, one for read()
         self._transfer: Any = None
-        self._staging_size = 0
         self._pending_upload = 0
 
     def write(self, offset: int, data: bytes | np.ndarray) -> None:
@@ -173,32 +173,32 @@ class Arena:
             encoder.copy_buffer_to_buffer(self._transfer, cursor, self.buffer, dst, align_up(n, 4))
             cursor += align_up(n, 4)
 
-    def staging(self, size: int) -> Any:
-        """A MAP_READ buffer of at least ``size`` bytes, reused across runs."""
+    def staging(self, size: int, slot: int = 0) -> Any:
+        """A MAP_READ buffer of at least ``size`` bytes, reused across runs. Two slots let one
+        run's readback be mapped while the next run's copies into the other are recorded."""
         import wgpu
 
-        if self._staging is None or self._staging_size < size:
-            if self._staging is not None:
-                self._staging.destroy()
-            self._staging_size = max(align_up(size, 256), 4096)
-            self._staging = self.device.device.create_buffer(
-                label="rlx_readback", size=self._staging_size,
+        if self._stagings[slot] is None or self._stagings[slot].size < size:
+            # no destroy(): a pre-encoded run may still copy into the old buffer; dropping our
+            # reference frees it once no command buffer holds it
+            self._stagings[slot] = self.device.device.create_buffer(
+                label=f"rlx_readback{slot}", size=max(align_up(size, 256), 4096),
                 usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        return self._staging
+        return self._stagings[slot]
 
     def read(self, offset: int, size: int) -> bytes:
         """Synchronous read of arena bytes (host steps, debugging)."""
         size4 = align_up(size, 4)
-        staging = self.staging(size4)
+        staging = self.staging(size4, SYNC_SLOT)
         encoder = self.device.device.create_command_encoder(label="rlx_read")
         encoder.copy_buffer_to_buffer(self.buffer, offset, staging, 0, size4)
         self.device.queue.submit([encoder.finish()])
-        return self.map_staging(size4)[:size]
+        return self.map_staging(size4, SYNC_SLOT)[:size]
 
-    def map_staging(self, size: int) -> bytes:
+    def map_staging(self, size: int, slot: int = 0) -> bytes:
         import wgpu
 
-        staging = self._staging
+        staging = self._stagings[slot]
         staging.map_sync(wgpu.MapMode.READ, 0, align_up(size, 8))
         try:
             data = bytes(staging.read_mapped(0, size, copy=False))
@@ -208,5 +208,6 @@ class Arena:
 
     def destroy(self) -> None:
         self.buffer.destroy()
-        if self._staging is not None:
-            self._staging.destroy()
+        for staging in self._stagings:
+            if staging is not None:
+                staging.destroy()

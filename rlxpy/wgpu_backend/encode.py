@@ -30,6 +30,22 @@ class Segment:
     host: Step | None = None
 
 
+@dataclass
+class Prepared:
+    """An encoded run: its command buffer and where each read lands in its staging slot."""
+
+    commands: Any
+    placed: list[tuple[int, int]]
+    size: int
+    slot: int
+
+    def read(self, arena: Arena) -> list[bytes]:
+        if not self.size:
+            return [b"" for _ in self.placed]
+        data = arena.map_staging(self.size, self.slot)
+        return [data[dst: dst + size] for dst, size in self.placed]
+
+
 class Encoder:
     def __init__(self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int,
                  raw: bool = True) -> None:
@@ -54,6 +70,9 @@ class Encoder:
         self.segments: list[Segment] = []
         self.grids: list[tuple[int, int, int]] = [s.grid for s in steps]  # the active extent edits these
         self.slot_of: dict[int, int] = {}
+        self._entries: dict[int, list] = {}
+        self._prepared: dict[tuple, Prepared] = {}
+        self._slot = 0
         self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
         blob = bytearray(self.stride * max(len(gpu_steps), 1))
@@ -87,22 +106,41 @@ class Encoder:
         self._c_offsets = ffi.new("uint32_t[]", self.offsets or [0, 0])
         self._raw_bind_group = self.bind_group._internal
 
-    def _encode_pass(self, encoder: Any, segment: Segment) -> None:
-        cpass = encoder.begin_compute_pass(label="rlx_pass")
-        current = None
-        if self.raw:
-            lib, internal, bg, offs = self._lib, cpass._internal, self._raw_bind_group, self._c_offsets
-            grids = self.grids
+    def _raw_entries(self, segment: Segment) -> list[tuple[Any, Any, int, int, int]]:
+        """(pipeline handle or None if unchanged, offsets pointer, x, y, z) per dispatch, resolved
+        once per segment and grid state, so the hot loop is three C calls and no lookups."""
+        entries = self._entries.get(id(segment))
+        if entries is None:
+            entries, current = [], None
             for pipeline, slot, index in segment.dispatches:
-                x, y, z = grids[index]
+                x, y, z = self.grids[index]
                 if x == 0 or y == 0 or z == 0:
                     continue
-                if pipeline is not current:
-                    lib.wgpuComputePassEncoderSetPipeline(internal, pipeline._internal)
-                    current = pipeline
-                lib.wgpuComputePassEncoderSetBindGroup(internal, 0, bg, 2, offs + 2 * slot)
-                lib.wgpuComputePassEncoderDispatchWorkgroups(internal, x, y, z)
+                handle = pipeline._internal if pipeline is not current else None
+                current = pipeline
+                entries.append((handle, self._c_offsets + 2 * slot, x, y, z))
+            self._entries[id(segment)] = entries
+        return entries
+
+    def invalidate(self) -> None:
+        """Forget pre-resolved dispatches and pre-encoded runs (grids changed)."""
+        self._entries.clear()
+        self._prepared.clear()
+
+    def _encode_pass(self, encoder: Any, segment: Segment) -> None:
+        cpass = encoder.begin_compute_pass(label="rlx_pass")
+        if self.raw:
+            lib, internal, bg = self._lib, cpass._internal, self._raw_bind_group
+            set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+            set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+            dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+            for handle, offsets, x, y, z in self._raw_entries(segment):
+                if handle is not None:
+                    set_pipeline(internal, handle)
+                set_bind_group(internal, 0, bg, 2, offsets)
+                dispatch(internal, x, y, z)
         else:
+            current = None
             for pipeline, slot, index in segment.dispatches:
                 grid = self.grids[index]
                 if 0 in grid:
@@ -135,15 +173,30 @@ class Encoder:
         return self._subsets[steps]
 
     def run(self, host_io: Any, reads: Sequence[tuple[int, int]], steps: frozenset[int] | None = None,
-            copies: Sequence[tuple[int, int, int]] = ()) -> list[bytes]:
+            copies: Sequence[tuple[int, int, int]] = (), before_submit: Any = None) -> list[bytes]:
         """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``.
 
-        ``copies`` (src, dst, bytes) move arena bytes on the GPU before the first pass (feeds)."""
+        ``copies`` (src, dst, bytes) move arena bytes on the GPU before the first pass (feeds).
+        ``before_submit()`` runs just before the first submit (input uploads land before it).
+        A schedule without host steps is pre-encoded: the command buffer of the next run with the
+        same steps and reads is recorded while the GPU works on this one (command buffers are
+        single-use, but nothing in them depends on input values)."""
+        segments = self.segments_for(steps)
+        if not copies and all(s.kind != "host" for s in segments):
+            key = (steps, tuple(reads))
+            prepared = self._prepared.pop(key, None) or self._prepare(segments, reads)
+            if before_submit is not None:
+                before_submit()
+            self.device.queue.submit([prepared.commands])
+            self._prepared[key] = self._prepare(segments, reads)  # overlaps the GPU's work
+            return prepared.read(self.arena)
+        if before_submit is not None:
+            before_submit()
         dev = self.device.device
         encoder = dev.create_command_encoder(label="rlx_run")
         if copies:
             self.arena.gpu_copies(encoder, copies)
-        for index, segment in enumerate(self.segments_for(steps)):
+        for index, segment in enumerate(segments):
             if segment.kind == "gpu":
                 self._encode_pass(encoder, segment)
                 continue
@@ -155,21 +208,34 @@ class Encoder:
             segment.host.host(host_io)  # type: ignore[union-attr]
             self.host_seconds[index] = time.perf_counter() - started
             encoder = dev.create_command_encoder(label="rlx_run")
-        placed = []
-        cursor = 0
+        readback = self._readback(encoder, reads)
+        dev.queue.submit([encoder.finish()])
+        return readback.read(self.arena)
+
+    def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None) -> Prepared:
+        """Record the output copies into a staging slot (alternating between two)."""
+        placed, cursor = [], 0
         for _, size in reads:
             placed.append((cursor, size))
             cursor += align_up(size, 8)
+        self._slot ^= 1
         if cursor:
-            staging = self.arena.staging(cursor)
+            staging = self.arena.staging(cursor, self._slot)
             for (offset, size), (dst, _) in zip(reads, placed):
                 if size:  # empty tensors have nothing to copy (wgpu refuses zero-size maps)
                     encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
-        dev.queue.submit([encoder.finish()])
-        if not cursor:
-            return [b"" for _ in reads]
-        data = self.arena.map_staging(cursor)
-        return [data[dst: dst + size] for dst, size in placed]
+        return Prepared(commands, placed, cursor, self._slot)
+
+    def _prepare(self, segments: list[Segment], reads: Sequence[tuple[int, int]]) -> Prepared:
+        encoder = self.device.device.create_command_encoder(label="rlx_run")
+        for segment in segments:
+            if segment.kind == "gpu":
+                self._encode_pass(encoder, segment)
+            else:  # "copy": staging hops through the transfer buffer
+                self.arena.gpu_copies(encoder, [segment.host.copy])  # type: ignore[union-attr]
+        prepared = self._readback(encoder, reads)
+        prepared.commands = encoder.finish()
+        return prepared
 
     def write_uniforms(self, index: int, record: bytes) -> None:
         """Replace one step's uniform record (active extent); lands before the next submit."""

@@ -128,11 +128,14 @@ class WgpuExecutable:
         if missing:
             raise InputError(f"params not set: {', '.join(missing[:10])}"
                              + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
-        for name, (node, data) in staged.items():
-            self._upload_input(name, node, data)
         reads = [] if env.BENCH_DISPATCH_ONLY else [
             (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
-        raw = self.encoder.run(HostIO(self), reads, steps, copies)
+
+        def upload() -> None:
+            for name, (node, data) in staged.items():
+                self._upload_input(name, node, data)
+
+        raw = self.encoder.run(HostIO(self), reads, steps, copies, before_submit=upload)
         result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
         self.last_run_seconds = time.perf_counter() - started
         if env.NAN_TRACE or env.DUMP_NODES:
@@ -212,6 +215,7 @@ class WgpuExecutable:
 
         actual, upper = extent if extent is not None else (1, 1)
         if extent is None:
+            self.encoder.invalidate()
             for index, step in enumerate(self.schedule.steps):
                 if step.kind == "gpu":
                     self.encoder.write_uniforms(index, step.uniforms)

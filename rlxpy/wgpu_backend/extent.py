@@ -37,6 +37,7 @@ def apply_extent(steps: list[Step], encoder, actual: int, upper: int) -> int:
     if not 1 <= actual <= upper:
         raise InputError(f"active extent ({actual}, {upper}): need 1 <= actual <= upper")
     count = 0
+    encoder.invalidate()
     for index, step in enumerate(steps):
         if step.kind != "gpu" or not step.scales or step.extent_rows != upper:
             continue

@@ -192,3 +192,16 @@ def test_empty_inputs_and_outputs(device):
     out = exe.run({"x": np.zeros((0, 3), np.float32), "z": np.ones(2, np.float32)})
     assert out["y"].shape == (0, 3)
     np.testing.assert_array_equal(out["w"], [2.0, 2.0])
+
+
+def test_alternating_output_sets_and_growing_readbacks_stay_correct(mlp):
+    """Runs are pre-encoded per output set; switching sets and sizes must never reuse stale buffers."""
+    g, params, exe = mlp
+    for seed in range(6):
+        x = rand((5, 7), 10 + seed)
+        want = run_reference(g, {"x": x}, params)
+        outputs = [["y"], ["h"], None][seed % 3]
+        got = exe.run({"x": x}, outputs=outputs)
+        for name, value in got.items():
+            assert_close(value, want[name], 1e-4, 1e-5, name)
+        exe.read_node("h")  # a synchronous read between pre-encoded runs

@@ -11,7 +11,7 @@ from rlxpy.ir.ops import (  # noqa: F401  (registration)
     linalg,
     quant,
 )
-from rlxpy.ir.ops.attention import Attention, CacheWrite, Rope
+from rlxpy.ir.ops.attention import Attention, CacheWrite, Rope, RopeKvAppend
 from rlxpy.ir.ops.basic import (
     Activation,
     Binary,
@@ -71,6 +71,6 @@ __all__ = [
     "Cumsum", "DequantGroupedMatMul", "DequantMatMul", "DequantMatMulGguf", "Expand", "FftNorm",
     "FusedGgufMatMul", "FusedMatMulBiasAct", "FusedResidualLN", "FusedResidualRmsNorm", "Gather", "GatherGguf",
     "GroupedMatMul", "Input", "LayerNorm", "MaskKind", "MatMul", "Narrow", "Op", "Param", "Reduce",
-    "ReduceOp", "Reshape", "RmsNorm", "Rope", "Sample", "ScatterAdd", "Softmax", "TensorType", "TopK",
+    "ReduceOp", "Reshape", "RmsNorm", "Rope", "RopeKvAppend", "Sample", "ScatterAdd", "Softmax", "TensorType", "TopK",
     "Transpose", "Where",
 ]

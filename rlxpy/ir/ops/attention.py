@@ -129,3 +129,38 @@ class CacheWrite(Op):
         need(rows.dtype == cache.dtype, f"rows {rows} and cache {cache} dtypes differ")
         need(pos.shape == (1,) and pos.dtype in (DType.I32, DType.U32), f"pos must be i32[1], got {pos}")
         return cache
+
+
+@dataclass(frozen=True)
+class RopeKvAppend(Op):
+    """One step of a decoder's attention input: split a fused QKV row block ``qkv`` [S, Wq+2*Wkv]
+    into q, k, v; rotate q and k (as Rope, positions pos + s); append k and v to the caches at row
+    pos IN PLACE (as CacheWrite); output the rotated q [S, Wq]. Inputs: qkv, k_cache, v_cache,
+    cos, sin, pos. The caches are updated as a side effect: consumers must read them after this
+    node (the llama builder makes attention depend on its output)."""
+
+    head_dim: int
+    q_width: int
+    kv_width: int
+    n_rot: int = 0
+    interleaved: bool = False
+    arity = (6, 6)
+
+    @property
+    def rot(self) -> int:
+        return self.n_rot or self.head_dim
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        qkv, k_cache, v_cache, cos, sin, pos = ins
+        width = self.q_width + 2 * self.kv_width
+        need(qkv.rank == 2 and qkv.shape[1] == width, f"qkv must be [S, {width}], got {qkv}")
+        for cache in (k_cache, v_cache):
+            need(cache.rank == 2 and cache.shape[1] == self.kv_width and cache.dtype == qkv.dtype,
+                 f"caches must be [L, {self.kv_width}] {qkv.dtype}, got {cache}")
+        need(self.q_width % self.head_dim == 0 and self.kv_width % self.head_dim == 0,
+             f"widths {self.q_width}/{self.kv_width} are not multiples of head_dim {self.head_dim}")
+        need(self.rot % 2 == 0 and self.rot <= self.head_dim, f"n_rot {self.rot} must be even, <= head_dim")
+        need(cos.shape == sin.shape and cos.rank == 2 and cos.shape[1] == self.rot // 2,
+             f"cos/sin must be [max_pos, {self.rot // 2}], got {cos} and {sin}")
+        need(pos.shape == (1,) and pos.dtype in (DType.I32, DType.U32), f"pos must be i32[1], got {pos}")
+        return TensorType((qkv.shape[0], self.q_width), qkv.dtype)

@@ -1,0 +1,82 @@
+// Split a fused QKV row block; rotate q and k (RoPE at positions pos + row); write q to the output
+// and append k, v to the KV caches at row pos + row. One thread per element of a qkv row block.
+// Bindings: 0 = arena window (u32 words), 1 = RopeKvAppendParams (word offsets in the window).
+struct RopeKvAppendParams {
+    n: u32,
+    rows: u32,
+    q_width: u32,
+    kv_width: u32,
+    head_dim: u32,
+    n_rot: u32,
+    interleaved: u32,
+    capacity: u32,
+    max_pos: u32,
+    qkv: u32,
+    k_cache: u32,
+    v_cache: u32,
+    cos: u32,
+    sin: u32,
+    pos: u32,
+    q_out: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<uniform> p: RopeKvAppendParams;
+
+fn ld(i: u32) -> f32 { return bitcast<f32>(buf[i]); }
+
+// Rotated value of dim d of the head whose first element is at word `head`, at table row `t`.
+fn rotate(head: u32, d: u32, t: u32) -> f32 {
+    let x = ld(head + d);
+    if (d >= p.n_rot) {
+        return x;
+    }
+    let half = p.n_rot / 2u;
+    if (p.interleaved == 1u) {  // pairs (2i, 2i+1), llama.cpp's LLAMA rope
+        let i = d / 2u;
+        let c = ld(p.cos + t * half + i);
+        let s = ld(p.sin + t * half + i);
+        if ((d & 1u) == 0u) {
+            return x * c - ld(head + d + 1u) * s;
+        }
+        return x * c + ld(head + d - 1u) * s;
+    }
+    if (d < half) {  // pairs (i, i + half), transformers' rotate_half
+        let c = ld(p.cos + t * half + d);
+        let s = ld(p.sin + t * half + d);
+        return x * c - ld(head + d + half) * s;
+    }
+    let c = ld(p.cos + t * half + d - half);
+    let s = ld(p.sin + t * half + d - half);
+    return x * c + ld(head + d - half) * s;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+    if (i >= p.n) {
+        return;
+    }
+    let width = p.q_width + 2u * p.kv_width;
+    let r = i / width;
+    let c = i % width;
+    let row = buf[p.pos] + r;
+    let t = min(row, p.max_pos - 1u);  // a kernel cannot raise: positions past the tables clamp
+    let base = p.qkv + r * width;
+    if (c < p.q_width) {
+        let d = c % p.head_dim;
+        buf[p.q_out + r * p.q_width + c] = bitcast<u32>(rotate(base + c - d, d, t));
+        return;
+    }
+    if (row >= p.capacity) {
+        return;  // rows past the cache capacity are dropped, as CacheWrite does
+    }
+    if (c < p.q_width + p.kv_width) {
+        let kc = c - p.q_width;
+        let d = kc % p.head_dim;
+        buf[p.k_cache + row * p.kv_width + kc] = bitcast<u32>(rotate(base + c - d, d, t));
+        return;
+    }
+    let vc = c - p.q_width - p.kv_width;
+    buf[p.v_cache + row * p.kv_width + vc] = buf[base + c];
+}
