@@ -74,3 +74,12 @@ def test_norm_with_another_consumer_is_kept():
     got = run_reference(fused, {"x": x}, params)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_graph_survives_json():
+    g, params = block()
+    fused = fuse_gguf_decode(g)
+    back = rlxpy.Graph.from_json(fused.to_json())
+    x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run_reference(back, {"x": x}, params)["resid"],
+                                  run_reference(fused, {"x": x}, params)["resid"])
