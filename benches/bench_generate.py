@@ -11,9 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from common import emit, parse_args, torch_cuda
-
 import numpy as np
+from common import emit, parse_args, torch_cuda
 
 from rlxpy.frontends.gguf import default_model_path
 from rlxpy.models.generate import Generator
@@ -45,11 +44,17 @@ def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
         enc.finish()
     encode_ms = (time.perf_counter() - t0) / 20 * 1e3
     return {
-        "load_compile_s": load, "arena_mib": exe.arena.size / 2**20, "file_mib": model.file_size() / 2**20,
-        "prefill_tokens": prompt_len, "prefill_tps": prompt_len / prefill,
-        "decode_tokens": len(steps), "decode_tps": 1.0 / float(np.median(steps)),
-        "decode_ms_median": float(np.median(steps)) * 1e3, "decode_dispatches": dispatches,
-        "decode_encode_ms": encode_ms, "decode_host_steps": sum(1 for s in segments if s.kind == "host"),
+        "load_compile_s": load,
+        "arena_mib": exe.arena.size / 2**20,
+        "file_mib": model.file_size() / 2**20,
+        "prefill_tokens": prompt_len,
+        "prefill_tps": prompt_len / prefill,
+        "decode_tokens": len(steps),
+        "decode_tps": 1.0 / float(np.median(steps)),
+        "decode_ms_median": float(np.median(steps)) * 1e3,
+        "decode_dispatches": dispatches,
+        "decode_encode_ms": encode_ms,
+        "decode_host_steps": sum(1 for s in segments if s.kind == "host"),
     }
 
 
@@ -80,7 +85,10 @@ def main() -> None:
     args = parse_args(__doc__)
     path = Path(args.model) if args.model else default_model_path()
     prompt_len, decode_tokens = (40, 4) if args.quick else (512, 128)
-    results = {"model": path.name, "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, 32 if args.quick else 128)}
+    results = {
+        "model": path.name,
+        "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, 32 if args.quick else 128),
+    }
     torch = torch_cuda()
     if torch is not None:
         for name, dtype in (("transformers_fp32", torch.float32), ("transformers_fp16", torch.float16)):

@@ -6,9 +6,8 @@ the same chain (when CUDA is present), side by side.
 
 from __future__ import annotations
 
-from common import cuda_time, emit, parse_args, timeit, torch_cuda
-
 import numpy as np
+from common import cuda_time, emit, parse_args, timeit, torch_cuda
 
 import rlxpy
 from rlxpy import env
@@ -34,10 +33,10 @@ def main() -> None:
         with env.override(RLX_WGPU_RAW_ENCODE=raw):
             exe = rlxpy.compile(g)
         exe.set_param("w", np.full(width, 0.5, np.float32))
-        per_run = timeit(lambda: exe.run({"x": x}), repeat=10)
+        per_run = timeit(lambda exe=exe: exe.run({"x": x}), repeat=10)
         encode = exe.encoder
         with env.override(RLX_BENCH_DISPATCH_ONLY=1):
-            dispatch_only = timeit(lambda: (exe.run({"x": x}), exe.sync()), repeat=10)
+            dispatch_only = timeit(lambda exe=exe: (exe.run({"x": x}), exe.sync()), repeat=10)
         results["raw" if raw else "wrapper"] = {
             "run_ms": per_run * 1e3, "us_per_step": per_run / steps * 1e6,
             "dispatch_only_us_per_step": dispatch_only / steps * 1e6, "gpu_steps": encode.gpu_step_count()}

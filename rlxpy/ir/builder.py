@@ -96,8 +96,14 @@ class Builder:
     def matmul(self, a: NodeRef, b: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.MatMul(), [a, b], name)
 
-    def linear(self, x: NodeRef, w: NodeRef, bias: NodeRef,
-               activation: ActKind | str | None = None, name: str | None = None) -> Node:
+    def linear(
+        self,
+        x: NodeRef,
+        w: NodeRef,
+        bias: NodeRef,
+        activation: ActKind | str | None = None,
+        name: str | None = None,
+    ) -> Node:
         """``act(x @ w + bias)`` as one FusedMatMulBiasAct."""
         act = enum_value(ActKind, activation) if activation is not None else None
         return self.apply(ops.FusedMatMulBiasAct(act), [x, w, bias], name)
@@ -105,53 +111,106 @@ class Builder:
     def grouped_matmul(self, x: NodeRef, w: NodeRef, expert_idx: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.GroupedMatMul(), [x, w, expert_idx], name)
 
-    def dequant_matmul_gguf(self, x: NodeRef, w: NodeRef, qtype: str, n: int, k: int,
-                            name: str | None = None) -> Node:
+    def dequant_matmul_gguf(
+        self, x: NodeRef, w: NodeRef, qtype: str, n: int, k: int, name: str | None = None
+    ) -> Node:
         return self.apply(ops.DequantMatMulGguf(qtype, n, k), [x, w], name)
 
-    def dequant_grouped_matmul(self, x: NodeRef, w: NodeRef, expert_idx: NodeRef, qtype: str, n: int,
-                               k: int, name: str | None = None) -> Node:
+    def dequant_grouped_matmul(
+        self, x: NodeRef, w: NodeRef, expert_idx: NodeRef, qtype: str, n: int, k: int, name: str | None = None
+    ) -> Node:
         return self.apply(ops.DequantGroupedMatMul(qtype, n, k), [x, w, expert_idx], name)
 
     def gather_gguf(self, table: NodeRef, idx: NodeRef, qtype: str, k: int, name: str | None = None) -> Node:
         return self.apply(ops.GatherGguf(qtype, k), [table, idx], name)
 
-    def dequant_matmul(self, x: NodeRef, w_q: NodeRef, scale: NodeRef | None, zp: NodeRef | None,
-                       scheme: str, k: int, n: int, block_size: int = 32, name: str | None = None) -> Node:
+    def dequant_matmul(
+        self,
+        x: NodeRef,
+        w_q: NodeRef,
+        scale: NodeRef | None,
+        zp: NodeRef | None,
+        scheme: str,
+        k: int,
+        n: int,
+        block_size: int = 32,
+        name: str | None = None,
+    ) -> Node:
         extra = [t for t in (scale, zp) if t is not None]
         return self.apply(ops.DequantMatMul(scheme, k, n, block_size), [x, w_q, *extra], name)
 
     # -- normalisation ------------------------------------------------------------------------
-    def layer_norm(self, x: NodeRef, gamma: NodeRef, beta: NodeRef | None = None, eps: float = 1e-5,
-                   name: str | None = None) -> Node:
+    def layer_norm(
+        self,
+        x: NodeRef,
+        gamma: NodeRef,
+        beta: NodeRef | None = None,
+        eps: float = 1e-5,
+        name: str | None = None,
+    ) -> Node:
         return self.apply(ops.LayerNorm(eps), [x, gamma] + ([beta] if beta is not None else []), name)
 
-    def rms_norm(self, x: NodeRef, gamma: NodeRef, beta: NodeRef | None = None, eps: float = 1e-6,
-                 name: str | None = None) -> Node:
+    def rms_norm(
+        self,
+        x: NodeRef,
+        gamma: NodeRef,
+        beta: NodeRef | None = None,
+        eps: float = 1e-6,
+        name: str | None = None,
+    ) -> Node:
         return self.apply(ops.RmsNorm(eps), [x, gamma] + ([beta] if beta is not None else []), name)
 
-    def residual_layer_norm(self, x: NodeRef, residual: NodeRef, gamma: NodeRef, beta: NodeRef,
-                            bias: NodeRef | None = None, eps: float = 1e-5, name: str | None = None) -> Node:
+    def residual_layer_norm(
+        self,
+        x: NodeRef,
+        residual: NodeRef,
+        gamma: NodeRef,
+        beta: NodeRef,
+        bias: NodeRef | None = None,
+        eps: float = 1e-5,
+        name: str | None = None,
+    ) -> Node:
         middle = [bias] if bias is not None else []
-        return self.apply(ops.FusedResidualLN(bias is not None, eps), [x, residual, *middle, gamma, beta], name)
+        return self.apply(
+            ops.FusedResidualLN(bias is not None, eps), [x, residual, *middle, gamma, beta], name
+        )
 
-    def residual_rms_norm(self, x: NodeRef, residual: NodeRef, gamma: NodeRef, beta: NodeRef,
-                          bias: NodeRef | None = None, eps: float = 1e-6, name: str | None = None) -> Node:
+    def residual_rms_norm(
+        self,
+        x: NodeRef,
+        residual: NodeRef,
+        gamma: NodeRef,
+        beta: NodeRef,
+        bias: NodeRef | None = None,
+        eps: float = 1e-6,
+        name: str | None = None,
+    ) -> Node:
         middle = [bias] if bias is not None else []
-        return self.apply(ops.FusedResidualRmsNorm(bias is not None, eps), [x, residual, *middle, gamma, beta],
-                        name)
+        return self.apply(
+            ops.FusedResidualRmsNorm(bias is not None, eps), [x, residual, *middle, gamma, beta], name
+        )
 
     # -- reductions, scans, selection ---------------------------------------------------------
-    def reduce(self, x: NodeRef, op: ReduceOp | str, axes: int | Sequence[int], keep_dim: bool = False,
-               name: str | None = None) -> Node:
+    def reduce(
+        self,
+        x: NodeRef,
+        op: ReduceOp | str,
+        axes: int | Sequence[int],
+        keep_dim: bool = False,
+        name: str | None = None,
+    ) -> Node:
         kind = enum_value(ReduceOp, op)
         axes_t = (axes,) if isinstance(axes, int) else tuple(axes)
         return self.apply(ops.Reduce(kind, axes_t, keep_dim), [x], name)
 
-    def sum(self, x: NodeRef, axes: int | Sequence[int], keep_dim: bool = False, name: str | None = None) -> Node:
+    def sum(
+        self, x: NodeRef, axes: int | Sequence[int], keep_dim: bool = False, name: str | None = None
+    ) -> Node:
         return self.reduce(x, ReduceOp.SUM, axes, keep_dim, name)
 
-    def mean(self, x: NodeRef, axes: int | Sequence[int], keep_dim: bool = False, name: str | None = None) -> Node:
+    def mean(
+        self, x: NodeRef, axes: int | Sequence[int], keep_dim: bool = False, name: str | None = None
+    ) -> Node:
         return self.reduce(x, ReduceOp.MEAN, axes, keep_dim, name)
 
     def softmax(self, x: NodeRef, axis: int = -1, name: str | None = None) -> Node:
@@ -166,8 +225,16 @@ class Builder:
     def argmax(self, x: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.Argmax(), [x], name)
 
-    def sample(self, logits: NodeRef, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-               seed: int = 0, seed_input: NodeRef | None = None, name: str | None = None) -> Node:
+    def sample(
+        self,
+        logits: NodeRef,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        seed_input: NodeRef | None = None,
+        name: str | None = None,
+    ) -> Node:
         ins = [logits] + ([seed_input] if seed_input is not None else [])
         return self.apply(ops.Sample(temperature, top_k, top_p, seed), ins, name)
 
@@ -191,29 +258,63 @@ class Builder:
         return self.apply(ops.ScatterAdd(out_dim), [updates, indices], name)
 
     # -- attention ----------------------------------------------------------------------------
-    def attention(self, q: NodeRef, k: NodeRef, v: NodeRef, num_heads: int, head_dim: int,
-                  num_kv_heads: int = 0, mask_kind: MaskKind | str = MaskKind.NONE,
-                  mask: NodeRef | None = None, score_scale: float | None = None, softcap: float | None = None,
-                  window: int = 0, kv_len: NodeRef | None = None, name: str | None = None) -> Node:
+    def attention(
+        self,
+        q: NodeRef,
+        k: NodeRef,
+        v: NodeRef,
+        num_heads: int,
+        head_dim: int,
+        num_kv_heads: int = 0,
+        mask_kind: MaskKind | str = MaskKind.NONE,
+        mask: NodeRef | None = None,
+        score_scale: float | None = None,
+        softcap: float | None = None,
+        window: int = 0,
+        kv_len: NodeRef | None = None,
+        name: str | None = None,
+    ) -> Node:
         """``kv_len``: a pos i32[1] tensor; keys [0, pos + S_q) are attended (KV-cache decoding)."""
         kind = enum_value(MaskKind, mask_kind)
-        op = ops.Attention(num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window,
-                           kv_len is not None)
+        op = ops.Attention(
+            num_heads, head_dim, num_kv_heads, kind, score_scale, softcap, window, kv_len is not None
+        )
         extra = ([mask] if mask is not None else []) + ([kv_len] if kv_len is not None else [])
         return self.apply(op, [q, k, v, *extra], name)
 
     def cache_write(self, cache: NodeRef, rows: NodeRef, pos: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.CacheWrite(), [cache, rows, pos], name)
 
-    def rope_kv_append(self, qkv: NodeRef, k_cache: NodeRef, v_cache: NodeRef, cos: NodeRef, sin: NodeRef,
-                       pos: NodeRef, head_dim: int, q_width: int, kv_width: int, n_rot: int = 0,
-                       interleaved: bool = False, name: str | None = None) -> Node:
+    def rope_kv_append(
+        self,
+        qkv: NodeRef,
+        k_cache: NodeRef,
+        v_cache: NodeRef,
+        cos: NodeRef,
+        sin: NodeRef,
+        pos: NodeRef,
+        head_dim: int,
+        q_width: int,
+        kv_width: int,
+        n_rot: int = 0,
+        interleaved: bool = False,
+        name: str | None = None,
+    ) -> Node:
         op = ops.RopeKvAppend(head_dim, q_width, kv_width, n_rot, interleaved)
         return self.apply(op, [qkv, k_cache, v_cache, cos, sin, pos], name)
 
-    def rope(self, x: NodeRef, cos: NodeRef, sin: NodeRef, head_dim: int, n_rot: int = 0,
-             interleaved: bool = False, position_offset: int = 0, position: NodeRef | None = None,
-             name: str | None = None) -> Node:
+    def rope(
+        self,
+        x: NodeRef,
+        cos: NodeRef,
+        sin: NodeRef,
+        head_dim: int,
+        n_rot: int = 0,
+        interleaved: bool = False,
+        position_offset: int = 0,
+        position: NodeRef | None = None,
+        name: str | None = None,
+    ) -> Node:
         op = ops.Rope(head_dim, n_rot, interleaved, position_offset)
         return self.apply(op, [x, cos, sin] + ([position] if position is not None else []), name)
 

@@ -93,8 +93,12 @@ class Graph(Builder, BuilderExtra, BuilderComposite):
     def param(self, name: str, shape: Iterable, dtype: DType | str = DType.F32) -> Node:
         return self.apply(ops.Param(name, as_shape(shape), DType.parse(dtype)), (), name)
 
-    def constant(self, value: np.ndarray | float | int | Sequence, dtype: DType | str | None = None,
-                 name: str | None = None) -> Node:
+    def constant(
+        self,
+        value: np.ndarray | float | int | Sequence,
+        dtype: DType | str | None = None,
+        name: str | None = None,
+    ) -> Node:
         array = np.asarray(value)
         if dtype is None:
             dtype = DType.F32 if array.dtype.kind == "f" else DType.parse(array.dtype)
@@ -151,13 +155,17 @@ class Graph(Builder, BuilderExtra, BuilderComposite):
                 raise GraphError(f"{n.name}: node name used twice")
             seen.add(n.name)
             if any(i >= n.id or i < 0 for i in n.inputs):
-                raise GraphError(f"{n.name} ({type(n.op).__name__}): input ids {n.inputs} not before node {n.id}")
+                raise GraphError(
+                    f"{n.name} ({type(n.op).__name__}): input ids {n.inputs} not before node {n.id}"
+                )
             try:
                 again = n.op.infer([self.nodes[i].type for i in n.inputs])
             except GraphError as e:
                 raise GraphError(f"{n.name} ({type(n.op).__name__}): {e}") from None
             if again != n.type:
-                raise GraphError(f"{n.name} ({type(n.op).__name__}): stored type {n.type} != inferred {again}")
+                raise GraphError(
+                    f"{n.name} ({type(n.op).__name__}): stored type {n.type} != inferred {again}"
+                )
         if not self.outputs:
             raise GraphError(f"graph {self.name!r} has no outputs: call graph.output(node)")
         for o in self.outputs:
@@ -168,15 +176,18 @@ class Graph(Builder, BuilderExtra, BuilderComposite):
     # -- text -------------------------------------------------------------------------------
     def __str__(self) -> str:
         from rlxpy.ir.serialize import pretty
+
         return pretty(self)
 
     def to_json(self) -> str:
         from rlxpy.ir.serialize import to_json
+
         return to_json(self)
 
     @staticmethod
     def from_json(text: str) -> Graph:
         from rlxpy.ir.serialize import from_json
+
         return from_json(text)
 
     # -- helpers ----------------------------------------------------------------------------

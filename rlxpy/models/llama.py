@@ -48,7 +48,9 @@ class LlamaConfig:
 
     def check(self) -> None:
         if self.heads % self.kv_heads:
-            raise GraphError(f"llama config: {self.heads} heads is not a multiple of {self.kv_heads} kv heads")
+            raise GraphError(
+                f"llama config: {self.heads} heads is not a multiple of {self.kv_heads} kv heads"
+            )
         if self.dim % 2:
             raise GraphError(f"llama config: head_dim {self.dim} must be even for RoPE")
 
@@ -92,7 +94,9 @@ class _Weights:
 
     def kv_cache(self, name: str) -> Node:
         if name not in self.cache:
-            self.cache[name] = self.g.param(name, [self.cfg.context, self.cfg.kv_heads * self.cfg.dim], DType.F32)
+            self.cache[name] = self.g.param(
+                name, [self.cfg.context, self.cfg.kv_heads * self.cfg.dim], DType.F32
+            )
         return self.cache[name]
 
 
@@ -101,8 +105,9 @@ def _linear(g: Graph, w: _Weights, x: Node, name: str, n: int, k: int, out: str)
     return g.dequant_matmul_gguf(x, weight, qtype, n, k, name=out)
 
 
-def _branch(g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos: Node, sin: Node,
-            sampler: dict | None) -> None:
+def _branch(
+    g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos: Node, sin: Node, sampler: dict | None
+) -> None:
     tokens = g.input(f"{prefix}_tokens", [seq], DType.I32)
     pos = g.input(f"{prefix}_pos", [1], DType.I32)
     embd_type = cfg.weight_types.get("token_embd.weight", "F32")
@@ -111,36 +116,65 @@ def _branch(g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos:
     q_width, kv_width = cfg.heads * cfg.dim, cfg.kv_heads * cfg.dim
     for layer in range(cfg.layers):
         blk, at = f"blk.{layer}", f"{prefix}.{layer}"
-        h = g.rms_norm(x, w.vector(f"{blk}.attn_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{at}.attn_norm")
+        h = g.rms_norm(
+            x, w.vector(f"{blk}.attn_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{at}.attn_norm"
+        )
         k_cache, v_cache = w.kv_cache(f"{blk}.k_cache"), w.kv_cache(f"{blk}.v_cache")
         if _qkv_fusable(cfg, layer):
             # one GEMV for q|k|v, then one kernel rotates q, k and appends k, v to the caches
             qkv = _linear(g, w, h, f"{blk}.attn_qkv.weight", q_width + 2 * kv_width, cfg.hidden, f"{at}.qkv")
-            q = g.rope_kv_append(qkv, k_cache, v_cache, cos, sin, pos, cfg.dim, q_width, kv_width,
-                                 interleaved=cfg.rope_interleaved, name=f"{at}.q_rope")
+            q = g.rope_kv_append(
+                qkv,
+                k_cache,
+                v_cache,
+                cos,
+                sin,
+                pos,
+                cfg.dim,
+                q_width,
+                kv_width,
+                interleaved=cfg.rope_interleaved,
+                name=f"{at}.q_rope",
+            )
             k_all, v_all = k_cache, v_cache  # read after the append: attention depends on q
         else:
             q = _linear(g, w, h, f"{blk}.attn_q.weight", q_width, cfg.hidden, f"{at}.q")
             k = _linear(g, w, h, f"{blk}.attn_k.weight", kv_width, cfg.hidden, f"{at}.k")
             v = _linear(g, w, h, f"{blk}.attn_v.weight", kv_width, cfg.hidden, f"{at}.v")
-            q = g.rope(q, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.q_rope")
-            k = g.rope(k, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.k_rope")
+            q = g.rope(
+                q, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.q_rope"
+            )
+            k = g.rope(
+                k, cos, sin, cfg.dim, interleaved=cfg.rope_interleaved, position=pos, name=f"{at}.k_rope"
+            )
             k_all = g.cache_write(k_cache, k, pos, name=f"{at}.k_cache")
             v_all = g.cache_write(v_cache, v, pos, name=f"{at}.v_cache")
-        attn = g.attention(g.reshape(q, [1, seq, q_width], name=f"{at}.q3"),
-                           g.reshape(k_all, [1, cfg.context, kv_width], name=f"{at}.k3"),
-                           g.reshape(v_all, [1, cfg.context, kv_width], name=f"{at}.v3"),
-                           cfg.heads, cfg.dim, num_kv_heads=cfg.kv_heads, mask_kind=MaskKind.CAUSAL,
-                           kv_len=pos, name=f"{at}.attn")
+        attn = g.attention(
+            g.reshape(q, [1, seq, q_width], name=f"{at}.q3"),
+            g.reshape(k_all, [1, cfg.context, kv_width], name=f"{at}.k3"),
+            g.reshape(v_all, [1, cfg.context, kv_width], name=f"{at}.v3"),
+            cfg.heads,
+            cfg.dim,
+            num_kv_heads=cfg.kv_heads,
+            mask_kind=MaskKind.CAUSAL,
+            kv_len=pos,
+            name=f"{at}.attn",
+        )
         attn = g.reshape(attn, [seq, q_width], name=f"{at}.attn2")
-        x = g.add(x, _linear(g, w, attn, f"{blk}.attn_output.weight", cfg.hidden, q_width, f"{at}.o"),
-                  name=f"{at}.resid1")
+        x = g.add(
+            x,
+            _linear(g, w, attn, f"{blk}.attn_output.weight", cfg.hidden, q_width, f"{at}.o"),
+            name=f"{at}.resid1",
+        )
         h = g.rms_norm(x, w.vector(f"{blk}.ffn_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{at}.ffn_norm")
         gate = _linear(g, w, h, f"{blk}.ffn_gate.weight", cfg.ffn, cfg.hidden, f"{at}.gate")
         up = _linear(g, w, h, f"{blk}.ffn_up.weight", cfg.ffn, cfg.hidden, f"{at}.up")
         act = g.mul(g.silu(gate, name=f"{at}.silu"), up, name=f"{at}.swiglu")
-        x = g.add(x, _linear(g, w, act, f"{blk}.ffn_down.weight", cfg.hidden, cfg.ffn, f"{at}.down"),
-                  name=f"{at}.resid2")
+        x = g.add(
+            x,
+            _linear(g, w, act, f"{blk}.ffn_down.weight", cfg.hidden, cfg.ffn, f"{at}.down"),
+            name=f"{at}.resid2",
+        )
     if seq > 1:  # only the last real token's logits are needed
         last = g.input(f"{prefix}_last", [1], DType.I32)
         x = g.gather(x, last, axis=0, name=f"{prefix}.last_row")
@@ -150,8 +184,14 @@ def _branch(g: Graph, w: _Weights, cfg: LlamaConfig, prefix: str, seq: int, cos:
     g.output(logits)
     if sampler and sampler.get("temperature", 0) > 0:
         seed = g.input(f"{prefix}_seed", [2], DType.U32)
-        nxt = g.sample(logits, sampler["temperature"], sampler.get("top_k", 0), sampler.get("top_p", 1.0),
-                       seed_input=seed, name=f"{prefix}_next")
+        nxt = g.sample(
+            logits,
+            sampler["temperature"],
+            sampler.get("top_k", 0),
+            sampler.get("top_p", 1.0),
+            seed_input=seed,
+            name=f"{prefix}_next",
+        )
     else:
         nxt = g.argmax(logits, name=f"{prefix}_next")
     g.output(nxt)

@@ -40,7 +40,7 @@ def narrow_view_offset(node: Node, graph: Graph) -> int | None:
     if any(d != 1 for d in x.shape[:axis]) or not all(isinstance(d, int) for d in x.shape):
         return None
     inner = 1
-    for d in x.shape[axis + 1:]:
+    for d in x.shape[axis + 1 :]:
         inner *= d
     offset = node.op.start * inner * x.dtype.itemsize
     return offset if offset % 4 == 0 else None
@@ -117,7 +117,9 @@ def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scrat
         if roots[node.id] == node.id:
             offsets[node.id] = plan.offsets[node.id]
         else:  # a view or in-place op: its input's bytes, plus the view's own offset
-            offsets[node.id] = offsets[node.inputs[0]] + (view_offset(node, graph) if is_view(node, graph) else 0)
+            offsets[node.id] = offsets[node.inputs[0]] + (
+                view_offset(node, graph) if is_view(node, graph) else 0
+            )
     scratch_size = align_up(max(scratch, SCRATCH_MIN), alignment)
     return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size), tuple(buffers))
 
@@ -129,8 +131,10 @@ class Arena:
         import wgpu
 
         if size > device.max_buffer:
-            raise LimitError(f"arena of {size / 2**20:.1f} MiB exceeds the device's max buffer "
-                             f"({device.max_buffer / 2**20:.1f} MiB)")
+            raise LimitError(
+                f"arena of {size / 2**20:.1f} MiB exceeds the device's max buffer "
+                f"({device.max_buffer / 2**20:.1f} MiB)"
+            )
         self.device = device
         self.size = size
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -140,7 +144,9 @@ class Arena:
         self._pending_upload = 0
 
     def write(self, offset: int, data: bytes | np.ndarray) -> None:
-        raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        raw = (
+            data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        )
         if not len(raw):  # wgpu refuses empty writes; an empty tensor has nothing to write
             return
         if len(raw) % 4:
@@ -162,8 +168,10 @@ class Arena:
             # no destroy(): copies already recorded in this encoder may still use the old buffer;
             # dropping our reference lets wgpu free it once those commands are done
             self._transfer = self.device.device.create_buffer(
-                label="rlx_transfer", size=max(align_up(total, 256), 256),
-                usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+                label="rlx_transfer",
+                size=max(align_up(total, 256), 256),
+                usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
+            )
         cursor = 0
         for src, _, n in copies:
             encoder.copy_buffer_to_buffer(self.buffer, src, self._transfer, cursor, align_up(n, 4))
@@ -182,8 +190,10 @@ class Arena:
             # no destroy(): a pre-encoded run may still copy into the old buffer; dropping our
             # reference frees it once no command buffer holds it
             self._stagings[slot] = self.device.device.create_buffer(
-                label=f"rlx_readback{slot}", size=max(align_up(size, 256), 4096),
-                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+                label=f"rlx_readback{slot}",
+                size=max(align_up(size, 256), 4096),
+                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
+            )
         return self._stagings[slot]
 
     def read(self, offset: int, size: int) -> bytes:

@@ -27,17 +27,23 @@ class Report:
     def text(self, level: int = 1) -> str:
         s = self.summary
         kinds = s["steps_by_kind"]
-        line = (f"rlxpy: {s['steps']} steps ({kinds.get('G', 0)} G, {kinds.get('C', 0)} C, {kinds.get('H', 0)} H)"
-                f" | arena {s['arena_mib']:.1f} MiB (plan saves {s['plan_saving'] * 100:.0f}%)"
-                f" | {s['windows']} window(s) | staged {s['staged_mib']:.1f} MiB | {s['kernels']} kernels"
-                f" | compile {s['compile_ms']:.0f} ms on {s['device']}")
+        line = (
+            f"rlxpy: {s['steps']} steps ({kinds.get('G', 0)} G, {kinds.get('C', 0)} C, {kinds.get('H', 0)} H)"
+            f" | arena {s['arena_mib']:.1f} MiB (plan saves {s['plan_saving'] * 100:.0f}%)"
+            f" | {s['windows']} window(s) | staged {s['staged_mib']:.1f} MiB | {s['kernels']} kernels"
+            f" | compile {s['compile_ms']:.0f} ms on {s['device']}"
+        )
         lines = [line]
         if level >= 2:
-            lines.append(f"{'#':>5}  k {'kernel':<22} {'node':<30} {'out shape':<18} {'grid':<16} {'window':<16}")
+            lines.append(
+                f"{'#':>5}  k {'kernel':<22} {'node':<30} {'out shape':<18} {'grid':<16} {'window':<16}"
+            )
             for r in self.rows:
                 window = f"{r['window_base'] / 2**20:.1f}M+{r['window_size'] / 2**20:.1f}M"
-                lines.append(f"{r['index']:>5}  {r['kind']} {r['kernel']:<22.22} {r['node']:<30.30} "
-                             f"{r['out_shape']:<18.18} {str(r['grid']):<16} {window:<16}")
+                lines.append(
+                    f"{r['index']:>5}  {r['kind']} {r['kernel']:<22.22} {r['node']:<30.30} "
+                    f"{r['out_shape']:<18.18} {str(r['grid']):<16} {window:<16}"
+                )
         if level >= 2 and s["host_kernels"]:
             lines.append("host steps: " + ", ".join(f"{k} ×{n}" for k, n in s["host_kernels"].items()))
         return "\n".join(lines)
@@ -47,16 +53,34 @@ def build_report(exe: WgpuExecutable) -> Report:
     steps = exe.schedule.steps
     kinds = Counter(KIND_LETTER[s.kind] for s in steps)
     plan = exe.schedule.arena.plan
-    rows = [{"index": i, "kind": KIND_LETTER[s.kind], "kernel": s.kernel, "node": s.node, "label": s.label,
-             "out_shape": s.out_shape, "grid": s.grid if s.kind == "gpu" else "-",
-             "window_base": s.window[0], "window_size": s.window[1]} for i, s in enumerate(steps)]
+    rows = [
+        {
+            "index": i,
+            "kind": KIND_LETTER[s.kind],
+            "kernel": s.kernel,
+            "node": s.node,
+            "label": s.label,
+            "out_shape": s.out_shape,
+            "grid": s.grid if s.kind == "gpu" else "-",
+            "window_base": s.window[0],
+            "window_size": s.window[1],
+        }
+        for i, s in enumerate(steps)
+    ]
     staged = sum(s.copy[2] for s in steps if s.copy is not None)
     summary = {
-        "steps": len(steps), "steps_by_kind": dict(kinds), "arena_mib": exe.arena.size / 2**20,
-        "plan_bytes": plan.size, "plan_requested_bytes": plan.total_requested, "plan_saving": plan.saving,
-        "windows": len({s.window for s in steps if s.kind == "gpu"}), "staged_mib": staged / 2**20,
-        "kernels": len({s.source for s in steps if s.kind == "gpu"}), "compile_ms": exe.compile_seconds * 1e3,
-        "device": exe.device.name, "host_steps": kinds.get("H", 0),
+        "steps": len(steps),
+        "steps_by_kind": dict(kinds),
+        "arena_mib": exe.arena.size / 2**20,
+        "plan_bytes": plan.size,
+        "plan_requested_bytes": plan.total_requested,
+        "plan_saving": plan.saving,
+        "windows": len({s.window for s in steps if s.kind == "gpu"}),
+        "staged_mib": staged / 2**20,
+        "kernels": len({s.source for s in steps if s.kind == "gpu"}),
+        "compile_ms": exe.compile_seconds * 1e3,
+        "device": exe.device.name,
+        "host_steps": kinds.get("H", 0),
         "host_kernels": dict(Counter(s.kernel for s in steps if s.kind == "host")),
     }
     return Report(summary, rows)
@@ -106,9 +130,16 @@ def first_nan_node(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> dict[str, 
             inputs_ok = all(sum(_finite_summary(values[i])[:2]) == 0 for i in node.inputs)
             flat = values[node.id].ravel()
             index = int(np.flatnonzero(~np.isfinite(flat))[0])
-            return {"node": node.name, "op": type(node.op).__name__, "shape": list(node.shape), "nan": nan,
-                    "inf": inf, "first_index": index, "inputs_finite": inputs_ok,
-                    "inputs": [graph.nodes[i].name for i in node.inputs]}
+            return {
+                "node": node.name,
+                "op": type(node.op).__name__,
+                "shape": list(node.shape),
+                "nan": nan,
+                "inf": inf,
+                "first_index": index,
+                "inputs_finite": inputs_ok,
+                "inputs": [graph.nodes[i].name for i in node.inputs],
+            }
     return None
 
 
@@ -122,9 +153,11 @@ def after_run_debug(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> None:
         for node in graph.nodes:
             nan, inf, _ = _finite_summary(values[node.id])
             if nan or inf:
-                print(f"rlxpy NaN trace: {node.name} ({type(node.op).__name__}) {list(node.shape)}: "
-                      f"{nan} NaN, {inf} Inf; inputs {[graph.nodes[i].name for i in node.inputs]}",
-                      file=sys.stderr)
+                print(
+                    f"rlxpy NaN trace: {node.name} ({type(node.op).__name__}) {list(node.shape)}: "
+                    f"{nan} NaN, {inf} Inf; inputs {[graph.nodes[i].name for i in node.inputs]}",
+                    file=sys.stderr,
+                )
                 shown += 1
                 if shown >= int(env.NAN_TRACE) * 5:
                     break
@@ -138,5 +171,8 @@ def after_run_debug(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> None:
                 continue
             nan, inf, biggest = _finite_summary(values[node.id])
             extra = f" first={values[node.id].ravel()[:8].tolist()}" if env.DUMP_FLAT else ""
-            print(f"rlxpy dump: {node.name:<32} {type(node.op).__name__:<16} max|x|={biggest:.6g} "
-                  f"nan={nan} inf={inf}{extra}", file=sys.stderr)
+            print(
+                f"rlxpy dump: {node.name:<32} {type(node.op).__name__:<16} max|x|={biggest:.6g} "
+                f"nan={nan} inf={inf}{extra}",
+                file=sys.stderr,
+            )

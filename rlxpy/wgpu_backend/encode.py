@@ -43,12 +43,13 @@ class Prepared:
         if not self.size:
             return [b"" for _ in self.placed]
         data = arena.map_staging(self.size, self.slot)
-        return [data[dst: dst + size] for dst, size in self.placed]
+        return [data[dst : dst + size] for dst, size in self.placed]
 
 
 class Encoder:
-    def __init__(self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int,
-                 raw: bool = True) -> None:
+    def __init__(
+        self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int, raw: bool = True
+    ) -> None:
         import wgpu
 
         self.device = device
@@ -60,13 +61,19 @@ class Encoder:
         self.record_size = record
         self.stride = align_up(record, device.uniform_align)
         self.uniform_buffer = device.device.create_buffer(
-            label="rlx_uniforms", size=max(self.stride * max(len(gpu_steps), 1), 256),
-            usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+            label="rlx_uniforms",
+            size=max(self.stride * max(len(gpu_steps), 1), 256),
+            usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
+        )
         layout = device.bind_group_layout(record)
         self.bind_group = device.device.create_bind_group(
-            label="rlx_arena_window", layout=layout,
-            entries=[{"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
-                     {"binding": 1, "resource": {"buffer": self.uniform_buffer, "offset": 0, "size": record}}])
+            label="rlx_arena_window",
+            layout=layout,
+            entries=[
+                {"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
+                {"binding": 1, "resource": {"buffer": self.uniform_buffer, "offset": 0, "size": record}},
+            ],
+        )
         self.segments: list[Segment] = []
         self.grids: list[tuple[int, int, int]] = [s.grid for s in steps]  # the active extent edits these
         self.slot_of: dict[int, int] = {}
@@ -81,7 +88,7 @@ class Encoder:
                 self.segments.append(Segment(step.kind, [], step))
                 continue
             slot = len(offsets) // 2
-            blob[slot * self.stride: slot * self.stride + len(step.uniforms)] = step.uniforms
+            blob[slot * self.stride : slot * self.stride + len(step.uniforms)] = step.uniforms
             offsets += [step.window[0], slot * self.stride]
             try:
                 pipeline = device.pipeline(step.kernel, step.source, record)
@@ -148,7 +155,7 @@ class Encoder:
                 if pipeline is not current:
                     cpass.set_pipeline(pipeline)
                     current = pipeline
-                cpass.set_bind_group(0, self.bind_group, self.offsets[2 * slot: 2 * slot + 2])
+                cpass.set_bind_group(0, self.bind_group, self.offsets[2 * slot : 2 * slot + 2])
                 cpass.dispatch_workgroups(*grid)
         cpass.end()
 
@@ -172,8 +179,14 @@ class Encoder:
             self._subsets[steps] = chosen
         return self._subsets[steps]
 
-    def run(self, host_io: Any, reads: Sequence[tuple[int, int]], steps: frozenset[int] | None = None,
-            copies: Sequence[tuple[int, int, int]] = (), before_submit: Any = None) -> list[bytes]:
+    def run(
+        self,
+        host_io: Any,
+        reads: Sequence[tuple[int, int]],
+        steps: frozenset[int] | None = None,
+        copies: Sequence[tuple[int, int, int]] = (),
+        before_submit: Any = None,
+    ) -> list[bytes]:
         """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``.
 
         ``copies`` (src, dst, bytes) move arena bytes on the GPU before the first pass (feeds).
@@ -240,8 +253,8 @@ class Encoder:
     def write_uniforms(self, index: int, record: bytes) -> None:
         """Replace one step's uniform record (active extent); lands before the next submit."""
         start = self.slot_of[index] * self.stride
-        if bytes(self.blob[start: start + len(record)]) != record:
-            self.blob[start: start + len(record)] = record
+        if bytes(self.blob[start : start + len(record)]) != record:
+            self.blob[start : start + len(record)] = record
             self.device.queue.write_buffer(self.uniform_buffer, start, record)
 
     def gpu_step_count(self) -> int:

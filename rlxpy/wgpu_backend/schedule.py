@@ -107,19 +107,37 @@ class LowerCtx:
         return [self.graph.nodes[i] for i in node.inputs]
 
     # -- steps --------------------------------------------------------------------------------
-    def dispatch(self, kernel: Kernel, node: Node, grid: tuple[int, int, int],
-                 subs: dict[str, object] | None = None, scalable: bool = True, **fields: float | int) -> Step:
+    def dispatch(
+        self,
+        kernel: Kernel,
+        node: Node,
+        grid: tuple[int, int, int],
+        subs: dict[str, object] | None = None,
+        scalable: bool = True,
+        **fields: float | int,
+    ) -> Step:
         """A GPU step. ``scalable=False`` opts it out of the active extent (it then runs in full)."""
         if any(g > MAX_GROUPS for g in grid):
             raise LimitError(f"{where(node)}: grid {grid} exceeds {MAX_GROUPS} workgroups per dimension")
-        return Step("gpu", f"{kernel.name}:{node.name}", node.name, kernel.name,
-                    kernel.source(**(subs or {})), kernel.params.pack(fields), grid,
-                    (self.window_base, self.window_size), format_shape(node.shape),
-                    scales=kernel.params.scales if scalable else (), extent_axis=kernel.extent_axis,
-                    extent_rows=int(node.shape[0]) if node.rank and scalable else 0)
+        return Step(
+            "gpu",
+            f"{kernel.name}:{node.name}",
+            node.name,
+            kernel.name,
+            kernel.source(**(subs or {})),
+            kernel.params.pack(fields),
+            grid,
+            (self.window_base, self.window_size),
+            format_shape(node.shape),
+            scales=kernel.params.scales if scalable else (),
+            extent_axis=kernel.extent_axis,
+            extent_rows=int(node.shape[0]) if node.rank and scalable else 0,
+        )
 
     def host(self, node: Node, name: str, fn: Callable[[Any], None]) -> Step:
-        return Step("host", f"{name}:{node.name}", node.name, name, out_shape=format_shape(node.shape), host=fn)
+        return Step(
+            "host", f"{name}:{node.name}", node.name, name, out_shape=format_shape(node.shape), host=fn
+        )
 
     @staticmethod
     def grid_1d(threads: int, workgroup: int = 256) -> tuple[int, int, int]:

@@ -24,7 +24,9 @@ def hf_model(path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, torch_dtype="float32").eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, torch_dtype="float32"
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +57,10 @@ def test_32_greedy_tokens_match_transformers(hf_model, generator, prompt_ids):
 
     gen, _ = generator
     with torch.no_grad():
-        out = hf_model.generate(torch.tensor([prompt_ids]), max_new_tokens=32, min_new_tokens=32,
-                                do_sample=False)
-    want = out[0, len(prompt_ids):].tolist()
+        out = hf_model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=32, min_new_tokens=32, do_sample=False
+        )
+    want = out[0, len(prompt_ids) :].tolist()
     assert list(gen.generate(prompt_ids, 32)) == want
 
 
@@ -66,5 +69,6 @@ def test_arena_is_small_next_to_the_file(generator):
     cfg = model.config
     kv_bytes = 2 * cfg.layers * cfg.context * cfg.kv_heads * cfg.dim * 4
     arena = gen.exe.arena.size
-    print(f"arena {arena / 2**20:.1f} MiB, file {model.file_size() / 2**20:.1f} MiB, KV {kv_bytes / 2**20:.1f} MiB")
+    mib = 2**20
+    print(f"arena {arena / mib:.1f} MiB, file {model.file_size() / mib:.1f} MiB, KV {kv_bytes / mib:.1f} MiB")
     assert arena <= 1.5 * model.file_size() + kv_bytes

@@ -10,13 +10,23 @@ from rlxpy.ir.ops.core import Op, TensorType, need
 
 #: GGML block geometry: type name -> (elements per block, bytes per block).
 GGUF_BLOCKS: dict[str, tuple[int, int]] = {
-    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
-    "Q4_0": (32, 2 + 16), "Q4_1": (32, 2 + 2 + 16), "Q5_0": (32, 2 + 4 + 16),
-    "Q5_1": (32, 2 + 2 + 4 + 16), "Q8_0": (32, 2 + 32), "Q8_1": (32, 4 + 4 + 32),
-    "Q2_K": (256, 2 + 2 + 16 + 64), "Q3_K": (256, 2 + 32 + 64 + 12),
-    "Q4_K": (256, 2 + 2 + 12 + 128), "Q5_K": (256, 2 + 2 + 12 + 32 + 128),
-    "Q6_K": (256, 2 + 16 + 64 + 128), "Q8_K": (256, 4 + 256 + 32),
-    "IQ4_NL": (32, 2 + 16), "IQ4_XS": (256, 2 + 2 + 4 + 128),
+    "F32": (1, 4),
+    "F16": (1, 2),
+    "BF16": (1, 2),
+    "Q4_0": (32, 2 + 16),
+    "Q4_1": (32, 2 + 2 + 16),
+    "Q5_0": (32, 2 + 4 + 16),
+    "Q5_1": (32, 2 + 2 + 4 + 16),
+    "Q8_0": (32, 2 + 32),
+    "Q8_1": (32, 4 + 4 + 32),
+    "Q2_K": (256, 2 + 2 + 16 + 64),
+    "Q3_K": (256, 2 + 32 + 64 + 12),
+    "Q4_K": (256, 2 + 2 + 12 + 128),
+    "Q5_K": (256, 2 + 2 + 12 + 32 + 128),
+    "Q6_K": (256, 2 + 16 + 64 + 128),
+    "Q8_K": (256, 4 + 256 + 32),
+    "IQ4_NL": (32, 2 + 16),
+    "IQ4_XS": (256, 2 + 2 + 4 + 128),
 }
 
 
@@ -41,8 +51,10 @@ class DequantMatMulGguf(Op):
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         x, w = ins
         need(x.shape[-1] == self.k, f"x {x} last dim must be k={self.k}")
-        need(w.dtype is DType.U8 and w.shape == (self.n, gguf_row_bytes(self.qtype, self.k)),
-             f"{self.qtype} weight must be u8[{self.n}, {gguf_row_bytes(self.qtype, self.k)}], got {w}")
+        need(
+            w.dtype is DType.U8 and w.shape == (self.n, gguf_row_bytes(self.qtype, self.k)),
+            f"{self.qtype} weight must be u8[{self.n}, {gguf_row_bytes(self.qtype, self.k)}], got {w}",
+        )
         return TensorType(tuple(x.shape[:-1]) + (self.n,), DType.F32)
 
 
@@ -58,10 +70,14 @@ class DequantGroupedMatMul(Op):
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         x, w, idx = ins
         row = gguf_row_bytes(self.qtype, self.k)
-        need(x.rank == 2 and x.shape[1] == self.k and idx.shape == (x.shape[0],),
-             f"wants x [M, {self.k}], idx [M]; got {x}, {idx}")
-        need(w.dtype is DType.U8 and w.rank == 3 and w.shape[1:] == (self.n, row),
-             f"{self.qtype} experts must be u8[E, {self.n}, {row}], got {w}")
+        need(
+            x.rank == 2 and x.shape[1] == self.k and idx.shape == (x.shape[0],),
+            f"wants x [M, {self.k}], idx [M]; got {x}, {idx}",
+        )
+        need(
+            w.dtype is DType.U8 and w.rank == 3 and w.shape[1:] == (self.n, row),
+            f"{self.qtype} experts must be u8[E, {self.n}, {row}], got {w}",
+        )
         return TensorType((x.shape[0], self.n), DType.F32)
 
 
@@ -77,8 +93,10 @@ class GatherGguf(Op):
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         table, idx = ins
         row = gguf_row_bytes(self.qtype, self.k)
-        need(table.dtype is DType.U8 and table.rank == 2 and table.shape[1] == row,
-             f"{self.qtype} table must be u8[rows, {row}], got {table}")
+        need(
+            table.dtype is DType.U8 and table.rank == 2 and table.shape[1] == row,
+            f"{self.qtype} table must be u8[rows, {row}], got {table}",
+        )
         need(idx.dtype in (DType.I32, DType.U32, DType.F32), f"indices must be i32/u32/f32, got {idx}")
         return TensorType(tuple(idx.shape) + (self.k,), DType.F32)
 
@@ -135,11 +153,16 @@ class FusedGgufMatMul(Op):
         row = gguf_row_bytes(self.qtype, self.k)
         for role in ("w", "w_up"):
             if role in by_role:
-                need(by_role[role].dtype is DType.U8 and by_role[role].shape == (self.n, row),
-                     f"{role} must be u8[{self.n}, {row}], got {by_role[role]}")
+                need(
+                    by_role[role].dtype is DType.U8 and by_role[role].shape == (self.n, row),
+                    f"{role} must be u8[{self.n}, {row}], got {by_role[role]}",
+                )
         if "gamma" in by_role:
             need(by_role["gamma"].shape == (self.k,), f"gamma must be [{self.k}], got {by_role['gamma']}")
         out = tuple(x.shape[:-1]) + (self.n,)
         if "residual" in by_role:
-            need(tuple(by_role["residual"].shape) == out, f"residual must be {list(out)}, got {by_role['residual']}")
+            need(
+                tuple(by_role["residual"].shape) == out,
+                f"residual must be {list(out)}, got {by_role['residual']}",
+            )
         return TensorType(out, DType.F32)

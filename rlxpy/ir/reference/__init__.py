@@ -32,7 +32,9 @@ def reference(op_type: type[ops.Op]) -> Callable[[RefFn], RefFn]:
 
     def register(fn: RefFn) -> RefFn:
         if op_type in REFERENCE:
-            raise RegistryError(f"{op_type.__name__} already has a reference in {REFERENCE[op_type].__module__}")
+            raise RegistryError(
+                f"{op_type.__name__} already has a reference in {REFERENCE[op_type].__module__}"
+            )
         REFERENCE[op_type] = fn
         return fn
 
@@ -52,8 +54,10 @@ def check_value(node: Node, value: Any, what: str) -> np.ndarray:
         if array.size == node.numel and array.ndim <= 1:
             array = array.reshape(shape)
         else:
-            raise InputError(f"{what} {node.name!r}: expected shape {format_shape(shape)} "
-                             f"({node.dtype}), got {format_shape(array.shape)}")
+            raise InputError(
+                f"{what} {node.name!r}: expected shape {format_shape(shape)} "
+                f"({node.dtype}), got {format_shape(array.shape)}"
+            )
     if node.dtype is DType.U8 and array.dtype != np.uint8:
         raise InputError(f"{what} {node.name!r}: expected raw u8 bytes, got {array.dtype}")
     if array.dtype.kind == "c" and node.dtype is not DType.C64:
@@ -64,8 +68,12 @@ def check_value(node: Node, value: Any, what: str) -> np.ndarray:
     return array.astype(node.dtype.numpy)
 
 
-def run_reference(graph: Graph, inputs: Mapping[str, Any] | None = None,
-                  params: Mapping[str, Any] | None = None, keep_all: bool = False) -> dict[str, np.ndarray]:
+def run_reference(
+    graph: Graph,
+    inputs: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+    keep_all: bool = False,
+) -> dict[str, np.ndarray]:
     """Evaluate ``graph`` in numpy. Returns {output name: array} (every node if ``keep_all``)."""
     _load_families()
     inputs = dict(inputs or {})
@@ -93,8 +101,10 @@ def run_reference(graph: Graph, inputs: Mapping[str, Any] | None = None,
             args = [values[i] for i in node.inputs]
             out = np.asarray(fn(op, args, node))
             if out.shape != tuple(node.shape):
-                raise GraphError(f"{where(node)}: reference produced {format_shape(out.shape)}, "
-                                 f"node declares {format_shape(node.shape)}")
+                raise GraphError(
+                    f"{where(node)}: reference produced {format_shape(out.shape)}, "
+                    f"node declares {format_shape(node.shape)}"
+                )
             values[node.id] = out.astype(node.dtype.numpy, copy=False)
         if not keep_all:  # free intermediates once their last reader ran
             for i in node.inputs:

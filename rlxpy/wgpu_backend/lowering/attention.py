@@ -42,19 +42,59 @@ SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in fligh
 SPLIT_MAX = 32
 COMBINE_WG = 64
 
-_COMMON = dict(s_q=U32, s_k=U32, kv_len=U32, group=U32, q=U32, k=U32, v=U32, o=U32, mask=U32,
-               q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
-               m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32,
-               kv_pos=U32, kv_dyn=U32)
-ATTN_FLASH = kernel("attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1),
-                    shared_bytes=14976)
+_COMMON = dict(
+    s_q=U32,
+    s_k=U32,
+    kv_len=U32,
+    group=U32,
+    q=U32,
+    k=U32,
+    v=U32,
+    o=U32,
+    mask=U32,
+    q_sb=U32,
+    q_sh=U32,
+    q_ss=U32,
+    k_sb=U32,
+    k_sh=U32,
+    k_ss=U32,
+    m_sb=U32,
+    m_sh=U32,
+    m_sq=U32,
+    m_sk=U32,
+    scale=F32,
+    softcap=F32,
+    window=U32,
+    kv_pos=U32,
+    kv_dyn=U32,
+)
+ATTN_FLASH = kernel(
+    "attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1), shared_bytes=14976
+)
 FLASH_SHARED_BYTES = ATTN_FLASH.shared_bytes  # the two workgroup arrays of attn_flash.wgsl
 FLASH_QUERIES = 64  # queries per attn_flash workgroup
-ATTN_DECODE = kernel("attn_decode", params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32,
-                                           part=U32), workgroup=(DECODE_WG, 1, 1), shared_bytes=14336)
-ATTN_COMBINE = kernel("attn_combine", params("AttnCombineParams", rows=U32, heads=U32, s_q=U32, splits=U32,
-                                             part=U32, o=U32, q_sb=U32, q_sh=U32, q_ss=U32),
-                      workgroup=(COMBINE_WG, 1, 1))
+ATTN_DECODE = kernel(
+    "attn_decode",
+    params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
+    workgroup=(DECODE_WG, 1, 1),
+    shared_bytes=14336,
+)
+ATTN_COMBINE = kernel(
+    "attn_combine",
+    params(
+        "AttnCombineParams",
+        rows=U32,
+        heads=U32,
+        s_q=U32,
+        splits=U32,
+        part=U32,
+        o=U32,
+        q_sb=U32,
+        q_sh=U32,
+        q_ss=U32,
+    ),
+    workgroup=(COMBINE_WG, 1, 1),
+)
 
 
 def flash_tiles(head_dim: int) -> dict[str, int]:
@@ -68,8 +108,9 @@ def flash_tiles(head_dim: int) -> dict[str, int]:
     return {"UD": units, "KC": keys}
 
 
-def _seq_strides(node: Node, t: Node, layout: str, heads: int, head_dim: int, what: str
-                 ) -> tuple[int, int, tuple[int, int, int]]:
+def _seq_strides(
+    node: Node, t: Node, layout: str, heads: int, head_dim: int, what: str
+) -> tuple[int, int, tuple[int, int, int]]:
     """(batch, seq, (batch stride, head stride, seq stride)) of q/k/v in its layout, checked."""
     shape = t.shape
     ok = shape[-1] == head_dim or (layout == "bs(hd)" and shape[-1] == heads * head_dim)
@@ -80,12 +121,17 @@ def _seq_strides(node: Node, t: Node, layout: str, heads: int, head_dim: int, wh
         batch, seq, strides = shape[0], shape[1], (shape[1] * heads * head_dim, head_dim, heads * head_dim)
         ok = ok and (layout == "bs(hd)" or shape[2] == heads)
     else:  # "hsd": [B*H, S, D]
-        batch, seq, strides = shape[0] // heads, shape[1], (heads * shape[1] * head_dim, shape[1] * head_dim,
-                                                              head_dim)
+        batch, seq, strides = (
+            shape[0] // heads,
+            shape[1],
+            (heads * shape[1] * head_dim, shape[1] * head_dim, head_dim),
+        )
         ok = ok and shape[0] % heads == 0
     if not ok:
-        raise GraphError(f"{where(node)}: {what} {t.type} does not fit layout {layout} with {heads} heads "
-                         f"of dim {head_dim}")
+        raise GraphError(
+            f"{where(node)}: {what} {t.type} does not fit layout {layout} with {heads} heads "
+            f"of dim {head_dim}"
+        )
     return batch, seq, strides
 
 
@@ -94,8 +140,9 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
     a size-1 dim broadcasts (stride 0)."""
     names = {2: "bk", 3: "bqk", 4: "bhqk"}.get(mask.rank)
     if names is None:
-        raise GraphError(f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or "
-                         "[B, H, S_q, S_k]")
+        raise GraphError(
+            f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k]"
+        )
     strides = dict.fromkeys("bhqk", 0)
     step = 1
     for name, size in reversed(list(zip(names, mask.shape))):
@@ -123,11 +170,15 @@ def decode_batches(head_dim: int, rows: int) -> dict[str, str]:
     groups = DECODE_WG // head_dim
     for first in range(0, math.ceil(DECODE_KEYS / groups), DECODE_BATCH):
         batch = range(first, min(math.ceil(DECODE_KEYS / groups), first + DECODE_BATCH))
-        pv += [f"            let vx{n} = ld_f32(v_col + min(g + {groups * n}u, last) * p.k_ss);"
-               for n in batch]
+        pv += [
+            f"            let vx{n} = ld_f32(v_col + min(g + {groups * n}u, last) * p.k_ss);" for n in batch
+        ]
         for lanes in ("lo", "hi") if rows == 8 else ("lo",):
-            pv += [f"            acc_{lanes} += select(vec4<f32>(0.0), ps_{lanes}[min(g + {groups * n}u, "
-                   f"last)], g + {groups * n}u <= last) * vx{n};" for n in batch]
+            pv += [
+                f"            acc_{lanes} += select(vec4<f32>(0.0), ps_{lanes}[min(g + {groups * n}u, "
+                f"last)], g + {groups * n}u <= last) * vx{n};"
+                for n in batch
+            ]
     return {"SCORE_BATCH": "\n".join(score), "PV_BATCH": "\n".join(pv)}
 
 
@@ -152,10 +203,12 @@ def scratch_bytes(node: Node, graph: Graph) -> int:
     use its full split (the default 64 KiB allows ~3 splits for 32 heads of dim 128)."""
     op: ops.Attention = node.op  # type: ignore[assignment]
     q, k = (graph.nodes[i] for i in node.inputs[:2])
-    batch, s_q, _ = _seq_strides(node, q, attention_layout(q.type, op.num_heads, op.head_dim), op.num_heads,
-                                 op.head_dim, "q")
-    _, s_k, _ = _seq_strides(node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads,
-                             op.head_dim, "k")
+    batch, s_q, _ = _seq_strides(
+        node, q, attention_layout(q.type, op.num_heads, op.head_dim), op.num_heads, op.head_dim, "q"
+    )
+    _, s_k, _ = _seq_strides(
+        node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads, op.head_dim, "k"
+    )
     if s_q > DECODE_MAX_Q:
         return 0
     group = op.num_heads // op.kv_heads
@@ -186,15 +239,17 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
         if t.dtype is not DType.F32:
             raise UnsupportedOpError(f"{where(node)}: attention is lowered for f32 only, {what} is {t.type}")
     if head_dim > MAX_HEAD_DIM:
-        raise LimitError(f"{where(node)}: head_dim {head_dim} exceeds the {MAX_HEAD_DIM} the attention "
-                         "kernels support")
+        raise LimitError(
+            f"{where(node)}: head_dim {head_dim} exceeds the {MAX_HEAD_DIM} the attention kernels support"
+        )
     layout_q = attention_layout(TensorType(q.shape, q.dtype), heads, head_dim)
     layout_k = attention_layout(TensorType(k.shape, k.dtype), kv_heads, head_dim)
     batch, s_q, (q_sb, q_sh, q_ss) = _seq_strides(node, q, layout_q, heads, head_dim, "q")
     batch_k, s_k, (k_sb, k_sh, k_ss) = _seq_strides(node, k, layout_k, kv_heads, head_dim, "k")
     if batch_k != batch or v.shape != k.shape:
-        raise GraphError(f"{where(node)}: q {q.type} has batch {batch} but k {k.type} / v {v.type} have "
-                         f"batch {batch_k}")
+        raise GraphError(
+            f"{where(node)}: q {q.type} has batch {batch} but k {k.type} / v {v.type} have batch {batch_k}"
+        )
     if min(batch, s_q, s_k, heads) == 0:
         raise GraphError(f"{where(node)}: empty attention (q {q.type}, k {k.type})")
     m_sb = m_sh = m_sq = m_sk = 0
@@ -203,30 +258,56 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
         m_sb, m_sh, m_sq, m_sk = _mask_strides(node, mask, {"b": batch, "h": heads, "q": s_q, "k": s_k})
         load_mask = word_type(mask.dtype, f"{where(node)} mask")[1]
     scale = op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim)
-    fields = dict(s_q=s_q, s_k=s_k, kv_len=s_k, group=heads // kv_heads, q=ctx.offset(q), k=ctx.offset(k),
-                  v=ctx.offset(v), o=ctx.offset(node), mask=ctx.offset(mask) if mask is not None else 0,
-                  q_sb=q_sb, q_sh=q_sh, q_ss=q_ss, k_sb=k_sb, k_sh=k_sh, k_ss=k_ss,
-                  m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk, scale=scale, softcap=op.softcap or 0.0,
-                  window=op.window, kv_pos=ctx.offset(pos) if pos is not None else 0, kv_dyn=int(pos is not None))
+    fields = dict(
+        s_q=s_q,
+        s_k=s_k,
+        kv_len=s_k,
+        group=heads // kv_heads,
+        q=ctx.offset(q),
+        k=ctx.offset(k),
+        v=ctx.offset(v),
+        o=ctx.offset(node),
+        mask=ctx.offset(mask) if mask is not None else 0,
+        q_sb=q_sb,
+        q_sh=q_sh,
+        q_ss=q_ss,
+        k_sb=k_sb,
+        k_sh=k_sh,
+        k_ss=k_ss,
+        m_sb=m_sb,
+        m_sh=m_sh,
+        m_sq=m_sq,
+        m_sk=m_sk,
+        scale=scale,
+        softcap=op.softcap or 0.0,
+        window=op.window,
+        kv_pos=ctx.offset(pos) if pos is not None else 0,
+        kv_dyn=int(pos is not None),
+    )
     subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
     if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:
-        raise LimitError(f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
-                         f"256 threads; the device allows {ctx.facts.max_workgroup_storage} B / "
-                         f"{ctx.facts.max_invocations}")
+        raise LimitError(
+            f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
+            f"256 threads; the device allows {ctx.facts.max_workgroup_storage} B / "
+            f"{ctx.facts.max_invocations}"
+        )
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
     return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
 
 
-def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int,
-                  head_dim: int) -> list[Step]:
+def _lower_decode(
+    node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int, head_dim: int
+) -> list[Step]:
     """attn_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
     head's group (GQA heads x S_q) through each K/V row once; partial records need attn_combine."""
     if DECODE_WG > ctx.facts.max_invocations or ATTN_DECODE.shared_bytes > ctx.facts.max_workgroup_storage:
-        raise LimitError(f"{where(node)}: attn_decode needs {DECODE_WG} threads and "
-                         f"{ATTN_DECODE.shared_bytes} B of workgroup memory; the device allows "
-                         f"{ctx.facts.max_invocations} / {ctx.facts.max_workgroup_storage} B")
+        raise LimitError(
+            f"{where(node)}: attn_decode needs {DECODE_WG} threads and "
+            f"{ATTN_DECODE.shared_bytes} B of workgroup memory; the device allows "
+            f"{ctx.facts.max_invocations} / {ctx.facts.max_workgroup_storage} B"
+        )
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
     row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
@@ -234,15 +315,45 @@ def _lower_decode(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: in
     splits = _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
-    decode_subs = {**subs, "DG": DECODE_WG // head_dim, "ROWS": row_block, "QD": padded,
-                   "QS_LEN": padded * row_block // 4, **decode_batches(head_dim, row_block)}
-    steps = [ctx.dispatch(ATTN_DECODE, node, (splits, kv_heads * chunks, batch), decode_subs, **fields,
-                          heads=heads, splits=splits, part=part)]
+    decode_subs = {
+        **subs,
+        "DG": DECODE_WG // head_dim,
+        "ROWS": row_block,
+        "QD": padded,
+        "QS_LEN": padded * row_block // 4,
+        **decode_batches(head_dim, row_block),
+    }
+    steps = [
+        ctx.dispatch(
+            ATTN_DECODE,
+            node,
+            (splits, kv_heads * chunks, batch),
+            decode_subs,
+            **fields,
+            heads=heads,
+            splits=splits,
+            part=part,
+        )
+    ]
     if splits > 1:
         combine_subs = {"PRELUDE": PRELUDE, "D": head_dim}
-        steps.append(ctx.dispatch(ATTN_COMBINE, node, ctx.grid_rows(rows), combine_subs, rows=rows,
-                                  heads=heads, s_q=s_q, splits=splits, part=part, o=fields["o"],
-                                  q_sb=fields["q_sb"], q_sh=fields["q_sh"], q_ss=fields["q_ss"]))
+        steps.append(
+            ctx.dispatch(
+                ATTN_COMBINE,
+                node,
+                ctx.grid_rows(rows),
+                combine_subs,
+                rows=rows,
+                heads=heads,
+                s_q=s_q,
+                splits=splits,
+                part=part,
+                o=fields["o"],
+                q_sb=fields["q_sb"],
+                q_sh=fields["q_sh"],
+                q_ss=fields["q_ss"],
+            )
+        )
     return steps
 
 

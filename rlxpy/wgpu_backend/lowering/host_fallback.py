@@ -17,16 +17,28 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers, not_lowered
 
 #: Ops lowered as host steps, with the reason each has no kernel yet.
 HOST_OPS: dict[type[ops.Op], str] = {
-    extra.RmsNormBackwardInput: "backward ops run on the host", extra.RmsNormBackwardGamma: "backward op",
-    extra.RmsNormBackwardBeta: "backward op", extra.LayerNormBackwardInput: "backward op",
-    extra.LayerNormBackwardGamma: "backward op", extra.RopeBackward: "backward op",
-    extra.CumsumBackward: "backward op", extra.GatherBackward: "backward op",
-    extra.AttentionBackward: "backward op", extra.Conv: "no conv kernel yet", extra.Pool: "no pool kernel yet",
-    extra.Im2Col: "im2col is a host op (as in the original)", extra.Custom: "custom ops are host steps",
-    extra.ElementwiseRegion: "no region kernel yet", extra.BatchElementwiseRegion: "no region kernel yet",
-    extra.SelectiveScan: "no scan kernel yet", extra.GatedDeltaNet: "recurrent N×N state: host step",
-    extra.Fft: "no FFT kernel yet", extra.WelchPeaks: "host step", extra.LogMel: "host step",
-    extra.LogMelBackward: "host step", ops.GroupedMatMul: "no grouped-matmul kernel yet",
+    extra.RmsNormBackwardInput: "backward ops run on the host",
+    extra.RmsNormBackwardGamma: "backward op",
+    extra.RmsNormBackwardBeta: "backward op",
+    extra.LayerNormBackwardInput: "backward op",
+    extra.LayerNormBackwardGamma: "backward op",
+    extra.RopeBackward: "backward op",
+    extra.CumsumBackward: "backward op",
+    extra.GatherBackward: "backward op",
+    extra.AttentionBackward: "backward op",
+    extra.Conv: "no conv kernel yet",
+    extra.Pool: "no pool kernel yet",
+    extra.Im2Col: "im2col is a host op (as in the original)",
+    extra.Custom: "custom ops are host steps",
+    extra.ElementwiseRegion: "no region kernel yet",
+    extra.BatchElementwiseRegion: "no region kernel yet",
+    extra.SelectiveScan: "no scan kernel yet",
+    extra.GatedDeltaNet: "recurrent N×N state: host step",
+    extra.Fft: "no FFT kernel yet",
+    extra.WelchPeaks: "host step",
+    extra.LogMel: "host step",
+    extra.LogMelBackward: "host step",
+    ops.GroupedMatMul: "no grouped-matmul kernel yet",
 }
 
 
@@ -45,6 +57,10 @@ def lower_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
 for _op in HOST_OPS:
     lowers(_op)(lower_on_host)
 
-for _op in (extra.GaussianSplatRender, extra.GaussianSplatRenderBackward, extra.GaussianSplatPrepare,
-            extra.GaussianSplatRasterize):
+for _op in (
+    extra.GaussianSplatRender,
+    extra.GaussianSplatRenderBackward,
+    extra.GaussianSplatPrepare,
+    extra.GaussianSplatRasterize,
+):
     not_lowered(_op, "Gaussian splatting is not implemented (no rasteriser yet)")

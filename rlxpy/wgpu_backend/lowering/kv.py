@@ -8,8 +8,9 @@ from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-KV_WRITE = kernel("kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32,
-                                     rows=U32, pos=U32))
+KV_WRITE = kernel(
+    "kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32, rows=U32, pos=U32)
+)
 
 
 @lowers(ops.CacheWrite)
@@ -21,14 +22,45 @@ def lower_cache_write(node: Node, ctx: LowerCtx) -> list[Step]:
     width = row_bytes // 4
     words = rows.shape[0] * width
     # the node's leading dim is the cache capacity, not the rows written: never extent-scaled
-    return [ctx.dispatch(KV_WRITE, node, ctx.grid_1d(words), scalable=False, n=words, width=width, capacity=cache.shape[0],
-                         cache=ctx.offset(node), rows=ctx.offset(rows), pos=ctx.offset(pos))]
+    return [
+        ctx.dispatch(
+            KV_WRITE,
+            node,
+            ctx.grid_1d(words),
+            scalable=False,
+            n=words,
+            width=width,
+            capacity=cache.shape[0],
+            cache=ctx.offset(node),
+            rows=ctx.offset(rows),
+            pos=ctx.offset(pos),
+        )
+    ]
 
 
-ROPE_KV_APPEND = kernel("rope_kv_append", params(
-    "RopeKvAppendParams", (), n=U32, rows=U32, q_width=U32, kv_width=U32, head_dim=U32, n_rot=U32,
-    interleaved=U32, capacity=U32, max_pos=U32, qkv=U32, k_cache=U32, v_cache=U32, cos=U32, sin=U32,
-    pos=U32, q_out=U32))
+ROPE_KV_APPEND = kernel(
+    "rope_kv_append",
+    params(
+        "RopeKvAppendParams",
+        (),
+        n=U32,
+        rows=U32,
+        q_width=U32,
+        kv_width=U32,
+        head_dim=U32,
+        n_rot=U32,
+        interleaved=U32,
+        capacity=U32,
+        max_pos=U32,
+        qkv=U32,
+        k_cache=U32,
+        v_cache=U32,
+        cos=U32,
+        sin=U32,
+        pos=U32,
+        q_out=U32,
+    ),
+)
 
 
 @lowers(ops.RopeKvAppend)
@@ -42,8 +74,27 @@ def lower_rope_kv_append(node: Node, ctx: LowerCtx) -> list[Step]:
     n = rows * (op.q_width + 2 * op.kv_width)
     # writes the caches too: never extent-scaled (the node's leading dim is S, but the cache rows
     # it appends must all land for later positions to see them)
-    return [ctx.dispatch(ROPE_KV_APPEND, node, ctx.grid_1d(n), scalable=False, n=n, rows=rows,
-                         q_width=op.q_width, kv_width=op.kv_width, head_dim=op.head_dim, n_rot=op.rot,
-                         interleaved=int(op.interleaved), capacity=k_cache.shape[0], max_pos=cos.shape[0],
-                         qkv=ctx.offset(qkv), k_cache=ctx.offset(k_cache), v_cache=ctx.offset(v_cache),
-                         cos=ctx.offset(cos), sin=ctx.offset(sin), pos=ctx.offset(pos), q_out=ctx.offset(node))]
+    return [
+        ctx.dispatch(
+            ROPE_KV_APPEND,
+            node,
+            ctx.grid_1d(n),
+            scalable=False,
+            n=n,
+            rows=rows,
+            q_width=op.q_width,
+            kv_width=op.kv_width,
+            head_dim=op.head_dim,
+            n_rot=op.rot,
+            interleaved=int(op.interleaved),
+            capacity=k_cache.shape[0],
+            max_pos=cos.shape[0],
+            qkv=ctx.offset(qkv),
+            k_cache=ctx.offset(k_cache),
+            v_cache=ctx.offset(v_cache),
+            cos=ctx.offset(cos),
+            sin=ctx.offset(sin),
+            pos=ctx.offset(pos),
+            q_out=ctx.offset(node),
+        )
+    ]
