@@ -84,3 +84,30 @@ def test_bad_shapes_are_refused():
     with pytest.raises(rlxpy.GraphError, match=r"qkv must be \[S, 40\]"):
         g.rope_kv_append(g.input("qkv", [1, 39]), g.param("k", [4, 8]), g.param("v", [4, 8]),
                          g.param("c", [4, 4]), g.param("s", [4, 4]), g.input("p", [1], "i32"), 8, 24, 8)
+
+
+@pytest.mark.parametrize("s_q,pos,capacity", [(1, 0, 16), (1, 37, 64), (3, 10, 32), (9, 20, 5000)])
+def test_attention_with_kv_len_from_position_matches_torch(device, s_q, pos, capacity):
+    """KV-cache attention: only keys [0, pos + S_q) exist, causal bottom-right over them."""
+    import torch
+
+    heads, kv_heads, dim = 4, 2, 8
+    rng = np.random.default_rng(pos + s_q)
+    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
+    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    k[:, pos + s_q:] = np.nan  # never-written cache rows must not be read
+    v[:, pos + s_q:] = np.nan
+    g = rlxpy.Graph()
+    qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    p = g.input("pos", [1], "i32")
+    g.output(g.attention(qn, kn, vn, heads, dim, num_kv_heads=kv_heads, mask_kind="causal", kv_len=p,
+                         name="o"))
+    out = rlxpy.compile(g).run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
+    n = pos + s_q
+    tq = torch.from_numpy(q).reshape(1, s_q, heads, dim).transpose(1, 2)
+    tk = torch.from_numpy(k[:, :n]).reshape(1, n, kv_heads, dim).transpose(1, 2)
+    tv = torch.from_numpy(v[:, :n]).reshape(1, n, kv_heads, dim).transpose(1, 2)
+    keep = torch.arange(n)[None, :] <= (torch.arange(s_q)[:, None] + pos)
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep, enable_gqa=True)
+    assert_close(out, want.transpose(1, 2).reshape(1, s_q, heads * dim).numpy(), 1e-5, 1e-5, "attention")

@@ -40,6 +40,10 @@ DECODE_BATCH = 32  # most loads one thread issues before using them
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
 SPLIT_MAX = 32
+# KV-cache decoding (dynamic_kv) of caches up to this many keys runs unsplit: every dispatch costs
+# ~7 µs of host encoding (benches/RESULTS.md), more than a one-workgroup-per-kv-head pass over a
+# few thousand keys costs the GPU, and an unsplit pass needs no attn_combine dispatch.
+UNSPLIT_CACHE_KEYS = 4096
 COMBINE_WG = 64
 
 _COMMON = dict(
@@ -209,7 +213,7 @@ def scratch_bytes(node: Node, graph: Graph) -> int:
     _, s_k, _ = _seq_strides(
         node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads, op.head_dim, "k"
     )
-    if s_q > DECODE_MAX_Q:
+    if s_q > DECODE_MAX_Q or (op.dynamic_kv and s_k <= UNSPLIT_CACHE_KEYS):
         return 0
     group = op.num_heads // op.kv_heads
     _, chunks = decode_blocks(op.num_heads, group, s_q, op.head_dim)
@@ -312,7 +316,8 @@ def _lower_decode(
     row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
-    splits = _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
+    unsplit = fields["kv_dyn"] == 1 and s_k <= UNSPLIT_CACHE_KEYS
+    splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
     decode_subs = {
