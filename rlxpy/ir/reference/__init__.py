@@ -78,6 +78,10 @@ def run_reference(
     _load_families()
     inputs = dict(inputs or {})
     params = dict(params or {})
+    if graph.symbols():  # symbolic dims: bind them from the input arrays, as compile() does
+        from rlxpy.ir.passes.dynamic import bind_graph, infer_binding
+
+        graph = bind_graph(graph, infer_binding(graph, inputs))
     values: dict[int, np.ndarray] = {}
     users = graph.consumers()
     remaining = {i: len(u) for i, u in users.items()}
