@@ -31,7 +31,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check rlxpy tests benches
-	$(BIN)/python -m pytest -x -q tests
+	$(BIN)/python -m pytest -x tests
 
 bench: $(STAMP)
 	$(BIN)/python benches/run_all.py
