@@ -35,14 +35,20 @@ class Report:
         )
         lines = [line]
         if level >= 2:
-            lines.append(
-                f"{'#':>5}  k {'kernel':<22} {'node':<30} {'out shape':<18} {'grid':<16} {'window':<16}"
-            )
+            timed = any("gpu_ms" in r or "host_ms" in r for r in self.rows)
+            header = f"{'#':>5}  k {'kernel':<22} {'node':<30} {'out shape':<18} {'grid':<16} {'window':<16}"
+            lines.append(header + (f" {'ms':>9} {'total':>9}" if timed else ""))
+            total = 0.0
             for r in self.rows:
                 window = f"{r['window_base'] / 2**20:.1f}M+{r['window_size'] / 2**20:.1f}M"
+                ms = r.get("gpu_ms", r.get("host_ms"))
+                timing = ""
+                if ms is not None:
+                    total += ms
+                    timing = f" {ms:9.4f} {total:9.3f}"
                 lines.append(
                     f"{r['index']:>5}  {r['kind']} {r['kernel']:<22.22} {r['node']:<30.30} "
-                    f"{r['out_shape']:<18.18} {str(r['grid']):<16} {window:<16}"
+                    f"{r['out_shape']:<18.18} {str(r['grid']):<16} {window:<16}{timing}"
                 )
         if level >= 2 and s["host_kernels"]:
             lines.append("host steps: " + ", ".join(f"{k} ×{n}" for k, n in s["host_kernels"].items()))
@@ -146,6 +152,14 @@ def first_nan_node(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> dict[str, 
 def after_run_debug(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> None:
     if exe._keep_all:
         return
+    if env.PROFILE and not getattr(exe, "_profiling", False):
+        from rlxpy.wgpu_backend.profile import profile
+
+        exe._profiling = True
+        try:
+            print(profile(exe, inputs).text(2), file=sys.stderr)
+        finally:
+            exe._profiling = False
     if env.NAN_TRACE:
         values = node_values(exe, inputs)
         graph = exe._debug_twin.graph  # type: ignore[union-attr]

@@ -138,7 +138,7 @@ class WgpuExecutable:
         raw = self.encoder.run(HostIO(self), reads, steps, copies, before_submit=upload)
         result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
         self.last_run_seconds = time.perf_counter() - started
-        if env.NAN_TRACE or env.DUMP_NODES:
+        if env.NAN_TRACE or env.DUMP_NODES or env.PROFILE:
             from rlxpy.wgpu_backend.debug import after_run_debug
             after_run_debug(self, inputs or {})
         return result
@@ -259,6 +259,11 @@ class WgpuExecutable:
         """Run with every tensor kept alive; the first node (in order) whose output is not finite."""
         from rlxpy.wgpu_backend.debug import first_nan_node
         return first_nan_node(self, inputs)
+
+    def profile(self, inputs: Mapping[str, Any] | None = None) -> Any:
+        """The dispatch report with per-step GPU times (timestamp queries) after one run."""
+        from rlxpy.wgpu_backend.profile import profile
+        return profile(self, inputs)
 
     def report(self) -> Any:
         from rlxpy.wgpu_backend.debug import build_report

@@ -205,3 +205,28 @@ def test_alternating_output_sets_and_growing_readbacks_stay_correct(mlp):
         for name, value in got.items():
             assert_close(value, want[name], 1e-4, 1e-5, name)
         exe.read_node("h")  # a synchronous read between pre-encoded runs
+
+
+def test_profile_times_every_gpu_step_and_scales_with_work(device):
+    g = rlxpy.Graph("prof")
+    small = g.input("small", [256])
+    big = g.input("big", [1 << 20])
+    g.output(g.exp(small, name="e_small"), g.exp(big, name="e_big"))
+    exe = rlxpy.compile(g)
+    report = exe.profile({"small": rand((256,)), "big": rand((1 << 20,))})
+    ms = {r["node"]: r["gpu_ms"] for r in report.rows}
+    assert set(ms) == {"e_small", "e_big"} and all(v >= 0 for v in ms.values())
+    assert ms["e_big"] > ms["e_small"]
+    assert " ms " in report.text(2).splitlines()[1] + " "
+
+
+def test_nan_trace_and_dump_flags_print_the_culprit(device, capsys):
+    g = rlxpy.Graph()
+    x = g.input("x", [3])
+    g.output(g.add(g.activation(x, "sqrt", name="root"), 1.0, name="plus"))
+    exe = rlxpy.compile(g)
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_DUMP_NODES=1):
+        exe.run({"x": np.array([4.0, -1.0, 9.0], np.float32)})
+    err = capsys.readouterr().err
+    assert "NaN trace: root (Activation) [3]: 1 NaN" in err
+    assert "rlxpy dump: root" in err and "nan=1" in err
