@@ -38,27 +38,38 @@ def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
     if "timestamp-query" not in dev.features:
         raise UnsupportedOpError(f"profiling needs the 'timestamp-query' feature, which {dev.name} lacks")
     encoder = exe.encoder
-    entries = {index: (pipeline, slot) for seg in encoder.segments if seg.kind == "gpu"
-               for pipeline, slot, index in seg.dispatches}
+    entries = {
+        index: (pipeline, slot)
+        for seg in encoder.segments
+        if seg.kind == "gpu"
+        for pipeline, slot, index in seg.dispatches
+    }
     order = sorted(i for i in entries if 0 not in encoder.grids[i])
     period = _timestamp_period(dev)
     times: dict[int, float] = {}
     per_set = MAX_QUERIES // 2
     for start in range(0, len(order), per_set):
-        chunk = order[start: start + per_set]
+        chunk = order[start : start + per_set]
         count = 2 * len(chunk)
         queries = dev.device.create_query_set(type="timestamp", count=count)
-        resolved = dev.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE
-                                            | wgpu.BufferUsage.COPY_SRC)
-        readback = dev.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.MAP_READ
-                                            | wgpu.BufferUsage.COPY_DST)
+        resolved = dev.device.create_buffer(
+            size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+        )
+        readback = dev.device.create_buffer(
+            size=8 * count, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+        )
         command = dev.device.create_command_encoder(label="rlx_profile")
         for k, index in enumerate(chunk):
             pipeline, slot = entries[index]
-            cpass = command.begin_compute_pass(timestamp_writes={
-                "query_set": queries, "beginning_of_pass_write_index": 2 * k, "end_of_pass_write_index": 2 * k + 1})
+            cpass = command.begin_compute_pass(
+                timestamp_writes={
+                    "query_set": queries,
+                    "beginning_of_pass_write_index": 2 * k,
+                    "end_of_pass_write_index": 2 * k + 1,
+                }
+            )
             cpass.set_pipeline(pipeline)
-            cpass.set_bind_group(0, encoder.bind_group, encoder.offsets[2 * slot: 2 * slot + 2])
+            cpass.set_bind_group(0, encoder.bind_group, encoder.offsets[2 * slot : 2 * slot + 2])
             cpass.dispatch_workgroups(*encoder.grids[index])
             cpass.end()
         command.resolve_query_set(queries, 0, count, resolved, 0)
@@ -80,9 +91,12 @@ def profile(exe: WgpuExecutable, inputs: Mapping[str, Any] | None = None) -> Rep
     exe.run(inputs or {})
     times = step_times_ms(exe)
     report = build_report(exe)
-    host = {exe.schedule.steps.index(seg.host): seconds * 1e3  # type: ignore[arg-type]
-            for seg_index, seconds in exe.encoder.host_seconds.items()
-            for seg in [exe.encoder.segments[seg_index]] if seg.host is not None}
+    host = {
+        exe.schedule.steps.index(seg.host): seconds * 1e3  # type: ignore[arg-type]
+        for seg_index, seconds in exe.encoder.host_seconds.items()
+        for seg in [exe.encoder.segments[seg_index]]
+        if seg.host is not None
+    }
     for row in report.rows:
         if row["index"] in times:
             row["gpu_ms"] = times[row["index"]]
