@@ -72,3 +72,20 @@ def test_arena_is_small_next_to_the_file(generator):
     mib = 2**20
     print(f"arena {arena / mib:.1f} MiB, file {model.file_size() / mib:.1f} MiB, KV {kv_bytes / mib:.1f} MiB")
     assert arena <= 1.5 * model.file_size() + kv_bytes
+
+
+def test_cli_generate_streams_text_and_reports_speed(device, capsys):
+    from rlxpy.cli import main
+
+    assert main(["generate", "--max-tokens", "6", "--context", "128", "--chunk", "16",
+                 "What is the capital of France?"]) == 0
+    captured = capsys.readouterr()
+    assert "Paris" in captured.out
+    assert "decode" in captured.err and "tok/s" in captured.err
+
+
+def test_cli_generate_refuses_a_prompt_longer_than_the_context(device, capsys):
+    from rlxpy.cli import main
+
+    assert main(["generate", "--context", "16", "--no-chat", "word " * 40]) == 2
+    assert "does not fit the context of 16 tokens" in capsys.readouterr().err
