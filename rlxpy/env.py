@@ -88,12 +88,25 @@ DUMP_NODES_LIMIT = flag("RLX_WGPU_DUMP_NODES_LIMIT", int, 64, "how many nodes RL
 DUMP_FLAT = flag("RLX_WGPU_DUMP_FLAT", int, 0, "node dumps also print the first 8 values of each node")
 BENCH_DISPATCH_ONLY = flag("RLX_BENCH_DISPATCH_ONLY", int, 0, "skip output readback (time dispatch only)")
 FORCE_INPUT_UPLOAD = flag(
-    "RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every input on every run (no hash skip)"
+    "RLX_WGPU_FORCE_INPUT_UPLOAD", int, 0, "upload every input on every run (no unchanged-input skip)"
 )
-MATMUL_F32_ONLY = flag("RLX_WGPU_MATMUL_F32_ONLY", int, 0, "never use reduced-precision matmul paths")
-F16_WEIGHTS = flag("RLX_WGPU_F16_WEIGHTS", int, 0, "keep f32 params as an f16 shadow for matmuls")
+MATMUL_F32_ONLY = flag(
+    "RLX_WGPU_MATMUL_F32_ONLY",
+    int,
+    0,
+    "never use reduced-precision matmul paths (reserved: every matmul is f32 today)",
+)
+F16_WEIGHTS = flag(
+    "RLX_WGPU_F16_WEIGHTS",
+    int,
+    0,
+    "keep f32 params as an f16 shadow for matmuls (reserved: not implemented yet)",
+)
 NO_PACKED_BSHD_ATTN = flag(
-    "RLX_WGPU_NO_PACKED_BSHD_ATTN", int, 0, "disable the packed BSHD attention pattern"
+    "RLX_WGPU_NO_PACKED_BSHD_ATTN",
+    int,
+    0,
+    "disable the packed BSHD attention pattern (reserved: pattern not implemented yet)",
 )
 NO_PATTERNS = flag(
     "RLX_WGPU_NO_PATTERNS", int, 0, "disable pattern fusion (decode GEMV + norm/SwiGLU/residual)"
