@@ -27,7 +27,7 @@ vulkan:
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/rlxpy generate --max-tokens 48 "$(PROMPT)"
+	$(BIN)/rlxpy generate --max-tokens 48 --context 512 "$(PROMPT)"
 
 test: $(STAMP)
 	$(BIN)/ruff check rlxpy tests benches
