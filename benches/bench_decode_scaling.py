@@ -7,9 +7,8 @@ timestamp queries. The executable is compiled once (its id and step count are re
 
 from __future__ import annotations
 
-from common import emit, parse_args
-
 import numpy as np
+from common import emit, parse_args
 
 from rlxpy.models.generate import Generator
 from rlxpy.models.llama import LlamaConfig
@@ -35,8 +34,13 @@ def main() -> None:
         gen.position = t
         gen.decode(3)
         times = step_times_ms(exe)
-        rows.append({"t": t, "attention_ms": sum(times[i] for i in attention),
-                     "decode_gpu_ms": sum(times[i] for i in decode_steps if i in times)})
+        rows.append(
+            {
+                "t": t,
+                "attention_ms": sum(times[i] for i in attention),
+                "decode_gpu_ms": sum(times[i] for i in decode_steps if i in times),
+            }
+        )
     assert id(gen.exe) == compiled
     emit({"capacity": capacity, "attention_steps": len(attention), "rows": rows}, args.json)
 

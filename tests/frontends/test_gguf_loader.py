@@ -13,10 +13,19 @@ from rlxpy.frontends.gguf import default_model_path, load_gguf
 def test_smollm2_config_comes_from_the_metadata():
     model = load_gguf(default_model_path(), context=512)
     cfg = model.config
-    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab_size) == (30, 576, 9, 3, 1536, 49152)
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab_size) == (
+        30,
+        576,
+        9,
+        3,
+        1536,
+        49152,
+    )
     assert cfg.dim == 64 and cfg.rope_theta == 100000.0 and cfg.context == 512
     assert cfg.tied_embeddings and cfg.rope_interleaved
-    assert cfg.weight_types["blk.0.attn_q.weight"] == "Q4_1" and cfg.weight_types["token_embd.weight"] == "Q8_0"
+    assert (
+        cfg.weight_types["blk.0.attn_q.weight"] == "Q4_1" and cfg.weight_types["token_embd.weight"] == "Q8_0"
+    )
     raw = model.tensor_bytes("blk.0.attn_q.weight")
     assert raw.dtype == np.uint8 and raw.nbytes == 576 * 360
 

@@ -77,8 +77,21 @@ def test_arena_is_small_next_to_the_file(generator):
 def test_cli_generate_streams_text_and_reports_speed(device, capsys):
     from rlxpy.cli import main
 
-    assert main(["generate", "--max-tokens", "6", "--context", "128", "--chunk", "16",
-                 "What is the capital of France?"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--max-tokens",
+                "6",
+                "--context",
+                "128",
+                "--chunk",
+                "16",
+                "What is the capital of France?",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "Paris" in captured.out
     assert "decode" in captured.err and "tok/s" in captured.err

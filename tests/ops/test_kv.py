@@ -17,8 +17,8 @@ def rope_torch(x, cos, sin, pos, head_dim, interleaved):
     t = torch.from_numpy(x).double()
     rows, width = t.shape
     heads = t.reshape(rows, width // head_dim, head_dim)
-    c = torch.from_numpy(cos[pos: pos + rows]).double()[:, None, :]
-    s = torch.from_numpy(sin[pos: pos + rows]).double()[:, None, :]
+    c = torch.from_numpy(cos[pos : pos + rows]).double()[:, None, :]
+    s = torch.from_numpy(sin[pos : pos + rows]).double()[:, None, :]
     if interleaved:
         z = torch.view_as_complex(heads.reshape(rows, -1, head_dim // 2, 2).contiguous())
         out = torch.view_as_real(z * torch.complex(c, s)).reshape(rows, width)
@@ -41,8 +41,9 @@ def test_rope_kv_append_matches_rope_and_cache_write(device, interleaved, rows, 
     qkv = g.input("qkv", [rows, qw + 2 * kw])
     p = g.input("pos", [1], "i32")
     kc, vc = g.param("kc", [capacity, kw]), g.param("vc", [capacity, kw])
-    q = g.rope_kv_append(qkv, kc, vc, g.constant(cos), g.constant(sin), p, head_dim, qw, kw,
-                         interleaved=interleaved, name="q")
+    q = g.rope_kv_append(
+        qkv, kc, vc, g.constant(cos), g.constant(sin), p, head_dim, qw, kw, interleaved=interleaved, name="q"
+    )
     k_all = g.add(g.reshape(kc, [capacity, kw]), 0.0, name="k_all")  # read after the append
     v_all = g.add(g.reshape(vc, [capacity, kw]), 0.0, name="v_all")
     g.output(q, k_all, v_all)
@@ -54,10 +55,11 @@ def test_rope_kv_append_matches_rope_and_cache_write(device, interleaved, rows, 
     out = exe.run({"qkv": x, "pos": np.array([pos], np.int32)})
     fit = max(0, min(rows, capacity - pos))
     want_k, want_v = start_k.copy(), start_v.copy()
-    want_k[pos: pos + fit] = rope_torch(x[:fit, qw: qw + kw], cos, sin, pos, head_dim, interleaved)
-    want_v[pos: pos + fit] = x[:fit, qw + kw:]
-    assert_close(out["q"][:fit], rope_torch(x[:fit, :qw], cos, sin, pos, head_dim, interleaved)[:fit],
-                 1e-5, 1e-6, "q")
+    want_k[pos : pos + fit] = rope_torch(x[:fit, qw : qw + kw], cos, sin, pos, head_dim, interleaved)
+    want_v[pos : pos + fit] = x[:fit, qw + kw :]
+    assert_close(
+        out["q"][:fit], rope_torch(x[:fit, :qw], cos, sin, pos, head_dim, interleaved)[:fit], 1e-5, 1e-6, "q"
+    )
     assert_close(out["k_all"], want_k, 1e-5, 1e-6, "k cache")
     assert_close(out["v_all"], want_v, 0, 0, "v cache")
     ref = run_reference(g, {"qkv": x, "pos": np.array([pos], np.int32)}, {"kc": start_k, "vc": start_v})
@@ -82,8 +84,17 @@ def test_cache_write_keeps_rows_across_runs_and_drops_overflow(device):
 def test_bad_shapes_are_refused():
     g = rlxpy.Graph()
     with pytest.raises(rlxpy.GraphError, match=r"qkv must be \[S, 40\]"):
-        g.rope_kv_append(g.input("qkv", [1, 39]), g.param("k", [4, 8]), g.param("v", [4, 8]),
-                         g.param("c", [4, 4]), g.param("s", [4, 4]), g.input("p", [1], "i32"), 8, 24, 8)
+        g.rope_kv_append(
+            g.input("qkv", [1, 39]),
+            g.param("k", [4, 8]),
+            g.param("v", [4, 8]),
+            g.param("c", [4, 4]),
+            g.param("s", [4, 4]),
+            g.input("p", [1], "i32"),
+            8,
+            24,
+            8,
+        )
 
 
 @pytest.mark.parametrize("s_q,pos,capacity", [(1, 0, 16), (1, 37, 64), (3, 10, 32), (9, 20, 5000)])
@@ -96,13 +107,14 @@ def test_attention_with_kv_len_from_position_matches_torch(device, s_q, pos, cap
     q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
     k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
     v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
-    k[:, pos + s_q:] = np.nan  # never-written cache rows must not be read
-    v[:, pos + s_q:] = np.nan
+    k[:, pos + s_q :] = np.nan  # never-written cache rows must not be read
+    v[:, pos + s_q :] = np.nan
     g = rlxpy.Graph()
     qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
     p = g.input("pos", [1], "i32")
-    g.output(g.attention(qn, kn, vn, heads, dim, num_kv_heads=kv_heads, mask_kind="causal", kv_len=p,
-                         name="o"))
+    g.output(
+        g.attention(qn, kn, vn, heads, dim, num_kv_heads=kv_heads, mask_kind="causal", kv_len=p, name="o")
+    )
     out = rlxpy.compile(g).run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
     n = pos + s_q
     tq = torch.from_numpy(q).reshape(1, s_q, heads, dim).transpose(1, 2)
