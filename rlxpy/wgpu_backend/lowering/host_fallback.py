@@ -42,14 +42,24 @@ HOST_OPS: dict[type[ops.Op], str] = {
 }
 
 
+def mutated_inputs(op: ops.Op) -> list[int]:
+    """Inputs an op updates in place (its reference mutates them): written back to the arena."""
+    if isinstance(op, extra.GatedDeltaNet) and op.carry_state:
+        return [5]
+    return []
+
+
 def lower_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
     _load_families()
     reference = REFERENCE[type(node.op)]
     op, input_ids, output_id = node.op, list(node.inputs), node.id
+    written_back = mutated_inputs(op)
 
     def run(io) -> None:
-        args = [np.asarray(io.read(i)) for i in input_ids]
+        args = [np.array(io.read(i)) for i in input_ids]
         io.write(output_id, reference(op, args, node))
+        for index in written_back:  # e.g. a carried recurrent state
+            io.write(input_ids[index], args[index])
 
     return [ctx.host(node, f"host_{type(node.op).__name__}", run)]
 
