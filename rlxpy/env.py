@@ -94,13 +94,13 @@ MATMUL_F32_ONLY = flag(
     "RLX_WGPU_MATMUL_F32_ONLY",
     int,
     0,
-    "never use reduced-precision matmul paths (reserved: every matmul is f32 today)",
+    "never store matmul weights as f16 (the f16 shadow); a weight too big for one binding then fails",
 )
 F16_WEIGHTS = flag(
     "RLX_WGPU_F16_WEIGHTS",
     int,
     0,
-    "keep f32 params as an f16 shadow for matmuls (reserved: not implemented yet)",
+    "store every f32 matmul weight as f16 (the f16 shadow; automatic for a weight over one binding)",
 )
 NO_PACKED_BSHD_ATTN = flag(
     "RLX_WGPU_NO_PACKED_BSHD_ATTN",

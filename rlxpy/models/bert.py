@@ -76,10 +76,12 @@ BATCH, SEQ = Sym("B"), Sym("S")
 
 
 def build_bert(cfg: BertConfig, pooling: bool = True, token_types: bool = False,
-               batch: int | Sym = BATCH, seq: int | Sym = SEQ) -> Graph:
+               batch: int | Sym = BATCH, seq: int | Sym = SEQ, fuse_qkv: bool = False) -> Graph:
     """The encoder graph. Inputs: ``input_ids`` i32 [B, S], ``attention_mask`` f32 [B, S] (1 keeps a
     token, 0 is padding), and ``token_type_ids`` i32 [B, S] when ``token_types`` (else type 0).
-    Outputs: ``last_hidden_state`` [B, S, H] and, with ``pooling``, ``embeddings`` [B, H]."""
+    Outputs: ``last_hidden_state`` [B, S, H] and, with ``pooling``, ``embeddings`` [B, H].
+    ``fuse_qkv``: one [H, 3H] projection (params ``...attention.self.qkv.weight/bias``, made by
+    ``fuse_qkv_params``) sliced into q, k, v, which the packed-attention pattern reads in place."""
     g = Graph("bert")
     hidden = cfg.hidden
     ids = g.input("input_ids", [batch, seq], DType.I32)
@@ -109,9 +111,14 @@ def build_bert(cfg: BertConfig, pooling: bool = True, token_types: bool = False,
                      vector("embeddings.LayerNorm.bias", hidden), eps=cfg.eps, name="emb.norm")
     for layer in range(cfg.layers):
         p, at = f"encoder.layer.{layer}", f"l{layer}"
-        q = linear(x, f"{p}.attention.self.query", hidden, hidden, f"{at}.q")
-        k = linear(x, f"{p}.attention.self.key", hidden, hidden, f"{at}.k")
-        v = linear(x, f"{p}.attention.self.value", hidden, hidden, f"{at}.v")
+        if fuse_qkv:
+            qkv = linear(x, f"{p}.attention.self.qkv", hidden, 3 * hidden, f"{at}.qkv")
+            q, k, v = (g.narrow(qkv, 2, i * hidden, hidden, name=f"{at}.{part}")
+                       for i, part in enumerate("qkv"))
+        else:
+            q = linear(x, f"{p}.attention.self.query", hidden, hidden, f"{at}.q")
+            k = linear(x, f"{p}.attention.self.key", hidden, hidden, f"{at}.k")
+            v = linear(x, f"{p}.attention.self.value", hidden, hidden, f"{at}.v")
         attn = g.attention(q, k, v, cfg.heads, cfg.head_dim, mask_kind=MaskKind.CUSTOM, mask=mask,
                            name=f"{at}.attn")
         o = linear(attn, f"{p}.attention.output.dense", hidden, hidden, f"{at}.o")
@@ -188,6 +195,18 @@ def bert_params(cfg: BertConfig, state: Mapping[str, np.ndarray]) -> dict[str, n
     return params
 
 
+def fuse_qkv_params(cfg: BertConfig, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``bert_params`` for a ``fuse_qkv`` graph: each layer's query/key/value weights [H, H] and
+    biases side by side as one qkv weight [H, 3H] and bias [3H]."""
+    fused = dict(params)
+    for layer in range(cfg.layers):
+        p = f"encoder.layer.{layer}.attention.self"
+        for kind, axis in (("weight", 1), ("bias", 0)):
+            parts = [fused.pop(f"{p}.{role}.{kind}") for role in ("query", "key", "value")]
+            fused[f"{p}.qkv.{kind}"] = np.ascontiguousarray(np.concatenate(parts, axis=axis))
+    return fused
+
+
 def load_bert_dir(model_dir: str | Path) -> tuple[BertConfig, dict[str, np.ndarray]]:
     """Config and graph params from a transformers model directory (config.json + model.safetensors)."""
     root = Path(model_dir)
@@ -201,15 +220,17 @@ class BertEncoder:
     """A compiled encoder: ``encode(ids, mask)`` returns (last hidden state, normalised embeddings).
 
     Compiles lazily per (batch, sequence) shape; callers that pad to a few bucket lengths
-    (see ``embed.py``) reuse the compiled graph."""
+    (see ``embed.py``) reuse the compiled graph. ``params`` are ``bert_params`` names; with
+    ``fuse_qkv`` (default) each layer runs one QKV projection that attention reads in place."""
 
-    def __init__(self, cfg: BertConfig, params: Mapping[str, np.ndarray], **options: Any) -> None:
+    def __init__(self, cfg: BertConfig, params: Mapping[str, np.ndarray], fuse_qkv: bool = True,
+                 **options: Any) -> None:
         import rlxpy
 
         self.cfg = cfg
-        self.graph = build_bert(cfg)
+        self.graph = build_bert(cfg, fuse_qkv=fuse_qkv)
         self.exe = rlxpy.compile(self.graph, **options)
-        for name, value in params.items():
+        for name, value in (fuse_qkv_params(cfg, params) if fuse_qkv else params).items():
             self.exe.set_param(name, value)
 
     @staticmethod

@@ -47,10 +47,11 @@ class CompiledSchedule:
 
 
 def prepare(graph: Graph) -> Graph:
-    """verify -> unfuse -> pattern fusion -> verify: a static graph of primitives."""
+    """verify -> unfuse -> pattern fusion (decode GEMVs, then transformer patterns) -> verify."""
     from rlxpy import env
     from rlxpy.ir import ops
     from rlxpy.ir.passes.patterns import fuse_gguf_decode
+    from rlxpy.ir.passes.patterns_transformer import fuse_transformer
     from rlxpy.ir.passes.unfuse import unfuse
     from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the lowerers)
     from rlxpy.wgpu_backend.schedule import LOWERERS
@@ -59,9 +60,14 @@ def prepare(graph: Graph) -> Graph:
     if not graph.is_static():
         raise GraphError(f"graph {graph.name!r} has symbolic dims {sorted(graph.symbols())}: bind them first")
     primitive = unfuse(graph)
-    if not env.NO_PATTERNS and ops.FusedGgufMatMul in LOWERERS:
+    if env.NO_PATTERNS:
+        return primitive.verify()
+    skip = {name.strip() for name in str(env.SKIP_PATTERNS).split(",") if name.strip()}
+    if env.NO_PACKED_BSHD_ATTN:
+        skip.add("packed_attention")
+    if "decode" not in skip and ops.FusedGgufMatMul in LOWERERS:
         primitive = fuse_gguf_decode(primitive)
-    return primitive.verify()
+    return fuse_transformer(primitive, skip).verify()
 
 
 def choose_window(span: tuple[int, int], arena_size: int, window: int, alignment: int) -> int:

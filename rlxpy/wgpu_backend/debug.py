@@ -31,7 +31,7 @@ class Report:
             f"rlxpy: {s['steps']} steps ({kinds.get('G', 0)} G, {kinds.get('C', 0)} C, {kinds.get('H', 0)} H)"
             f" | arena {s['arena_mib']:.1f} MiB (plan saves {s['plan_saving'] * 100:.0f}%)"
             f" | {s['windows']} window(s) | staged {s['staged_mib']:.1f} MiB | {s['kernels']} kernels"
-            f" | compile {s['compile_ms']:.0f} ms on {s['device']}"
+            f"{_shadow_text(s)} | compile {s['compile_ms']:.0f} ms on {s['device']}"
         )
         lines = [line]
         if level >= 2:
@@ -53,6 +53,11 @@ class Report:
         if level >= 2 and s["host_kernels"]:
             lines.append("host steps: " + ", ".join(f"{k} ×{n}" for k, n in s["host_kernels"].items()))
         return "\n".join(lines)
+
+
+def _shadow_text(summary: dict[str, Any]) -> str:
+    count = summary.get("shadow_params", 0)
+    return f" | f16 shadow: {count} params, {summary['shadow_mib']:.1f} MiB" if count else ""
 
 
 def build_report(exe: WgpuExecutable) -> Report:
@@ -87,6 +92,8 @@ def build_report(exe: WgpuExecutable) -> Report:
         "compile_ms": exe.compile_seconds * 1e3,
         "device": exe.device.name,
         "host_steps": kinds.get("H", 0),
+        "shadow_params": len(exe.shadowed),
+        "shadow_mib": sum(exe._params[name].nbytes for name in exe.shadowed) / 2**20,
         "host_kernels": dict(Counter(s.kernel for s in steps if s.kind == "host")),
     }
     return Report(summary, rows)
@@ -117,7 +124,7 @@ def node_values(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> dict[int, np.
     from rlxpy.wgpu_backend.executable import WgpuExecutable
 
     if exe._debug_twin is None:
-        exe._debug_twin = WgpuExecutable(exe.source_graph, exe.device, keep_all=True)
+        exe._debug_twin = WgpuExecutable(exe.source_graph, exe.device, True, f16_weights=exe.shadowed)
     twin = exe._debug_twin
     for name in exe._params_set:
         node = exe._params[name]

@@ -20,6 +20,7 @@ from rlxpy.ir.dtype import DType, from_storage, to_storage
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.reference import check_value
 from rlxpy.ir.shape import format_shape
+from rlxpy.wgpu_backend import shadow
 from rlxpy.wgpu_backend.arena import Arena, tensor_bytes
 from rlxpy.wgpu_backend.compiler import CompiledSchedule, lower_graph, prepare
 from rlxpy.wgpu_backend.device import Device, get_device
@@ -55,12 +56,21 @@ class HostIO:
 class WgpuExecutable:
     """A static graph compiled for one device."""
 
-    def __init__(self, graph: Graph, device: Device | None = None, keep_all: bool = False) -> None:
+    def __init__(self, graph: Graph, device: Device | None = None, keep_all: bool = False,
+                 f16_weights: Iterable[str] | None = None) -> None:
+        """``f16_weights``: names of the params to store as f16 (the f16 shadow); None lets the flags
+        and the binding cap decide (shadow.py)."""
         started = time.perf_counter()
         self.source_graph = graph
         self.device = device or get_device()
-        self.graph = prepare(graph)
-        self.schedule: CompiledSchedule = lower_graph(self.graph, device_facts(self.device), keep_all)
+        facts = device_facts(self.device)
+        #: {param name: its f32 node} for params stored as f16 (shadow.py); set_param converts them
+        self.shadowed: dict[str, Node]
+        prepared = prepare(graph)
+        chosen = shadow.choose(prepared, facts.max_binding, facts.storage_align, shadow_mode()) \
+            if f16_weights is None else shadow.named(prepared, f16_weights)
+        self.graph, self.shadowed = shadow.apply(prepared, chosen)
+        self.schedule: CompiledSchedule = lower_graph(self.graph, facts, keep_all)
         self.arena = Arena(self.device, align_up(self.schedule.arena.size, self.device.storage_align))
         self._inputs = {n.op.name: n for n in self.graph.inputs()}
         self._params = {n.op.name: n for n in self.graph.params()}
@@ -84,19 +94,30 @@ class WgpuExecutable:
         return list(self._params)
 
     def set_param(self, name: str, value: Any) -> None:
+        """Upload a param's values; an f16-shadowed f32 param is rounded to f16 (nearest even)."""
         node = self._param(name)
-        array = check_value(node, value, "param")
-        self.arena.write(self.schedule.node_offset(node.id), to_storage(array, node.dtype))
+        source = self.shadowed.get(name)
+        if source is not None:
+            data = to_shadow(name, check_value(source, value, "param"))
+        else:
+            data = to_storage(check_value(node, value, "param"), node.dtype)
+        self.arena.write(self.schedule.node_offset(node.id), data)
         self._params_set.add(name)
 
     def set_param_bytes(self, name: str, data: bytes | np.ndarray) -> None:
-        """Write raw arena bytes (e.g. GGUF blocks for a u8 param); length must match exactly."""
+        """Write raw arena bytes (e.g. GGUF blocks for a u8 param); length must match exactly. An
+        f16-shadowed param takes its f32 bytes (converted like set_param) or its f16 bytes as they are."""
         node = self._param(name)
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) \
             else np.frombuffer(data, np.uint8)
         want = node.numel * node.dtype.itemsize
+        source = self.shadowed.get(name)
+        if source is not None and raw.nbytes == source.nbytes and raw.nbytes != want:
+            self.set_param(name, raw.view(np.float32).reshape(source.shape))
+            return
         if raw.nbytes != want:
-            raise InputError(f"param {name!r} ({node.type}): expected {want} bytes, got {raw.nbytes}")
+            also = "" if source is None else f" (or {source.nbytes} bytes of f32: stored as an f16 shadow)"
+            raise InputError(f"param {name!r} ({node.type}): expected {want} bytes{also}, got {raw.nbytes}")
         self.arena.write(self.schedule.node_offset(node.id), raw.tobytes())
         self._params_set.add(name)
 
@@ -289,6 +310,28 @@ class GpuHandle:
 
     def __repr__(self) -> str:
         return f"<GpuHandle {self.node.name} {self.node.type}>"
+
+
+def shadow_mode() -> str:
+    """The f16 shadow's mode from the flags: MATMUL_F32_ONLY wins over F16_WEIGHTS."""
+    if env.MATMUL_F32_ONLY:
+        return "off"
+    return "force" if env.F16_WEIGHTS else "auto"
+
+
+def to_shadow(name: str, array: np.ndarray) -> np.ndarray:
+    """f32 values as the f16 shadow stores them (round to nearest even, like torch's ``.half()``);
+    a finite value beyond f16's range would become inf: InputError rather than a silent wrong answer."""
+    with np.errstate(over="ignore"):
+        half = array.astype(np.float16)
+    if np.isinf(half).any():
+        bad = np.isinf(half) & np.isfinite(array)
+        if bad.any():
+            index = np.unravel_index(int(np.flatnonzero(bad)[0]), array.shape)
+            raise InputError(f"param {name!r} is stored as f16 (the f16 shadow) but holds {array[index]!r} "
+                             f"at {list(map(int, index))}, beyond f16's range (65504); set "
+                             "RLX_WGPU_MATMUL_F32_ONLY=1 or scale the weight")
+    return half
 
 
 def compile_graph(graph: Graph, bindings: Mapping[str, int] | None = None, **options: Any) -> Any:

@@ -18,7 +18,9 @@ an aligned base (one bind group, dynamic offset; ARCHITECTURE rules 4 and 5):
    cannot serve here: a window anchored on a big param at offset 0 never reaches it.
 
 A node whose units together exceed W cannot run even with staging: LimitError naming the node, its
-tensors and the limit (``check_fits``).
+tensors and the limit (``check_fits``), unless the node is a matmul whose f32 weight fits as f16:
+then the weight is stored as f16 in the arena (the f16 shadow, ``shadow_needed`` / ``shadow_fits``;
+the graph side is shadow.py).
 """
 
 from __future__ import annotations
@@ -377,18 +379,23 @@ def copy_window(src: int, dst: int, nbytes: int, arena_size: int, window: int, a
     return cover_base(min(src, dst), max(src, dst) + nbytes, arena_size, window, alignment)
 
 
-# -- f16 shadow -----------------------------------------------------------------------------------
-def shadow_layout(sizes: Sequence[tuple[int, int]], alignment: int) -> tuple[dict[int, int], int]:
-    """Offsets of f16 copies of f32 params in the shadow buffer: ``sizes`` are (node id, f32 bytes);
-    each copy takes half, aligned. Returns ({node id: offset}, total bytes)."""
-    offsets = {}
-    cursor = 0
-    for node_id, nbytes in sizes:
-        offsets[node_id] = cursor
-        cursor = align_up(cursor + align_up(nbytes // 2, 4), alignment)
-    return offsets, max(cursor, alignment)
+# -- f16 shadow ------------------------------------------------------------------------------------
+def f16_bytes(f32_bytes: int) -> int:
+    """Arena bytes of the f16 copy of an f32 tensor: half, padded to a whole word."""
+    return align_up(f32_bytes // 2, 4)
 
 
-def needs_shadow(param_bytes: Iterable[int], cap: int, forced: bool) -> bool:
-    """f16 shadow on: forced by RLX_WGPU_F16_WEIGHTS, or some f32 weight exceeds one binding."""
-    return forced or any(n > cap for n in param_bytes)
+def binding_need(sizes: Iterable[int], alignment: int) -> int:
+    """Bytes a node's distinct tensors take in one window, each aligned as ``check_fits`` counts them."""
+    return sum(align_up(size, alignment) for size in sizes)
+
+
+def shadow_needed(f32_bytes: int, others: Iterable[int], cap: int, alignment: int) -> bool:
+    """Can a matmul not bind its f32 weight (``f32_bytes``) with its other tensors (``others``) in one
+    window, even with staging? Then the weight runs from its f16 copy."""
+    return binding_need([f32_bytes, *others], alignment) > align_down(cap, alignment)
+
+
+def shadow_fits(f32_bytes: int, others: Iterable[int], cap: int, alignment: int) -> bool:
+    """Does the f16 copy of the weight fit one window with the matmul's other tensors?"""
+    return binding_need([f16_bytes(f32_bytes), *others], alignment) <= align_down(cap, alignment)

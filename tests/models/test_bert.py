@@ -116,6 +116,23 @@ def test_padded_batch_hidden_states_match_transformers(embedder, torch_bert):
     assert embedder.encoder.exe.compiles >= 1
 
 
+def test_fused_qkv_reads_attention_in_place_and_changes_no_bit(embedder, model_dir):
+    """The embedder's encoder runs one QKV projection per layer that PackedAttention reads in place;
+    the separate q/k/v projections of the checkpoint give exactly the same hidden states."""
+    from rlxpy.ir import ops
+    from rlxpy.models.bert import BertEncoder
+
+    ids, mask = _padded(SENTENCES[3:7])
+    fused, _ = embedder.encoder.encode(ids, mask)
+    graph = embedder.encoder.exe.schedule.graph
+    assert sum(isinstance(n.op, ops.PackedAttention) for n in graph.nodes) == 6
+    assert not any(isinstance(n.op, (ops.Attention, ops.Narrow)) and n.name.endswith((".q", ".k", ".v"))
+                   for n in graph.nodes if type(n.op) is not ops.PackedAttention)
+    cfg, params = load_bert_dir(model_dir)
+    separate, _ = BertEncoder(cfg, params, fuse_qkv=False).encode(ids, mask)
+    np.testing.assert_array_equal(fused, separate)
+
+
 def test_cli_embed_writes_npy_and_json(embedder, tmp_path, capsys, torch_bert):
     parser = argparse.ArgumentParser()
     add_embed_parser(parser.add_subparsers(dest="command"))

@@ -58,3 +58,30 @@ def test_prompt_longer_than_context_is_refused(generator):
 
     with pytest.raises(InputError, match="does not fit the context of 64"):
         generator.prefill(list(range(70)))
+
+
+def test_prefill_residual_norm_tee_is_exact(device, tiny_llama):
+    """A 16-token prefill chunk (past the decode GEMV fusion's 8 rows) runs its residual + RMSNorm
+    pairs as tees; without them the logits are the same bits, and both match transformers."""
+    import torch
+
+    from rlxpy import env
+    from rlxpy.ir import ops
+
+    weights = weights_from_hf(tiny_llama.state_dict())
+    gens = {}
+    for skip in ("", "residual_norm"):
+        with env.override(RLX_WGPU_SKIP_PATTERNS=skip):
+            gens[skip] = Generator(config_from_hf(tiny_llama.config, context=64), chunk=16)
+        load_into(gens[skip].exe, weights)
+    def tees(gen: Generator) -> int:
+        return sum(isinstance(n.op, ops.ResidualNormTee) for n in gen.exe.schedule.graph.nodes)
+
+    assert tees(gens[""]) == 3  # resid1 -> ffn_norm in both layers, resid2 of layer 0 -> attn_norm of layer 1
+    assert tees(gens["residual_norm"]) == 0
+    ids = [5, 17, 42, 3, 99, 64, 7, 1, 33, 2, 11]
+    got = gens[""].logits(ids)
+    np.testing.assert_array_equal(got, gens["residual_norm"].logits(ids))
+    with torch.no_grad():
+        want = tiny_llama(torch.tensor([ids])).logits[0, -1].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -148,7 +148,7 @@ def test_matmul_weight_beyond_the_first_window(device, cap):
 def test_op_whose_own_tensors_exceed_the_cap_is_a_clear_limit_error(device):
     g = rlxpy.Graph("too_big")
     x = g.input("x", [4, 128])
-    g.output(g.matmul(x, g.param("w", [128, 128]), name="proj"))
+    g.output(g.matmul(x, g.input("w", [128, 128]), name="proj"))  # a param would run as its f16 shadow
     message = r"proj \(MatMul\): its tensors need 0\.066 MiB .*w 0\.062 MiB.*at most 0\.062 MiB"
     with env.override(RLX_WGPU_MAX_BINDING=64 * KIB), pytest.raises(LimitError, match=message):
         rlxpy.compile(g)

@@ -369,12 +369,13 @@ def test_a_lowerer_addressing_a_tensor_outside_the_window_is_caught(monkeypatch)
         lower_graph(graph, DeviceFacts(max_binding=49152, storage_align=ALIGN))
 
 
-def test_f16_shadow_layout_halves_each_param_and_aligns_it():
-    offsets, total = windows.shadow_layout([(3, 1000), (7, 4096), (9, 6)], ALIGN)
-    assert offsets == {3: 0, 7: 512, 9: 2560} and total == 2816
-    assert windows.needs_shadow([100, 5000], 4096, forced=False)
-    assert not windows.needs_shadow([100, 4096], 4096, forced=False)
-    assert windows.needs_shadow([], 4096, forced=True)
+def test_f16_shadow_halves_a_weight_and_counts_aligned_tensors_against_the_cap():
+    assert [windows.f16_bytes(n) for n in (0, 4, 8, 1000, 4096)] == [0, 4, 4, 500, 2048]
+    # 4096 B of f32 weight + 2 tensors of 100 B: 4096 + 256 + 256 in 256-byte slots
+    assert not windows.shadow_needed(4096, [100, 100], 4608, ALIGN)
+    assert windows.shadow_needed(4096, [100, 100], 4607, ALIGN)  # the cap rounds down to 4352
+    assert windows.shadow_fits(4096, [100, 100], 2560, ALIGN)
+    assert not windows.shadow_fits(4096, [100, 100], 2559, ALIGN)
 
 
 def test_a_host_step_needs_no_window_even_when_its_tensors_exceed_the_cap():

@@ -8,6 +8,7 @@ from rlxpy.ir.ops import (  # noqa: F401  (registration)
     composite,  # noqa: F401  (expanded by the unfuse pass)
     core,
     extra,  # noqa: F401  (secondary families: conv, sequence, signal, backward)
+    fused,
     linalg,
     quant,
 )
@@ -42,6 +43,7 @@ from rlxpy.ir.ops.core import (
     ReduceOp,
     TensorType,
 )
+from rlxpy.ir.ops.fused import PackedAttention, ResidualNormTee, SplitMatMul
 from rlxpy.ir.ops.linalg import (
     Argmax,
     Cumsum,
@@ -108,10 +110,12 @@ __all__ = [
     "MaskKind",
     "MatMul",
     "Narrow",
+    "PackedAttention",
     "Op",
     "Param",
     "Reduce",
     "ReduceOp",
+    "ResidualNormTee",
     "Reshape",
     "RmsNorm",
     "Rope",
@@ -119,6 +123,7 @@ __all__ = [
     "Sample",
     "ScatterAdd",
     "Softmax",
+    "SplitMatMul",
     "TensorType",
     "TopK",
     "Transpose",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 RefFn = Callable[[Any, list[np.ndarray], "Node"], np.ndarray]
 REFERENCE: dict[type[ops.Op], RefFn] = {}
-_FAMILIES = ["core", "nn", "kv", "quant", "extra", "composite"]
+_FAMILIES = ["core", "nn", "kv", "quant", "extra", "composite", "fused"]
 
 
 def reference(op_type: type[ops.Op]) -> Callable[[RefFn], RefFn]:

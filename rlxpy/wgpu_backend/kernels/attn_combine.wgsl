@@ -8,9 +8,9 @@ struct AttnCombineParams {
     splits: u32,
     part: u32,
     o: u32,
-    q_sb: u32,
-    q_sh: u32,
-    q_ss: u32,
+    o_sb: u32,
+    o_sh: u32,
+    o_ss: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -39,7 +39,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let i = row % p.s_q;
     let h = (row / p.s_q) % p.heads;
     let b = row / (p.s_q * p.heads);
-    let o_base = p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+    let o_base = p.o + b * p.o_sb + h * p.o_sh + i * p.o_ss;
     for (var d = t; d < D; d += {{WG}}u) {
         var l = 0.0;
         var acc = 0.0;

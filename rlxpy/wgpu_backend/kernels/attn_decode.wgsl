@@ -16,6 +16,9 @@ struct AttnDecodeParams {
     q_sb: u32,
     q_sh: u32,
     q_ss: u32,
+    o_sb: u32,
+    o_sh: u32,
+    o_ss: u32,
     k_sb: u32,
     k_sh: u32,
     k_ss: u32,
@@ -247,7 +250,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
                 let m = select(m_lo[r % 4u], m_hi[r % 4u], r >= 4u);
                 let l = select(l_lo[r % 4u], l_hi[r % 4u], r >= 4u);
                 if (p.splits == 1u) {
-                    st_f32(p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss + t, select(total / l, 0.0, l == 0.0));
+                    st_f32(p.o + b * p.o_sb + h * p.o_sh + i * p.o_ss + t, select(total / l, 0.0, l == 0.0));
                 } else {
                     // partial record [acc[D], m, l] of (row, split), rescaled by the combine pass
                     let rec = p.part + (((b * p.heads + h) * p.s_q + i) * p.splits + split) * (D + 2u);

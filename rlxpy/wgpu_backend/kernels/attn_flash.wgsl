@@ -15,6 +15,9 @@ struct AttnFlashParams {
     q_sb: u32,
     q_sh: u32,
     q_ss: u32,
+    o_sb: u32,
+    o_sh: u32,
+    o_ss: u32,
     k_sb: u32,
     k_sh: u32,
     k_ss: u32,
@@ -230,7 +233,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     for (var a = 0u; a < 4u; a++) {
         let i = q0 + ty + 16u * a;
         if (i < p.s_q) {
-            let o_base = p.o + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+            let o_base = p.o + b * p.o_sb + h * p.o_sh + i * p.o_ss;
             for (var u = 0u; u < UD; u++) {
                 let d = tx + 16u * u;
                 if (d < D) {

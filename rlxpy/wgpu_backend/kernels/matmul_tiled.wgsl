@@ -13,6 +13,9 @@ struct MatmulTiledParams {
     stride_a: u32,
     stride_w: u32,
     stride_y: u32,
+    split1: u32,
+    split2: u32,
+    block_rows: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -22,6 +25,20 @@ struct MatmulTiledParams {
 
 var<workgroup> tile_a: array<f32, 1024>;  // [64 rows][16 k]
 var<workgroup> tile_w: array<f32, 1024>;  // [16 k][64 cols]
+
+// Where column `col` of row `row` goes. Plain: y[row, col]. Split (SplitMatMul): columns
+// [0, split1), [split1, split2), [split2, n) are three blocks stored one after another, each
+// [block_rows, width] row-major (block_rows = the full m: an active extent that cuts m must not
+// move the blocks); a plain GEMM has split1 = split2 = n.
+fn y_index(row: u32, col: u32) -> u32 {
+    if (col < p.split1) {
+        return row * p.split1 + col;
+    }
+    if (col < p.split2) {
+        return p.block_rows * p.split1 + row * (p.split2 - p.split1) + col - p.split1;
+    }
+    return p.block_rows * p.split2 + row * (p.n - p.split2) + col - p.split2;
+}
 
 fn epilogue(v: f32) -> f32 {
     return {{EXPR}};
@@ -80,7 +97,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
                 if (p.has_bias == 1u) {
                     v = v + ld_f32(p.bias + col);
                 }
-                st_f32(y_base + row * p.n + col, epilogue(v));
+                st_f32(y_base + y_index(row, col), epilogue(v));
             }
         }
     }

@@ -1,6 +1,6 @@
 // y = (s - mean) * rsqrt(var + eps) * gamma (+ beta) [center=1, LayerNorm], or s * rsqrt(mean(s^2) + eps)
 // * gamma (+ beta) [center=0, RmsNorm] on the last axis; s = x (+ residual) (+ bias); centred 2-pass var.
-// One workgroup of {{WG}} lanes per row. Bindings: 0 = arena window (u32 words), 1 = NormRowsParams.
+// With has_tee the sum s is also stored at `tee`. One workgroup of {{WG}} lanes per row. Bindings: 0 = arena window (u32 words), 1 = NormRowsParams.
 struct NormRowsParams {
     rows: u32,
     cols: u32,
@@ -15,6 +15,8 @@ struct NormRowsParams {
     has_beta: u32,
     center: u32,
     eps: f32,
+    tee: u32,
+    has_tee: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -79,7 +81,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let inv_scale = 1.0 / sqrt(workgroup_sum(lane, squares) / count + p.eps);
     for (var c = lane; c < p.cols; c = c + {{WG}}u) {
-        let centred = (load_sum(row_base, c) - shift) - mean_offset;
+        let sum = load_sum(row_base, c);
+        if (p.has_tee == 1u) {  // ResidualNormTee: the sum itself, for the residual stream
+            st_f32(p.tee + row_base + c, sum);
+        }
+        let centred = (sum - shift) - mean_offset;
         var out = centred * inv_scale * ld_f32(p.gamma + c);
         if (p.has_beta == 1u) {
             out = out + ld_f32(p.beta + c);

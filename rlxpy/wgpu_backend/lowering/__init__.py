@@ -6,6 +6,7 @@ The list is explicit so the order is fixed and a missing family is visible in re
 from rlxpy.wgpu_backend.lowering import (  # noqa: F401
     attention,
     elementwise,
+    fused,
     host_fallback,
     kv,
     matmul,

@@ -59,6 +59,9 @@ _COMMON = dict(
     q_sb=U32,
     q_sh=U32,
     q_ss=U32,
+    o_sb=U32,
+    o_sh=U32,
+    o_ss=U32,
     k_sb=U32,
     k_sh=U32,
     k_ss=U32,
@@ -93,9 +96,9 @@ ATTN_COMBINE = kernel(
         splits=U32,
         part=U32,
         o=U32,
-        q_sb=U32,
-        q_sh=U32,
-        q_ss=U32,
+        o_sb=U32,
+        o_sh=U32,
+        o_ss=U32,
     ),
     workgroup=(COMBINE_WG, 1, 1),
 )
@@ -206,13 +209,16 @@ def scratch_bytes(node: Node, graph: Graph) -> int:
     when it is smaller, so a compiler sizing the arena's scratch as the max over nodes makes decode
     use its full split (the default 64 KiB allows ~3 splits for 32 heads of dim 128)."""
     op: ops.Attention = node.op  # type: ignore[assignment]
-    q, k = (graph.nodes[i] for i in node.inputs[:2])
-    batch, s_q, _ = _seq_strides(
-        node, q, attention_layout(q.type, op.num_heads, op.head_dim), op.num_heads, op.head_dim, "q"
-    )
-    _, s_k, _ = _seq_strides(
-        node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads, op.head_dim, "k"
-    )
+    if isinstance(op, ops.PackedAttention):
+        batch, s_q, s_k = op.batch, op.seq, op.seq
+    else:
+        q, k = (graph.nodes[i] for i in node.inputs[:2])
+        batch, s_q, _ = _seq_strides(
+            node, q, attention_layout(q.type, op.num_heads, op.head_dim), op.num_heads, op.head_dim, "q"
+        )
+        _, s_k, _ = _seq_strides(
+            node, k, attention_layout(k.type, op.kv_heads, op.head_dim), op.kv_heads, op.head_dim, "k"
+        )
     if s_q > DECODE_MAX_Q or (op.dynamic_kv and s_k <= UNSPLIT_CACHE_KEYS):
         return 0
     group = op.num_heads // op.kv_heads
@@ -239,23 +245,59 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     pos = extra.pop() if op.dynamic_kv else None  # KV-cache mode: kv_len = pos + S_q, read at run time
     mask = extra[0] if extra else None
     heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
-    for t, what in ((q, "q"), (k, "k"), (v, "v")):
-        if t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: attention is lowered for f32 only, {what} is {t.type}")
-    if head_dim > MAX_HEAD_DIM:
-        raise LimitError(
-            f"{where(node)}: head_dim {head_dim} exceeds the {MAX_HEAD_DIM} the attention kernels support"
-        )
+    _check_operands(node, op, ((q, "q"), (k, "k"), (v, "v")))
     layout_q = attention_layout(TensorType(q.shape, q.dtype), heads, head_dim)
     layout_k = attention_layout(TensorType(k.shape, k.dtype), kv_heads, head_dim)
-    batch, s_q, (q_sb, q_sh, q_ss) = _seq_strides(node, q, layout_q, heads, head_dim, "q")
-    batch_k, s_k, (k_sb, k_sh, k_ss) = _seq_strides(node, k, layout_k, kv_heads, head_dim, "k")
+    batch, s_q, q_strides = _seq_strides(node, q, layout_q, heads, head_dim, "q")
+    batch_k, s_k, k_strides = _seq_strides(node, k, layout_k, kv_heads, head_dim, "k")
     if batch_k != batch or v.shape != k.shape:
         raise GraphError(
             f"{where(node)}: q {q.type} has batch {batch} but k {k.type} / v {v.type} have batch {batch_k}"
         )
+    offsets = (ctx.offset(q), ctx.offset(k), ctx.offset(v))
+    sizes = (batch, s_q, s_k)
+    return attention_steps(node, ctx, op, offsets, sizes, q_strides, k_strides, q_strides, mask, pos)
+
+
+@lowers(ops.PackedAttention)
+def lower_packed_attention(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Attention reading q, k, v in place from the packed parent: each is a column run of the parent's
+    token rows, so (batch, head, seq) strides are (S * row, D, row) and offsets parent + column."""
+    op: ops.PackedAttention = node.op  # type: ignore[assignment]
+    parent, *extra = ctx.inputs(node)
+    _check_operands(node, op, ((parent, "the packed parent"),))
+    base = ctx.offset(parent)
+    strides = (op.seq * op.row, op.head_dim, op.row)
+    out = (op.seq * op.num_heads * op.head_dim, op.head_dim, op.num_heads * op.head_dim)
+    offsets = (base + op.q_col, base + op.k_col, base + op.v_col)
+    sizes = (op.batch, op.seq, op.seq)
+    return attention_steps(node, ctx, op.unpacked(), offsets, sizes, strides, strides, out,
+                           extra[0] if extra else None, None)
+
+
+def _check_operands(node: Node, op: ops.Attention, tensors) -> None:
+    for t, what in tensors:
+        if t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: attention is lowered for f32 only, {what} is {t.type}")
+    if op.head_dim > MAX_HEAD_DIM:
+        raise LimitError(
+            f"{where(node)}: head_dim {op.head_dim} exceeds the {MAX_HEAD_DIM} the attention kernels support"
+        )
+
+
+Triple = tuple[int, int, int]
+
+
+def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Triple, sizes: Triple,
+                    q_strides: Triple, k_strides: Triple, o_strides: Triple, mask: Node | None,
+                    pos: Node | None) -> list[Step]:
+    """The attention dispatches for operands at element ``offsets`` (q, k, v) with (batch, head, seq)
+    strides (v shares k's), ``sizes`` = (batch, S_q, S_k); the output is written with ``o_strides``."""
+    heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
+    batch, s_q, s_k = sizes
+    (q_sb, q_sh, q_ss), (k_sb, k_sh, k_ss) = q_strides, k_strides
     if min(batch, s_q, s_k, heads) == 0:
-        raise GraphError(f"{where(node)}: empty attention (q {q.type}, k {k.type})")
+        raise GraphError(f"{where(node)}: empty attention ({batch} x {s_q} queries, {s_k} keys)")
     m_sb = m_sh = m_sq = m_sk = 0
     load_mask = "ld_f32"
     if mask is not None:
@@ -267,14 +309,17 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
         s_k=s_k,
         kv_len=s_k,
         group=heads // kv_heads,
-        q=ctx.offset(q),
-        k=ctx.offset(k),
-        v=ctx.offset(v),
+        q=offsets[0],
+        k=offsets[1],
+        v=offsets[2],
         o=ctx.offset(node),
         mask=ctx.offset(mask) if mask is not None else 0,
         q_sb=q_sb,
         q_sh=q_sh,
         q_ss=q_ss,
+        o_sb=o_strides[0],
+        o_sh=o_strides[1],
+        o_ss=o_strides[2],
         k_sb=k_sb,
         k_sh=k_sh,
         k_ss=k_ss,
@@ -354,9 +399,9 @@ def _lower_decode(
                 splits=splits,
                 part=part,
                 o=fields["o"],
-                q_sb=fields["q_sb"],
-                q_sh=fields["q_sh"],
-                q_ss=fields["q_ss"],
+                o_sb=fields["o_sb"],
+                o_sh=fields["o_sh"],
+                o_ss=fields["o_ss"],
             )
         )
     return steps

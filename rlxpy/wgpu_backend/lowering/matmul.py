@@ -1,4 +1,5 @@
-"""Matmul family: MatMul and FusedMatMulBiasAct on f32 (tiled GEMM with a bias/act epilogue)."""
+"""Matmul family: MatMul and FusedMatMulBiasAct on f32 (tiled GEMM with a bias/act epilogue); an f16
+weight (the f16 shadow) goes to the skinny GEMM of matmul_skinny.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.lowering import matmul_skinny
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -45,10 +47,14 @@ def _gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -
 @lowers(ops.MatMul)
 def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w = ctx.inputs(node)
+    if matmul_skinny.applies(a, w):
+        return matmul_skinny.skinny_gemm(node, ctx, a, w, None, None)
     return _gemm(node, ctx, a, w, None, None)
 
 
 @lowers(ops.FusedMatMulBiasAct)
 def lower_fused_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w, bias = ctx.inputs(node)
+    if matmul_skinny.applies(a, w, bias):
+        return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, node.op.activation)
     return _gemm(node, ctx, a, w, bias, node.op.activation)

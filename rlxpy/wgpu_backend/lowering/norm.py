@@ -28,7 +28,8 @@ SOFTMAX_LINES = kernel("softmax_lines", params(
     x=U32, y=U32), extent_axis=0)
 NORM_ROWS = kernel("norm_rows", params(
     "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32,
-    y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32), shared_bytes=256 * 4,
+    y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32, tee=U32, has_tee=U32),
+    shared_bytes=256 * 4,
     extent_axis=0)
 
 #: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
@@ -75,12 +76,14 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
             for phase, (start, count) in order]
 
 
-def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | None, bias: Node | None,
-          gamma: Node, beta: Node | None, eps: float, what: str) -> list[Step]:
+def norm_rows(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | None, bias: Node | None,
+              gamma: Node, beta: Node | None, eps: float, what: str, tee: int | None = None) -> list[Step]:
+    """One norm_rows dispatch; ``tee`` = arena element offset where the sum x + residual is stored
+    too (ResidualNormTee, whose output holds the sum then the norm)."""
     present = [t for t in (x, residual, bias, gamma, beta) if t is not None]
     _require_f32(node, present, what)
     cols = x.shape[-1]
-    if node.numel == 0:
+    if x.numel == 0:
         return []
     rows = x.numel // cols
     lanes = row_lanes(cols)
@@ -91,23 +94,27 @@ def _norm(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node | Non
             fields[name] = ctx.offset(t)
     flags = {"has_residual": int(residual is not None), "has_bias": int(bias is not None),
              "has_beta": int(beta is not None)}
+    y = ctx.offset(node) + (x.numel if tee is not None else 0)
     return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": lanes},
-                         rows=rows, cols=cols, x=ctx.offset(x), gamma=ctx.offset(gamma), y=ctx.offset(node),
-                         center=int(center), eps=eps, **fields, **flags)]
+                         rows=rows, cols=cols, x=ctx.offset(x), gamma=ctx.offset(gamma), y=y,
+                         center=int(center), eps=eps, tee=tee or 0, has_tee=int(tee is not None), **fields,
+                         **flags)]
 
 
 @lowers(ops.LayerNorm)
 def lower_layer_norm(node: Node, ctx: LowerCtx) -> list[Step]:
     """torch.nn.functional.layer_norm over the last axis (biased variance); beta optional."""
     x, gamma, *beta = ctx.inputs(node)
-    return _norm(node, ctx, True, x, None, None, gamma, beta[0] if beta else None, node.op.eps, "LayerNorm")
+    return norm_rows(node, ctx, True, x, None, None, gamma, beta[0] if beta else None, node.op.eps,
+                     "LayerNorm")
 
 
 @lowers(ops.RmsNorm)
 def lower_rms_norm(node: Node, ctx: LowerCtx) -> list[Step]:
     """torch.nn.functional.rms_norm over the last axis, plus beta when given."""
     x, gamma, *beta = ctx.inputs(node)
-    return _norm(node, ctx, False, x, None, None, gamma, beta[0] if beta else None, node.op.eps, "RmsNorm")
+    return norm_rows(node, ctx, False, x, None, None, gamma, beta[0] if beta else None, node.op.eps,
+                     "RmsNorm")
 
 
 def _residual_inputs(node: Node, ctx: LowerCtx) -> tuple[Node, Node, Node | None, Node, Node]:
@@ -121,11 +128,11 @@ def _residual_inputs(node: Node, ctx: LowerCtx) -> tuple[Node, Node, Node | None
 def lower_fused_residual_ln(node: Node, ctx: LowerCtx) -> list[Step]:
     """LayerNorm(x + residual (+ bias)) in one dispatch; the sum is never stored."""
     x, residual, bias, gamma, beta = _residual_inputs(node, ctx)
-    return _norm(node, ctx, True, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualLN")
+    return norm_rows(node, ctx, True, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualLN")
 
 
 @lowers(ops.FusedResidualRmsNorm)
 def lower_fused_residual_rms_norm(node: Node, ctx: LowerCtx) -> list[Step]:
     """RmsNorm(x + residual (+ bias)) * gamma + beta in one dispatch."""
     x, residual, bias, gamma, beta = _residual_inputs(node, ctx)
-    return _norm(node, ctx, False, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualRmsNorm")
+    return norm_rows(node, ctx, False, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualRmsNorm")

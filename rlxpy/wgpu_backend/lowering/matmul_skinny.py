@@ -1,0 +1,85 @@
+"""The skinny GEMM: ``act(a @ w + bias)`` with a 2-D weight, one pass over w per block of <= 16 rows.
+
+It serves every f16 weight (the f16 shadow of shadow.py, or an f16 param in the graph): each lane
+reads one u32 word per weight row, two f16 columns, and ``unpack2x16float`` widens them. That
+builtin is core WGSL, so no ``shader-f16`` is needed, and it is exact on lavapipe, subnormals
+included (tests check it); naga 29 rejects ``bitcast<vec2<f16>>(u32)``, the native alternative.
+Accumulation is f32, like torch's fp16 GEMMs. An odd ``n`` puts every other row at an odd half:
+the load then takes the pair from two words.
+
+f32 weights keep the tiled GEMM (matmul.py); ``SKINNY_F32`` routes them here too, so a bench can
+compare the two weight dtypes in one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import LimitError, where
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step
+
+MAX_ROWS = 16  # rows per block: 16 accumulator pairs per lane; more rows re-read w once per block
+MAX_WY = 32  # row lanes per workgroup (32 x 32 = 1024 invocations where the device allows)
+SKINNY_F32 = False  # route 2-D f32 weights here too (benches compare kernels; not a user flag)
+
+MATMUL_SKINNY = kernel(
+    "matmul_skinny",
+    params("MatmulSkinnyParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32),
+    workgroup=(32, MAX_WY, 1), shared_bytes=8 * 32 * MAX_WY, extent_axis=1)
+
+LOAD_PAIR = {
+    DType.F32: "    return vec2<f32>(ld_f32(e), select(0.0, ld_f32(e + 1u), two));",
+    DType.F16: """    let word = buf[e >> 1u];
+    if ((e & 1u) == 0u) {
+        let v = unpack2x16float(word);
+        return vec2<f32>(v.x, select(0.0, v.y, two));
+    }
+    let next = unpack2x16float(buf[(e >> 1u) + 1u]);  // an odd start: the pair spans two words
+    return vec2<f32>(unpack2x16float(word).y, select(0.0, next.x, two));""",
+}
+
+
+def rows_of(a: Node, w: Node) -> int:
+    """GEMM rows of ``a @ w`` with a 2-D weight: every leading dim of ``a`` flattened."""
+    return a.numel // w.shape[0] if w.shape[0] else 0
+
+
+def applies(a: Node, w: Node, bias: Node | None = None) -> bool:
+    """2-D f16 weights (f32 ``a`` and bias); 2-D f32 weights only with SKINNY_F32."""
+    if w.rank != 2 or a.dtype is not DType.F32 or (bias is not None and bias.dtype is not DType.F32):
+        return False
+    if w.dtype is DType.F16:
+        return True
+    return SKINNY_F32 and w.dtype is DType.F32
+
+
+def row_lanes(k: int, ctx: LowerCtx) -> int:
+    """WY: a power of two within the device's invocation and workgroup-memory limits, and no more
+    than the weight has rows."""
+    limit = min(MAX_WY, ctx.facts.max_invocations // 32, ctx.facts.max_workgroup_storage // (8 * 32))
+    lanes = 1
+    while lanes * 2 <= limit and lanes < k:
+        lanes *= 2
+    return lanes
+
+
+def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -> list[Step]:
+    k, n = w.shape
+    m = rows_of(a, w)
+    if ctx.facts.max_invocations < 32:
+        raise LimitError(f"{where(node)}: the skinny GEMM needs 32 invocations per workgroup, the device "
+                         f"allows {ctx.facts.max_invocations}")
+    mr = max(1, min(m, MAX_ROWS))
+    wy = row_lanes(k, ctx)
+    grid = (max(1, math.ceil(n / 64)), max(1, math.ceil(m / mr)), 1)
+    subs = {"PRELUDE": PRELUDE, "EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr,
+            "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype)}
+    unit = w.dtype.itemsize
+    return [ctx.dispatch(MATMUL_SKINNY, node, grid, subs, m=m, n=n, k=k, a=ctx.offset(a),
+                         w=ctx.offset(w, unit), y=ctx.offset(node),
+                         bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None))]
