@@ -106,10 +106,16 @@ NO_PACKED_BSHD_ATTN = flag(
     "RLX_WGPU_NO_PACKED_BSHD_ATTN",
     int,
     0,
-    "disable the packed BSHD attention pattern (reserved: pattern not implemented yet)",
+    "disable the packed BSHD attention pattern (attention reading q/k/v in place from a fused QKV)",
 )
 NO_PATTERNS = flag(
-    "RLX_WGPU_NO_PATTERNS", int, 0, "disable pattern fusion (decode GEMV + norm/SwiGLU/residual)"
+    "RLX_WGPU_NO_PATTERNS", int, 0, "disable every pattern fusion (decode GEMVs and transformer patterns)"
+)
+SKIP_PATTERNS = flag(
+    "RLX_WGPU_SKIP_PATTERNS",
+    str,
+    "",
+    "comma-separated patterns to skip: decode, split_qkv, packed_attention, residual_norm",
 )
 MAX_BINDING = flag(
     "RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)"

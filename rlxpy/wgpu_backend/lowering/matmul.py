@@ -18,12 +18,14 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MATMUL_TILED = kernel(
     "matmul_tiled",
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
-           stride_a=U32, stride_w=U32, stride_y=U32),
+           stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32),
     workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
 TILE = 64
 
 
-def _gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -> list[Step]:
+def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
+         splits: tuple[int, int] | None = None) -> list[Step]:
+    """The tiled GEMM; ``splits`` = (split1, split2) stores the columns as three blocks (SplitMatMul)."""
     for t in (a, w, *(x for x in (bias,) if x is not None)):
         if t.dtype is not DType.F32:
             raise UnsupportedOpError(f"{where(node)}: f32 matmul only, got {t.type}")
@@ -41,7 +43,8 @@ def _gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -
                          m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
                          bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
                          stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
-                         stride_y=m * n if batch > 1 else 0)]
+                         stride_y=m * n if batch > 1 else 0, split1=splits[0] if splits else n,
+                         split2=splits[1] if splits else n, block_rows=m)]
 
 
 @lowers(ops.MatMul)
@@ -49,7 +52,7 @@ def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w = ctx.inputs(node)
     if matmul_skinny.applies(a, w):
         return matmul_skinny.skinny_gemm(node, ctx, a, w, None, None)
-    return _gemm(node, ctx, a, w, None, None)
+    return gemm(node, ctx, a, w, None, None)
 
 
 @lowers(ops.FusedMatMulBiasAct)
@@ -57,4 +60,4 @@ def lower_fused_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w, bias = ctx.inputs(node)
     if matmul_skinny.applies(a, w, bias):
         return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, node.op.activation)
-    return _gemm(node, ctx, a, w, bias, node.op.activation)
+    return gemm(node, ctx, a, w, bias, node.op.activation)
