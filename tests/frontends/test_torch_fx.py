@@ -294,3 +294,30 @@ def test_bad_options_are_rejected():
         rlxpy_backend(None, [], on_unsupported="maybe")
     with pytest.raises(ValueError, match="executor"):
         rlxpy_backend(None, [], executor="tpu")
+
+
+def test_gpt2_gets_the_transformer_patterns_and_matches_eager(device):
+    """GPT-2 (pre-norm, one fused c_attn projection split into q, k, v) through torch.compile: the
+    attention reads q/k/v in place from c_attn's output and the residual adds feed their LayerNorms
+    as tees; the result matches eager torch and, bit for bit, the same graph without patterns."""
+    from transformers import GPT2Config, GPT2Model
+
+    from rlxpy import env
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=101, n_positions=64, n_embd=48, n_layer=2, n_head=4, bos_token_id=0,
+                     eos_token_id=0, attn_implementation="sdpa")
+    model = GPT2Model(cfg).eval()
+    ids = torch.randint(0, 101, (2, 9))
+    results = {}
+    for flags in ({}, {"RLX_WGPU_NO_PATTERNS": 1}):
+        torch._dynamo.reset()
+        with env.override(**flags), torch.no_grad():
+            results[bool(flags)] = torch.compile(model, backend=make_backend("error"))(ids).last_hidden_state
+        kinds = {type(n.op) for exe in compiled_graphs()[-1].executables.values()
+                 for n in exe.schedule.graph.nodes}
+        assert ({ops.PackedAttention, ops.ResidualNormTee} <= kinds) != bool(flags)
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+    torch.testing.assert_close(results[False], want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(results[False], results[True])
