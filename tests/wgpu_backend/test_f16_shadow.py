@@ -10,6 +10,8 @@ exercised with RLX_WGPU_MAX_BINDING small enough that one weight exceeds the bin
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -285,6 +287,16 @@ def test_choose_shadows_only_what_does_not_fit_unless_forced():
     skinny = [s for s in schedule.steps if s.kernel == "matmul_skinny"]
     assert len(skinny) == 1 and KERNELS["matmul_skinny"].params.unpack(skinny[0].uniforms)["k"] == 100
     assert "@workgroup_size(32, 8, 1)" in skinny[0].source  # 256 invocations: 8 row lanes
+
+
+def test_skinny_row_lanes_respect_the_device_and_the_weight():
+    def lanes(k, rows, invocations=1024, storage=32768):
+        facts = DeviceFacts(max_invocations=invocations, max_workgroup_storage=storage)
+        return matmul_skinny.row_lanes(k, rows, SimpleNamespace(facts=facts))
+
+    assert lanes(8192, 1) == 32 and lanes(8192, 8) == 32 and lanes(8192, 16) == 16  # registers
+    assert lanes(3, 1) == 4 and lanes(1, 1) == 1 and lanes(17, 2) == 32
+    assert lanes(8192, 1, invocations=256) == 8 and lanes(8192, 1, storage=4096) == 16
 
 
 def test_explicit_f16_weights_must_be_eligible(device):

@@ -25,6 +25,9 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step
 
 MAX_ROWS = 16  # rows per block: 16 accumulator pairs per lane; more rows re-read w once per block
 MAX_WY = 32  # row lanes per workgroup (32 x 32 = 1024 invocations where the device allows)
+# Past 8 rows per block, 16 row lanes: a 1024-lane workgroup leaves 64 registers per lane on NVIDIA,
+# too few for 16 accumulator pairs without spilling
+WIDE_ROWS = 8
 SKINNY_F32 = False  # route 2-D f32 weights here too (benches compare kernels; not a user flag)
 
 MATMUL_SKINNY = kernel(
@@ -58,10 +61,11 @@ def applies(a: Node, w: Node, bias: Node | None = None) -> bool:
     return SKINNY_F32 and w.dtype is DType.F32
 
 
-def row_lanes(k: int, ctx: LowerCtx) -> int:
+def row_lanes(k: int, rows: int, ctx: LowerCtx) -> int:
     """WY: a power of two within the device's invocation and workgroup-memory limits, and no more
     than the weight has rows."""
-    limit = min(MAX_WY, ctx.facts.max_invocations // 32, ctx.facts.max_workgroup_storage // (8 * 32))
+    widest = MAX_WY if rows <= WIDE_ROWS else MAX_WY // 2
+    limit = min(widest, ctx.facts.max_invocations // 32, ctx.facts.max_workgroup_storage // (8 * 32))
     lanes = 1
     while lanes * 2 <= limit and lanes < k:
         lanes *= 2
@@ -75,7 +79,7 @@ def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, 
         raise LimitError(f"{where(node)}: the skinny GEMM needs 32 invocations per workgroup, the device "
                          f"allows {ctx.facts.max_invocations}")
     mr = max(1, min(m, MAX_ROWS))
-    wy = row_lanes(k, ctx)
+    wy = row_lanes(k, mr, ctx)
     grid = (max(1, math.ceil(n / 64)), max(1, math.ceil(m / mr)), 1)
     subs = {"PRELUDE": PRELUDE, "EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr,
             "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype)}
