@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.attention import RopeKvAppend
 from rlxpy.ir.ops.core import Op, TensorType, need
 
 #: GGML block geometry: type name -> (elements per block, bytes per block).
@@ -28,6 +29,10 @@ GGUF_BLOCKS: dict[str, tuple[int, int]] = {
     "IQ4_NL": (32, 2 + 16),
     "IQ4_XS": (256, 2 + 2 + 4 + 128),
 }
+
+
+#: FusedGgufMatMul's extra inputs for its RopeKvAppend epilogue, in order.
+ROPE_ROLES = ("k_cache", "v_cache", "cos", "sin", "pos")
 
 
 def gguf_row_bytes(qtype: str, k: int) -> int:
@@ -129,8 +134,12 @@ class FusedGgufMatMul(Op):
 
     ``h = rms_norm(x) * gamma`` when ``eps > 0`` (else ``h = x``);
     ``y = h @ dequant(W)^T``, or ``silu(h @ W^T) * (h @ W_up^T)`` when ``swiglu``;
-    ``y += residual`` when ``has_residual``.
-    Inputs in order: x, w, [w_up], [gamma], [residual]. Same math as the unfused ops."""
+    ``y += residual`` when ``has_residual``;
+    when ``head_dim > 0``, ``y`` is a fused QKV row block and RopeKvAppend follows: q and k are
+    rotated, k and v appended IN PLACE to the caches at row pos, and the output is the rotated q
+    [..., q_width] (the fields mean what RopeKvAppend's do).
+    Inputs in order: x, w, [w_up], [gamma], [residual], [k_cache, v_cache, cos, sin, pos].
+    Same math as the unfused ops."""
 
     qtype: str
     n: int
@@ -138,11 +147,24 @@ class FusedGgufMatMul(Op):
     eps: float = 0.0
     swiglu: bool = False
     has_residual: bool = False
-    arity = (2, 5)
+    head_dim: int = 0  # > 0: the RopeKvAppend epilogue
+    q_width: int = 0
+    kv_width: int = 0
+    n_rot: int = 0
+    interleaved: bool = False
+    arity = (2, 10)
+
+    @property
+    def rope(self) -> RopeKvAppend | None:
+        """The RopeKvAppend folded into the epilogue, if any."""
+        if not self.head_dim:
+            return None
+        return RopeKvAppend(self.head_dim, self.q_width, self.kv_width, self.n_rot, self.interleaved)
 
     def input_roles(self) -> list[str]:
         roles = ["x", "w"] + (["w_up"] if self.swiglu else []) + (["gamma"] if self.eps > 0 else [])
-        return roles + (["residual"] if self.has_residual else [])
+        roles += ["residual"] if self.has_residual else []
+        return roles + (list(ROPE_ROLES) if self.head_dim else [])
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         roles = self.input_roles()
@@ -165,4 +187,11 @@ class FusedGgufMatMul(Op):
                 tuple(by_role["residual"].shape) == out,
                 f"residual must be {list(out)}, got {by_role['residual']}",
             )
-        return TensorType(out, DType.F32)
+        rope = self.rope
+        if rope is None:
+            return TensorType(out, DType.F32)
+        need(not self.swiglu and not self.has_residual,
+             "the RopeKvAppend epilogue excludes SwiGLU and residual")
+        need(x.rank == 2, f"with the RopeKvAppend epilogue x must be [S, {self.k}], got {x}")
+        qkv = TensorType(out, DType.F32)
+        return rope.infer([qkv] + [by_role[r] for r in ROPE_ROLES])

@@ -7,7 +7,9 @@ every quantised GEMV are folded into it (FusedGgufMatMul):
 * ``RmsNorm(x, gamma)`` (no beta) whose every consumer is a GGUF GEMV reading it as x: each GEMV
   renormalises x itself (x is one hidden vector: recomputing its norm is free next to the GEMV);
 * ``silu(x @ Wg^T) * (x @ Wu^T)`` with the same x and weight geometry: one dual-weight GEMV;
-* ``a + GEMV(...)`` where the GEMV has no other consumer: a residual epilogue.
+* ``a + GEMV(...)`` where the GEMV has no other consumer: a residual epilogue;
+* ``RopeKvAppend(GEMV(...), caches, cos, sin, pos)`` (a fused QKV projection) where the GEMV has
+  no other consumer: the GEMV rotates q and k and appends k, v to the KV caches itself.
 
 Only rows <= ``max_rows`` (the GEMV path) are fused; results equal the unfused graph's up to f32
 rounding order. Each pattern can be switched off, and the tests check that results agree.
@@ -41,7 +43,7 @@ def _is_gemv(graph: Graph, node: Node, max_rows: int) -> bool:
 
 
 def plan_fusion(graph: Graph, max_rows: int = 8, norm: bool = True, swiglu: bool = True,
-                residual: bool = True) -> _Plan:
+                residual: bool = True, rope: bool = True) -> _Plan:
     users = graph.consumers()
     outputs = set(graph.outputs)
     plan = _Plan()
@@ -49,7 +51,8 @@ def plan_fusion(graph: Graph, max_rows: int = 8, norm: bool = True, swiglu: bool
 
     def base(node: Node) -> dict:
         return {"qtype": node.op.qtype, "n": node.op.n, "k": node.op.k, "x": node.inputs[0],
-                "w": node.inputs[1], "w_up": None, "gamma": None, "eps": 0.0, "residual": None}
+                "w": node.inputs[1], "w_up": None, "gamma": None, "eps": 0.0, "residual": None,
+                "rope": None}
 
     # 1. SwiGLU: mul(silu(gemv_g(x)), gemv_u(x))
     if swiglu:
@@ -89,7 +92,19 @@ def plan_fusion(graph: Graph, max_rows: int = 8, norm: bool = True, swiglu: bool
                     plan.fused[node.id] = desc
                     plan.dropped.add(mm)
                     break
-    # 4. RMSNorm without beta whose every consumer is a fused GEMV reading it as x
+    # 4. RoPE + KV append after a plain GEMV used only there
+    if rope:
+        for node in graph.nodes:
+            if not isinstance(node.op, ops.RopeKvAppend):
+                continue
+            mm = node.inputs[0]
+            desc = plan.fused.get(mm)
+            if desc is not None and mm in single and desc["w_up"] is None and desc["residual"] is None:
+                desc = dict(plan.fused.pop(mm))
+                desc["rope"] = (node.op, list(node.inputs[1:]))
+                plan.fused[node.id] = desc
+                plan.dropped.add(mm)
+    # 5. RMSNorm without beta whose every consumer is a fused GEMV reading it as x
     if norm:
         for node in graph.nodes:
             if not (isinstance(node.op, ops.RmsNorm) and len(node.inputs) == 2) or node.id in outputs:
@@ -110,7 +125,7 @@ def fuse_gguf_decode(graph: Graph, max_rows: int = 8, **switches: bool) -> Graph
     """A new graph with the patterns above fused; names of kept nodes and outputs are unchanged."""
     plan = plan_fusion(graph, max_rows, **switches)
     plain = {r for r, d in plan.fused.items()
-             if d["w_up"] is None and d["gamma"] is None and d["residual"] is None}
+             if d["w_up"] is None and d["gamma"] is None and d["residual"] is None and d["rope"] is None}
     out = Graph(graph.name)
     remap: dict[int, Node] = {}
     for node in graph.nodes:
@@ -118,9 +133,14 @@ def fuse_gguf_decode(graph: Graph, max_rows: int = 8, **switches: bool) -> Graph
             continue
         if node.id in plan.fused and node.id not in plain:
             d = plan.fused[node.id]
+            rope, rope_inputs = d["rope"] or (None, [])
+            rope_fields = {} if rope is None else {
+                "head_dim": rope.head_dim, "q_width": rope.q_width, "kv_width": rope.kv_width,
+                "n_rot": rope.n_rot, "interleaved": rope.interleaved}
             op = ops.FusedGgufMatMul(d["qtype"], d["n"], d["k"], d["eps"], d["w_up"] is not None,
-                                     d["residual"] is not None)
+                                     d["residual"] is not None, **rope_fields)
             ins = [d["x"], d["w"]] + [d[r] for r in ("w_up", "gamma", "residual") if d[r] is not None]
+            ins += rope_inputs
             remap[node.id] = out.apply(op, [remap[i] for i in ins], node.name)
         else:
             remap[node.id] = out.apply(node.op, [remap[i] for i in node.inputs], node.name)

@@ -300,4 +300,9 @@ def ref_fused_gguf_matmul(op: ops.FusedGgufMatMul, args, node):
         y = (y / (1.0 + np.exp(-y))) * up
     if op.has_residual:
         y = y + _f64(by_role["residual"])
+    if op.rope is not None:  # the QKV block rounds to f32 first, as the unfused graph's GEMV output does
+        from rlxpy.ir.ops.quant import ROPE_ROLES
+        from rlxpy.ir.reference.kv import ref_rope_kv_append
+
+        return ref_rope_kv_append(op.rope, [y.astype(np.float32)] + [by_role[r] for r in ROPE_ROLES], node)
     return y.astype(np.float32)

@@ -1,4 +1,4 @@
-// y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add (FusedGgufMatMul).
+// y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add, or RoPE + KV-cache append of a QKV block (FusedGgufMatMul).
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
 struct QuantGgufGemvParams {
@@ -19,6 +19,15 @@ struct QuantGgufGemvParams {
     gamma: u32,
     residual: u32,
     eps: f32,
+    q_width: u32,
+    kv_width: u32,
+    capacity: u32,
+    max_pos: u32,
+    k_cache: u32,
+    v_cache: u32,
+    cos: u32,
+    sin: u32,
+    pos: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -35,6 +44,12 @@ const GROUPED: bool = {{GROUPED}};
 const NORM: bool = {{NORM}};  // h = x * rsqrt(mean(x^2) + eps) * gamma (x row by x row)
 const SWIGLU: bool = {{SWIGLU}};  // y = silu(h . W) * (h . W_up)
 const RESIDUAL: bool = {{RESIDUAL}};  // y += residual
+// RoPE + KV append (ops.RopeKvAppend on y = the q|k|v block): every workgroup's block of output rows
+// holds both rows of each rotation pair (the lowerer picks the row split), staged in ys
+const ROPE: bool = {{ROPE}};
+const RD: u32 = {{RD}}u;  // head_dim
+const ROT: u32 = {{ROT}}u;  // rotated dims of a head (even)
+const INTERLEAVED: bool = {{INTERLEAVED}};  // pairs (2i, 2i+1), else (i, i + ROT/2)
 
 // x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
 // then [RR][MR][256] partial sums
@@ -43,6 +58,7 @@ var<private> acc: array<array<f32, MR>, RR>;
 var<private> acc_up: array<array<f32, MR>, RR>;  // SwiGLU's second weight
 var<workgroup> norm_parts: array<f32, 128>;  // [MR][16] partial sums of squares
 var<workgroup> inv_rms: array<f32, 8>;
+var<workgroup> ys: array<f32, {{YS}}>;  // [MR][block rows] outputs before RoPE
 
 // expert of x row i, or -1 when out of range (then the output row is zero)
 fn expert_of(i: u32) -> i32 {
@@ -58,6 +74,54 @@ fn combine(sm: vec2<f32>, dq: f32, sx: f32) -> f32 {
         return sm.x * dq + sm.y * sx;
     }
     return sm.x * dq;
+}
+
+// RoPE of the staged block (rows first .. first + block - 1 of y; x rows at positions pos + r), then
+// q to y [MR, q_width], k and v to the caches at row pos + r, as rope_kv_append.wgsl does
+fn rope_append(t: u32, first: u32, x_rows: u32) {
+    let block = p.rows_per_wg * RR;
+    let half = ROT / 2u;
+    for (var j = t; j < x_rows * block; j = j + 256u) {
+        let r = j / block;
+        let g = first + j - r * block;
+        if (g >= p.n) {
+            continue;
+        }
+        let row = buf[p.pos] + r;
+        var c = g;  // column inside q, k or v
+        var dst = p.y + r * p.q_width + g;
+        if (g >= p.q_width) {
+            if (row >= p.capacity) {
+                continue;  // rows past the cache capacity are dropped, as CacheWrite does
+            }
+            c = g - p.q_width;
+            if (c >= p.kv_width) {
+                buf[p.v_cache + row * p.kv_width + c - p.kv_width] = bitcast<u32>(ys[j]);
+                continue;
+            }
+            dst = p.k_cache + row * p.kv_width + c;
+        }
+        let d = c % RD;
+        var v = ys[j];
+        if (d < ROT) {
+            let tr = min(row, p.max_pos - 1u);  // positions past the tables clamp
+            var i = d % half;
+            var leading = d < half;
+            var mate = j + half;
+            if (INTERLEAVED) {
+                i = d / 2u;
+                leading = (d & 1u) == 0u;
+                mate = j + 1u;
+            }
+            if (!leading) {
+                mate = select(j - half, j - 1u, INTERLEAVED);
+            }
+            let cs = bitcast<f32>(buf[p.cos + tr * half + i]);
+            let sn = bitcast<f32>(buf[p.sin + tr * half + i]);
+            v = select(v * cs + ys[mate] * sn, v * cs - ys[mate] * sn, leading);
+        }
+        buf[dst] = bitcast<u32>(v);
+    }
 }
 
 // acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]), generated fully unrolled
@@ -178,6 +242,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         if (RESIDUAL) {
             s = s + bitcast<f32>(buf[p.residual + out]);
         }
-        buf[y_base + out] = bitcast<u32>(select(0.0, s, valid));
+        if (ROPE) {
+            ys[r * p.rows_per_wg * RR + team + i * p.rows_per_wg] = s;
+        } else {
+            buf[y_base + out] = bitcast<u32>(select(0.0, s, valid));
+        }
+    }
+    if (ROPE) {
+        workgroupBarrier();
+        rope_append(t, wid.x * p.rows_per_wg * RR, x_rows);
     }
 }

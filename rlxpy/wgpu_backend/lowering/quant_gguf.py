@@ -6,7 +6,9 @@
   (prefill) run the tiled kernel, which dequantises a 64x16 tile of W into workgroup memory.
 * ``FusedGgufMatMul`` (made by ir/passes/patterns.py once this lowerer exists): the same GEMV
   with RMSNorm applied while x is staged, SwiGLU's W_up as a second weight set in the same
-  pass, and the residual added in the epilogue: one dispatch instead of up to five.
+  pass, and the residual added in the epilogue: one dispatch instead of up to five. A fused QKV
+  projection also rotates q and k and appends k, v to the KV caches in its epilogue (RoPE pairs
+  never straddle two workgroups: ``rope_plan``), replacing the rope_kv_append dispatch.
 * ``GatherGguf``: one workgroup per looked-up row, dequantised exactly like gguf-py.
 * ``DequantGroupedMatMul`` (MoE): the GEMV kernel in grouped mode, one x row per grid row,
   each reading the W slab of its expert. Right for decode; prefill re-reads each expert per
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
 from rlxpy.host_ops import gguf_matmul
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops.quant import gguf_row_bytes
+from rlxpy.ir.ops.quant import ROPE_ROLES, gguf_row_bytes
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, decode_source
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
@@ -36,7 +40,8 @@ QUANT_GGUF_GEMV = kernel(
     "quant_gguf_gemv",
     params("QuantGgufGemvParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32,
            units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32, w_up=U32, gamma=U32,
-           residual=U32, eps=F32),
+           residual=U32, eps=F32, q_width=U32, kv_width=U32, capacity=U32, max_pos=U32, k_cache=U32,
+           v_cache=U32, cos=U32, sin=U32, pos=U32),
     workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
@@ -47,6 +52,8 @@ QUANT_GGUF_GATHER = kernel(
     params("QuantGgufGatherParams", ("count",), count=U32, rows=U32, k=U32, table=U32, idx=U32, y=U32,
            row_bytes=U32), extent_axis=0)
 
+#: QuantGgufGemvParams fields of FusedGgufMatMul's extra inputs (0 when absent).
+FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", "max_pos") + ROPE_ROLES
 GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
@@ -89,6 +96,21 @@ def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
     teams = GEMV_THREADS // lanes
     team_rows = max(1, min(MAX_TEAM_ROWS, MAX_ACCUMULATORS // x_rows, rows // (teams * MIN_GROUPS)))
     return lanes, teams, team_rows
+
+
+def rope_plan(lanes: int, teams: int, team_rows: int, rope: ops.RopeKvAppend, x_rows: int,
+              where_: str) -> tuple[int, int, int]:
+    """``gemv_plan`` adjusted so that each workgroup's block of ``teams * team_rows`` consecutive
+    output rows holds both rows of every RoPE pair: an even block for interleaved pairs (2i, 2i+1)
+    of even-sized heads, else whole heads (pairs (i, i + n_rot/2))."""
+    if rope.interleaved and rope.head_dim % 2 == 0:
+        return lanes, teams - (teams * team_rows) % 2, team_rows
+    team_rows = max(r for r in range(1, max(1, min(MAX_TEAM_ROWS, MAX_ACCUMULATORS // x_rows)) + 1)
+                    if rope.head_dim % r == 0)
+    teams = rope.head_dim // team_rows
+    if teams > GEMV_THREADS:
+        raise LimitError(f"{where_}: RoPE heads of {rope.head_dim} rows do not fit one GEMV workgroup")
+    return min(lanes, GEMV_THREADS // teams), teams, team_rows
 
 
 def chunk_elems(x_rows: int, k: int) -> int:
@@ -153,9 +175,10 @@ def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
 
 def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
               idx: Node | None = None, experts: int = 0, fused: dict[str, Node] | None = None,
-              eps: float = 0.0) -> Step:
+              eps: float = 0.0, rope: ops.RopeKvAppend | None = None) -> Step:
     """The GEMV dispatch: ``m`` x rows together, or (``idx`` given) one grid row per x row.
-    ``fused`` holds FusedGgufMatMul's extra inputs by role (w_up, gamma, residual)."""
+    ``fused`` holds FusedGgufMatMul's extra inputs by role (w_up, gamma, residual, and with
+    ``rope`` the RopeKvAppend inputs k_cache, v_cache, cos, sin, pos)."""
     grouped = idx is not None
     fused = fused or {}
     swiglu = "w_up" in fused
@@ -163,8 +186,11 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     kc = chunk_elems(rows_in_wg, k)
     units = math.ceil(k / UNIT)
     lanes, teams, team_rows = gemv_plan(units, n, rows_in_wg)
+    if rope is not None:
+        lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node))
     xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS * (2 if swiglu else 1))
-    _check(node, ctx, x, 4 * xs_floats)
+    ys_floats = rows_in_wg * teams * team_rows if rope is not None else 1
+    _check(node, ctx, x, 4 * (xs_floats + ys_floats))
     row_bytes = gguf_row_bytes(qtype, k)
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
@@ -173,14 +199,20 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
             "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu),
             "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag[swiglu],
-            "RESIDUAL": flag["residual" in fused],
+            "RESIDUAL": flag["residual" in fused], "ROPE": flag[rope is not None], "YS": ys_floats,
+            "RD": rope.head_dim if rope else 2, "ROT": rope.rot if rope else 2,
+            "INTERLEAVED": flag[bool(rope and rope.interleaved)],
             "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
     offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
-    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, m=m, n=n, k=k, x=ctx.offset(x),
-                        w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes, units=units,
-                        tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
-                        idx=ctx.offset(idx) if grouped else 0, experts=experts, w_up=offsets.get("w_up", 0),
-                        gamma=offsets.get("gamma", 0), residual=offsets.get("residual", 0), eps=eps)
+    if rope is not None:
+        offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
+                       max_pos=fused["cos"].shape[0])
+    # the RoPE epilogue appends to the caches: its rows must all land, so it never scales
+    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=rope is None, m=m, n=n, k=k,
+                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes,
+                        units=units, tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
+                        idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
+                        **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
 
 
 def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
@@ -249,18 +281,24 @@ def lower_fused_gguf_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
     if m == 0 or op.n == 0:
         return []
-    extra = {role: by_role[role] for role in ("w_up", "gamma", "residual") if role in by_role}
-    for role in ("gamma", "residual"):
-        if role in extra and extra[role].dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: {role} must be f32, got {extra[role].type}")
+    extra = {role: t for role, t in by_role.items() if role not in ("x", "w")}
+    for role, t in extra.items():
+        if role not in ("w_up", "pos") and t.dtype is not DType.F32:
+            raise UnsupportedOpError(f"{where(node)}: {role} must be f32, got {t.type}")
     if op.qtype in GPU_TYPES and m <= GEMV_MAX_ROWS:
-        return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, fused=extra, eps=op.eps)]
+        return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, fused=extra, eps=op.eps, rope=op.rope)]
     # the pattern pass only fuses GEMV-sized rows; anything else is correct but on the host
-    from rlxpy.ir.reference import REFERENCE
+    from rlxpy.ir.reference import REFERENCE, _load_families
 
+    _load_families()  # the reference registry fills lazily
     reference, input_ids, output_id = REFERENCE[ops.FusedGgufMatMul], list(node.inputs), node.id
+    roles = op.input_roles()
+    updated = [roles.index("k_cache"), roles.index("v_cache")] if op.rope else []  # appended in place
 
     def run(io) -> None:
-        io.write(output_id, reference(op, [io.read(i) for i in input_ids], node))
+        args = [np.array(io.read(i)) for i in input_ids]
+        io.write(output_id, reference(op, args, node))
+        for index in updated:
+            io.write(input_ids[index], args[index])
 
     return [ctx.host(node, "gguf_fused_matmul", run)]
