@@ -60,8 +60,13 @@ def load_weights(args: argparse.Namespace) -> tuple[BertConfig, dict[str, np.nda
     if directory is not None and (Path(directory) / "model.safetensors").is_file():
         cfg, params = load_bert_dir(directory)
         return cfg, params, str(directory)
+    return random_weights()
+
+
+def random_weights(seed: int = 0) -> tuple[BertConfig, dict[str, np.ndarray], str]:
+    """Seeded random weights of the all-MiniLM-L6-v2 shapes (the same on every machine)."""
     cfg = BertConfig()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     state = {}
     from rlxpy.models.bert import build_bert
 
