@@ -2,12 +2,19 @@
 
 rlxpy runs the Q4_1 GGUF as is (weights stay quantised); transformers loads the same GGUF,
 dequantised to fp32 and fp16. Reports tok/s for batch-1 greedy decode and for prefill of a
-512-token prompt, and where one decode token's time goes.
+512-token prompt, and where one decode token's time goes (dispatches per token by kernel, host
+µs per dispatch to record them and to finish the command buffer). ``--compare-rope`` also runs
+the decode with the QKV GEMV's RoPE/KV-append epilogue switched off (its own rope_kv_append
+dispatch per layer, as before that pattern), in the same process, for a like-for-like ratio.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +25,43 @@ from rlxpy.frontends.gguf import default_model_path
 from rlxpy.models.generate import Generator
 
 
-def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
+@contextlib.contextmanager
+def rope_epilogue(enabled: bool):
+    """Compile with (the default) or without the RoPE/KV-append fold of the decode pattern pass."""
+    from rlxpy.ir.passes import patterns
+
+    original = patterns.fuse_gguf_decode
+    if not enabled:
+        patterns.fuse_gguf_decode = functools.partial(original, rope=False)
+    try:
+        yield
+    finally:
+        patterns.fuse_gguf_decode = original
+
+
+def encode_costs(exe, segments: list, dispatches: int, repeat: int = 20) -> dict:
+    """Host µs per dispatch of one decode token: recording the pass, and finishing the encoder."""
+    record = finish = 0.0
+    for _ in range(repeat):
+        enc = exe.device.device.create_command_encoder()
+        t0 = time.perf_counter()
+        for s in segments:
+            if s.kind == "gpu":
+                exe.encoder._encode_pass(enc, s)
+        t1 = time.perf_counter()
+        enc.finish()
+        record, finish = record + t1 - t0, finish + time.perf_counter() - t1
+    return {"decode_encode_ms": (record + finish) / repeat * 1e3,
+            "decode_record_us_per_dispatch": record / repeat / dispatches * 1e6,
+            "decode_finish_us_per_dispatch": finish / repeat / dispatches * 1e6}
+
+
+def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int, rope: bool = True) -> dict:
+    with rope_epilogue(rope):
+        return _rlxpy_side(path, prompt_len, decode_tokens, chunk)
+
+
+def _rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
     started = time.perf_counter()
     gen, model = Generator.from_gguf(path, context=max(1024, prompt_len + decode_tokens + 8), chunk=chunk)
     load = time.perf_counter() - started
@@ -35,14 +78,7 @@ def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
     needed = exe._needed([exe.graph["decode_next"]], True)[1]
     segments = exe.encoder.segments_for(needed)
     dispatches = sum(len(s.dispatches) for s in segments if s.kind == "gpu")
-    t0 = time.perf_counter()
-    for _ in range(20):
-        enc = exe.device.device.create_command_encoder()
-        for s in segments:
-            if s.kind == "gpu":
-                exe.encoder._encode_pass(enc, s)
-        enc.finish()
-    encode_ms = (time.perf_counter() - t0) / 20 * 1e3
+    kernels = collections.Counter(exe.schedule.steps[i].kernel for s in segments for _, _, i in s.dispatches)
     return {
         "load_compile_s": load,
         "arena_mib": exe.arena.size / 2**20,
@@ -53,7 +89,8 @@ def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
         "decode_tps": 1.0 / float(np.median(steps)),
         "decode_ms_median": float(np.median(steps)) * 1e3,
         "decode_dispatches": dispatches,
-        "decode_encode_ms": encode_ms,
+        "decode_kernels": dict(kernels),
+        **encode_costs(exe, segments, dispatches),
         "decode_host_steps": sum(1 for s in segments if s.kind == "host"),
     }
 
@@ -82,13 +119,21 @@ def transformers_side(torch, path, dtype, prompt_len: int, decode_tokens: int) -
 
 
 def main() -> None:
+    compare_rope = "--compare-rope" in sys.argv
+    if compare_rope:
+        sys.argv.remove("--compare-rope")
     args = parse_args(__doc__)
     path = Path(args.model) if args.model else default_model_path()
     prompt_len, decode_tokens = (40, 4) if args.quick else (512, 128)
+    chunk = 32 if args.quick else 128
     results = {
         "model": path.name,
-        "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, 32 if args.quick else 128),
+        "rlxpy": rlxpy_side(path, prompt_len, decode_tokens, chunk),
     }
+    if compare_rope:
+        before = rlxpy_side(path, prompt_len, decode_tokens, chunk, rope=False)
+        results["rlxpy_without_rope_epilogue"] = before
+        results["rope_epilogue_decode_speedup"] = results["rlxpy"]["decode_tps"] / before["decode_tps"]
     torch = torch_cuda()
     if torch is not None:
         for name, dtype in (("transformers_fp32", torch.float32), ("transformers_fp16", torch.float16)):
