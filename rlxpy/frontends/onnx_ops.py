@@ -74,7 +74,8 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def emit_binary(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     kind = _BINARY[node.op_type][0]
     a, b = im.pair(ins[0], ins[1])
-    square = isinstance(ins[1], Known) and ins[1].value.size == 1 and float(ins[1].value) == 2
+    # a one-element exponent of any rank ([], [1], [1, 1]): float() of a non-0-d array is an error
+    square = isinstance(ins[1], Known) and ins[1].value.size == 1 and float(ins[1].value.reshape(-1)[0]) == 2
     if kind is BinaryOp.POW and square:
         return [im.g.mul(a, a, name=im.name(node))]  # x ** 2 as x * x, like onnxruntime
     return [im.g.binary(a, b, kind, name=im.name(node))]

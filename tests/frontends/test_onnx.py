@@ -282,3 +282,20 @@ def test_finalize_drops_dead_nodes_merges_duplicates_and_fuses_activations():
               "b": rng.standard_normal(5).astype(np.float32)}
     np.testing.assert_allclose(run_reference(out, feeds, params)["y"], run_reference(g, feeds, params)["y"],
                                rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("exponent_shape", [(), (1,), (1, 1)])
+def test_pow_by_a_one_element_constant_of_any_rank(device, exponent_shape):
+    """x ** 2 and x ** 0.5 with the exponent as a 0-d, [1] or [1, 1] initializer (exporters write
+    all three); squares of negative values too (x ** 2 runs as x * x)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["y"]), helper.make_node("Pow", ["x", "half"], ["z"])]
+    constants = {"two": np.full(exponent_shape, 2, np.float32),
+                 "half": np.full(exponent_shape, 0.5, np.float32)}
+    outputs = [("y", TensorProto.FLOAT), ("z", TensorProto.FLOAT)]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [3, 17])], outputs, constants)
+    x = np.random.default_rng(7).uniform(-3, 3, (3, 17)).astype(np.float32)
+    x[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+    out = OnnxModel(model).run({"x": x})
+    np.testing.assert_allclose(out["y"], x.astype(np.float64) ** 2, rtol=1e-6)
+    positive = x >= 0
+    np.testing.assert_allclose(out["z"][positive], np.sqrt(x[positive].astype(np.float64)), rtol=1e-6)
