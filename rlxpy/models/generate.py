@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,29 +91,70 @@ class Generator:
 
     def decode(self, token: int) -> int:
         """Feed one token at the current position; returns the next token."""
+        started = time.perf_counter()
+        token = self._read(self._submit_decode(token))
+        self._count_step(time.perf_counter() - started)
+        return token
+
+    def _submit_decode(self, token: int | None) -> Callable[[], dict[str, np.ndarray]]:
+        """Submit one decode step at the current position without waiting. ``token=None`` takes the
+        token from the previous step's ``decode_next`` on the GPU (no host round-trip)."""
         if self.position >= self.config.context:
             raise InputError(f"the KV cache is full ({self.config.context} tokens)")
-        started = time.perf_counter()
-        out = self.exe.run({"decode_tokens": np.array([token], np.int32),
-                            "decode_pos": np.array([self.position], np.int32),
-                            **self._seed_input("decode", self.position)}, outputs=["decode_next"])
+        inputs = {"decode_pos": np.array([self.position], np.int32),
+                  **self._seed_input("decode", self.position)}
+        feeds = None
+        if token is None:
+            feeds = {"decode_tokens": self.exe.handle("decode_next")}
+        else:
+            inputs["decode_tokens"] = np.array([token], np.int32)
+        pending = self.exe.submit(inputs, outputs=["decode_next"], feeds=feeds)
         self.position += 1
-        elapsed = time.perf_counter() - started
+        return pending
+
+    @staticmethod
+    def _read(pending: Callable[[], dict[str, np.ndarray]]) -> int:
+        return int(pending()["decode_next"].reshape(-1)[0])
+
+    def _count_step(self, elapsed: float) -> None:
         self.stats.step_seconds.append(elapsed)
         self.stats.decode_seconds += elapsed
         self.stats.generated += 1
-        return int(out["decode_next"].reshape(-1)[0])
 
     def generate(self, ids: Sequence[int], max_tokens: int, stop: Sequence[int] = ()) -> Iterator[int]:
-        """Yield up to ``max_tokens`` new tokens, stopping after a token in ``stop``."""
+        """Yield up to ``max_tokens`` new tokens, stopping after a token in ``stop``.
+
+        Decode steps are pipelined: step t+1 is submitted (its token fed from step t's output on the
+        GPU) before step t is read back, so the GPU does not wait for the host's readback, streaming
+        and stop check. When a stop token ends the text, the one step already in flight is
+        discarded (its KV row lies past the new position, overwritten by the next step)."""
         self.stats = GenerationStats(compile_seconds=self.stats.compile_seconds,
                                      upload_seconds=self.stats.upload_seconds)
         token = self.prefill(ids)
-        for produced in range(max_tokens):
+        if max_tokens <= 0:
+            return
+        yield token
+        produced = 1
+        if token in stop or produced == max_tokens or self.position >= self.config.context:
+            return
+        started = time.perf_counter()
+        pending = self._submit_decode(token)
+        while True:
+            more = produced + 1 < max_tokens and self.position < self.config.context
+            following = self._submit_decode(None) if more else None
+            token = self._read(pending)
+            now = time.perf_counter()
+            self._count_step(now - started)
+            started = now
+            produced += 1
             yield token
-            if token in stop or produced + 1 == max_tokens or self.position >= self.config.context:
+            if following is None:
                 return
-            token = self.decode(token)
+            if token in stop:
+                following()  # drain the step in flight before anything else runs
+                self.position -= 1
+                return
+            pending = following
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""

@@ -205,10 +205,13 @@ class Arena:
         self.device.queue.submit([encoder.finish()])
         return self.map_staging(size4, SYNC_SLOT)[:size]
 
-    def map_staging(self, size: int, slot: int = 0) -> bytes:
+    def map_staging(self, size: int, slot: int = 0, staging: Any = None) -> bytes:
+        """Map and copy out ``size`` bytes of a readback buffer: ``staging`` when given (the one a
+        command buffer recorded into: a slot's buffer may have been replaced by a larger one since),
+        else the slot's current buffer."""
         import wgpu
 
-        staging = self._stagings[slot]
+        staging = staging if staging is not None else self._stagings[slot]
         staging.map_sync(wgpu.MapMode.READ, 0, align_up(size, 8))
         try:
             data = bytes(staging.read_mapped(0, size, copy=False))

@@ -6,7 +6,7 @@ new binding (a recompile) keeps the weights. The same binding reuses the compile
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,12 +63,17 @@ class DeferredExecutable:
 
     def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
             ) -> dict[str, np.ndarray]:
+        return self.submit(inputs, outputs)()
+
+    def submit(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
+               ) -> Callable[[], dict[str, np.ndarray]]:
+        """``run`` without waiting (see WgpuExecutable.submit), compiling for this binding first."""
         inputs = inputs or {}
         binding = infer_binding(self.graph, inputs)
         if self.binding is not None:
             binding = {**{k: v for k, v in self.binding.items() if k not in binding}, **binding}
         exe = self._activate(binding) if binding != self.binding or self.current is None else self.current
-        return exe.run(inputs, outputs)
+        return exe.submit(inputs, outputs)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self.__dict__.get("current") is None:

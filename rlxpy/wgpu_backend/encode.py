@@ -10,7 +10,7 @@ host steps split it.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,12 @@ class Prepared:
     placed: list[tuple[int, int]]
     size: int
     slot: int
+    staging: Any = None  # the readback buffer the commands copy into
 
     def read(self, arena: Arena) -> list[bytes]:
         if not self.size:
             return [b"" for _ in self.placed]
-        data = arena.map_staging(self.size, self.slot)
+        data = arena.map_staging(self.size, self.slot, self.staging)
         return [data[dst : dst + size] for dst, size in self.placed]
 
 
@@ -80,6 +81,9 @@ class Encoder:
         self._entries: dict[int, list] = {}
         self._prepared: dict[tuple, Prepared] = {}
         self._slot = 0
+        # pre-encoded runs read back into buffers of their own key, two per key used in turn: a run
+        # may still be unread when the next one (of any key) is submitted
+        self._key_stagings: dict[tuple, list[Any]] = {}
         self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
         blob = bytearray(self.stride * max(len(gpu_steps), 1))
@@ -187,22 +191,41 @@ class Encoder:
         copies: Sequence[tuple[int, int, int]] = (),
         before_submit: Any = None,
     ) -> list[bytes]:
-        """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``.
+        """Encode + submit the segments (of ``steps`` only, if given); return the bytes of ``reads``."""
+        return self.submit(host_io, reads, steps, copies, before_submit)()
+
+    def submit(
+        self,
+        host_io: Any,
+        reads: Sequence[tuple[int, int]],
+        steps: frozenset[int] | None = None,
+        copies: Sequence[tuple[int, int, int]] = (),
+        before_submit: Any = None,
+    ) -> Callable[[], list[bytes]]:
+        """Encode + submit; returns a function that waits for the bytes of ``reads``.
 
         ``copies`` (src, dst, bytes) move arena bytes on the GPU before the first pass (feeds).
         ``before_submit()`` runs just before the first submit (input uploads land before it).
         A schedule without host steps is pre-encoded: the command buffer of the next run with the
-        same steps and reads is recorded while the GPU works on this one (command buffers are
-        single-use, but nothing in them depends on input values)."""
+        same steps, reads and copies is recorded while the GPU works on this one (command buffers
+        are single-use, but nothing in them depends on input values). Such a run returns before
+        the GPU is done, so a caller may submit the next run before reading this one (the two
+        readback slots alternate; read a run before submitting the one after next)."""
         segments = self.segments_for(steps)
-        if not copies and all(s.kind != "host" for s in segments):
-            key = (steps, tuple(reads))
-            prepared = self._prepared.pop(key, None) or self._prepare(segments, reads)
+        if all(s.kind != "host" for s in segments):
+            key = (steps, tuple(reads), tuple(copies))
+            prepared = self._prepared.pop(key, None) or self._prepare(segments, reads, copies, key)
             if before_submit is not None:
                 before_submit()
             self.device.queue.submit([prepared.commands])
-            self._prepared[key] = self._prepare(segments, reads)  # overlaps the GPU's work
-            return prepared.read(self.arena)
+            self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
+            return lambda: prepared.read(self.arena)
+        result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit)
+        return lambda: result
+
+    def _run_with_host_steps(self, host_io: Any, reads: Sequence[tuple[int, int]], segments: list[Segment],
+                             copies: Sequence[tuple[int, int, int]], before_submit: Any) -> list[bytes]:
+        """Submit GPU segments, run host steps in between (each waits for the GPU), read back."""
         if before_submit is not None:
             before_submit()
         dev = self.device.device
@@ -225,28 +248,49 @@ class Encoder:
         dev.queue.submit([encoder.finish()])
         return readback.read(self.arena)
 
-    def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None) -> Prepared:
-        """Record the output copies into a staging slot (alternating between two)."""
+    def _key_staging(self, key: tuple, size: int) -> tuple[int, Any]:
+        """(slot, buffer): the next of ``key``'s two readback buffers, grown to ``size`` bytes."""
+        import wgpu
+
+        pair = self._key_stagings.setdefault(key, [None, None, 0])
+        slot = pair[2] = pair[2] ^ 1
+        if pair[slot] is None or pair[slot].size < size:
+            pair[slot] = self.device.device.create_buffer(
+                label="rlx_readback", size=max(align_up(size, 256), 256),
+                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        return slot, pair[slot]
+
+    def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None,
+                  key: tuple | None = None) -> Prepared:
+        """Record the output copies into a readback buffer: the run key's own (pre-encoded runs) or
+        the arena's two shared slots (alternating)."""
         placed, cursor = [], 0
         for _, size in reads:
             placed.append((cursor, size))
             cursor += align_up(size, 8)
         self._slot ^= 1
         if cursor:
-            staging = self.arena.staging(cursor, self._slot)
+            if key is not None:
+                self._slot, staging = self._key_staging(key, cursor)
+            else:
+                staging = self.arena.staging(cursor, self._slot)
             for (offset, size), (dst, _) in zip(reads, placed):
                 if size:  # empty tensors have nothing to copy (wgpu refuses zero-size maps)
                     encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
+            return Prepared(commands, placed, cursor, self._slot, staging)
         return Prepared(commands, placed, cursor, self._slot)
 
-    def _prepare(self, segments: list[Segment], reads: Sequence[tuple[int, int]]) -> Prepared:
+    def _prepare(self, segments: list[Segment], reads: Sequence[tuple[int, int]],
+                 copies: Sequence[tuple[int, int, int]] = (), key: tuple | None = None) -> Prepared:
         encoder = self.device.device.create_command_encoder(label="rlx_run")
+        if copies:
+            self.arena.gpu_copies(encoder, copies)
         for segment in segments:
             if segment.kind == "gpu":
                 self._encode_pass(encoder, segment)
             else:  # "copy": staging hops through the transfer buffer
                 self.arena.gpu_copies(encoder, [segment.host.copy])  # type: ignore[union-attr]
-        prepared = self._readback(encoder, reads)
+        prepared = self._readback(encoder, reads, key=key)
         prepared.commands = encoder.finish()
         return prepared
 

@@ -8,7 +8,7 @@ segments), and fuse the output readback into the last submit.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,14 @@ class WgpuExecutable:
 
         ``outputs``: compute and read back only these. ``feeds``: {input name: GpuHandle} copies a
         tensor already on the GPU (e.g. last run's output) into the input, with no host round-trip."""
+        return self.submit(inputs, outputs, feeds)()
+
+    def submit(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+               feeds: Mapping[str, GpuHandle] | None = None) -> Callable[[], dict[str, np.ndarray]]:
+        """``run`` without waiting: returns a function that waits for and returns the outputs. A
+        caller may submit the next run (e.g. the next decode step, fed on the GPU) before reading
+        this one, so the GPU never idles while the host reads back; read each run before
+        submitting the one after it."""
         started = time.perf_counter()
         wanted = self._resolve_outputs(outputs)
         needed, steps = self._needed(wanted, outputs is not None)
@@ -156,12 +164,16 @@ class WgpuExecutable:
             for name, (node, data) in staged.items():
                 self._upload_input(name, node, data)
 
-        raw = self.encoder.run(HostIO(self), reads, steps, copies, before_submit=upload)
-        result = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, raw)}
-        self.last_run_seconds = time.perf_counter() - started
-        if env.NAN_TRACE or env.DUMP_NODES or env.PROFILE:
-            from rlxpy.wgpu_backend.debug import after_run_debug
-            after_run_debug(self, inputs or {})
+        pending = self.encoder.submit(HostIO(self), reads, steps, copies, before_submit=upload)
+
+        def result() -> dict[str, np.ndarray]:
+            out = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, pending())}
+            self.last_run_seconds = time.perf_counter() - started
+            if env.NAN_TRACE or env.DUMP_NODES or env.PROFILE:
+                from rlxpy.wgpu_backend.debug import after_run_debug
+                after_run_debug(self, inputs or {})
+            return out
+
         return result
 
     def _needed(self, wanted: list[Node], partial: bool) -> tuple[set[int] | None, frozenset[int] | None]:

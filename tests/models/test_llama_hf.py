@@ -85,3 +85,17 @@ def test_prefill_residual_norm_tee_is_exact(device, tiny_llama):
     with torch.no_grad():
         want = tiny_llama(torch.tensor([ids])).logits[0, -1].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_pipelined_generate_stops_cleanly_and_resumes(tiny_llama, generator):
+    """generate() keeps one decode step in flight; a stop token discards it, leaves the position
+    after the last yielded token, and decoding on by hand continues the same text."""
+    ids = [5, 17, 42, 3, 99, 64, 7, 1, 33, 2]
+    full = list(generator.generate(ids, 12))
+    stopped = list(generator.generate(ids, 12, stop=[full[4]]))
+    assert stopped == full[: full.index(full[4]) + 1]
+    assert generator.position == len(ids) + len(stopped) - 1
+    resumed = [generator.decode(stopped[-1])]
+    while len(stopped) + len(resumed) < len(full):
+        resumed.append(generator.decode(resumed[-1]))
+    assert stopped + resumed == full
