@@ -23,7 +23,7 @@ def test_flags_prints_every_flag(capsys):
 def test_demo_runs_a_graph_and_prints_its_report(device, capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "matmul_tiled" in out and "probs: shape [8, 10]" in out
+    assert "matmul_skinny" in out and "probs: shape [8, 10]" in out  # 8 rows: the skinny GEMM
 
 
 def test_bad_model_path_is_a_clear_error(capsys):

@@ -1,5 +1,8 @@
-"""The tiled f32 GEMM (matmul_tiled) against torch.matmul: 2-D, [..,M,K]x[K,N], batched [L..,M,K]x[L..,K,N],
-and FusedMatMulBiasAct with every activation; sizes around the 64x64 tile and its 16-wide K step."""
+"""f32 matmuls against torch.matmul. Two kernels: the tiled GEMM (matmul_tiled; every tile shape, with
+16-byte and word-by-word access) and the skinny GEMM that takes few-row GEMMs on a 2-D weight
+(matmul_skinny). 2-D, [..,M,K]x[K,N], batched [L..,M,K]x[L..,K,N], FusedMatMulBiasAct with every
+activation, SplitMatMul's split store and the active extent, on sizes around the 64/128 tiles, the
+8-wide K step, the 4-element vec4 groups and the skinny kernel's row limit."""
 
 from __future__ import annotations
 
@@ -8,37 +11,66 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import TOL, check_op, rand
+from helpers import TOL, assert_close, check_op, rand
 
 import rlxpy
+from rlxpy import env
 from rlxpy.errors import GraphError, UnsupportedOpError
+from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.core import ActKind
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.kernels.params import KERNELS
+from rlxpy.wgpu_backend.lowering import matmul, matmul_skinny
 from rlxpy.wgpu_backend.schedule import DeviceFacts
 
 F = torch.nn.functional
+SKINNY_ROWS = matmul_skinny.F32_MAX_ROWS
 
-# (M, K, N): 1, 3, 17, 63, 64, 65, 255 on every side; K off the 16-wide step except where stated
+# (M, K, N): 1, 3, 17, 63, 64, 65, 255 on every side; K off the 8-wide step except where stated
 SIZES = [(1, 1, 1), (3, 17, 5), (1, 255, 3), (17, 33, 65), (63, 64, 65), (64, 16, 64), (65, 65, 63),
          (255, 17, 255), (255, 255, 1), (3, 255, 64), (64, 63, 17), (65, 1, 65), (17, 3, 255),
-         (255, 255, 255)]
+         (255, 255, 255), (SKINNY_ROWS, 9, 7), (SKINNY_ROWS + 1, 9, 7)]
+ALL_TILES = [(128, 128), (128, 64), (64, 128), (64, 64)]  # (BM, BN) the kernel takes
+# multiples of 4 on K and N (the vec4 path), with M, N and K off the tiles
+ALIGNED = [(129, 36, 132), (1, 8, 4), (255, 68, 260), (130, 4, 200), (33, 12, 64)]
 
 
-def steps_of(exe) -> list[str]:
+def kernels_of(exe) -> list[str]:
     return [step.kernel for step in exe.schedule.steps]
 
 
-def tiled_fields(exe) -> dict[str, int]:
-    (step,) = exe.schedule.steps
-    return KERNELS["matmul_tiled"].params.unpack(step.uniforms)
+def fields_of(step) -> dict[str, int]:
+    return KERNELS[step.kernel].params.unpack(step.uniforms)
 
 
+def uses_vec4(step) -> bool:
+    return "array<vec4<u32>>" in step.source
+
+
+@pytest.fixture
+def tiled_only(monkeypatch):
+    """Every f32 GEMM through the tiled kernel, however few its rows."""
+    monkeypatch.setattr(matmul_skinny, "SKINNY_F32", False)
+
+
+@pytest.mark.parametrize("route", ["auto", "tiled"])
 @pytest.mark.parametrize("m,k,n", SIZES, ids=str)
-def test_matmul_2d_matches_torch(device, m, k, n):
+def test_matmul_2d_matches_torch(device, monkeypatch, route, m, k, n):
+    if route == "tiled":
+        monkeypatch.setattr(matmul_skinny, "SKINNY_F32", False)
     a, w = rand((m, k), seed=m), rand((k, n), seed=n + 1)
     check_op(lambda g, x, y: g.matmul(x, y), [a, w], torch.matmul, tol="matmul")
+
+
+def test_few_rows_take_the_skinny_kernel_and_many_the_tiled_one(device):
+    def kernel_for(m: int) -> list[str]:
+        g = rlxpy.Graph("mm")
+        g.output(g.matmul(g.input("a", (m, 33)), g.param("w", (33, 129))))
+        return kernels_of(rlxpy.compile(g))
+
+    assert kernel_for(1) == kernel_for(SKINNY_ROWS) == ["matmul_skinny"]
+    assert kernel_for(SKINNY_ROWS + 1) == ["matmul_tiled"]
 
 
 def test_matmul_schedule_is_one_tiled_dispatch(device):
@@ -46,10 +78,64 @@ def test_matmul_schedule_is_one_tiled_dispatch(device):
     out = g.matmul(g.input("a", (65, 33)), g.input("w", (33, 129)))
     g.output(out)
     exe = rlxpy.compile(g)
-    assert steps_of(exe) == ["matmul_tiled"]
-    assert exe.schedule.steps[0].grid == (3, 2, 1), "ceil(129/64) column tiles, ceil(65/64) row tiles"
-    fields = tiled_fields(exe)
+    assert kernels_of(exe) == ["matmul_tiled"]
+    assert exe.schedule.steps[0].grid == (3, 2, 1), "a small GEMM gets 64x64 tiles: ceil(129/64), ceil(65/64)"
+    fields = fields_of(exe.schedule.steps[0])
     assert (fields["m"], fields["k"], fields["n"], fields["has_bias"]) == (65, 33, 129, 0)
+
+
+def test_tile_grows_with_the_work():
+    assert matmul.choose_tile(4096, 4096, 1) == (64, 128)
+    assert matmul.choose_tile(1024, 2048, 1) == (64, 128)
+    assert matmul.choose_tile(1024, 1024, 1) == (64, 64), "128 tiles of 64x128 are too few"
+    assert matmul.choose_tile(65, 129, 1) == (64, 64)
+    assert matmul.choose_tile(64, 128, 256) == (64, 128), "the batch counts towards the grid"
+    g = rlxpy.Graph("big")
+    g.output(g.matmul(g.input("a", (2048, 256)), g.input("w", (256, 4100))))
+    (step,) = lower_graph(prepare(g), DeviceFacts()).steps
+    assert step.grid == (33, 32, 1) and "const BN: u32 = 128u" in step.source and uses_vec4(step)
+
+
+@pytest.mark.parametrize("vec4", [True, False], ids=["vec4", "words"])
+@pytest.mark.parametrize("tile", ALL_TILES, ids=str)
+@pytest.mark.parametrize("m,k,n", [*ALIGNED, (65, 17, 129), (130, 9, 3), (1, 1, 1)], ids=str)
+def test_every_tile_and_access_matches_torch(device, monkeypatch, tiled_only, tile, vec4, m, k, n):
+    monkeypatch.setattr(matmul, "FORCE_TILE", tile)
+    monkeypatch.setattr(matmul, "VEC4", vec4)
+    a, w, bias = rand((m, k), seed=m), rand((k, n), seed=n + 1), rand((n,), seed=k)
+    g = rlxpy.Graph("tile")
+    g.output(g.linear(g.input("x", (m, k)), g.param("w", (k, n)), g.param("b", (n,)), "gelu", name="y"))
+    exe = rlxpy.compile(g)
+    (step,) = exe.schedule.steps
+    assert uses_vec4(step) == (vec4 and k % 4 == 0 and n % 4 == 0)
+    assert step.grid == (math.ceil(n / tile[1]), math.ceil(m / tile[0]), 1)
+    exe.set_param("w", w)
+    exe.set_param("b", bias)
+    got = exe.run({"x": a})["y"]
+    want = F.gelu(torch.from_numpy(a).double() @ torch.from_numpy(w).double()
+                  + torch.from_numpy(bias).double())
+    assert_close(got, want.numpy(), *TOL["matmul"], what=f"tile {tile}")
+
+
+@pytest.mark.parametrize("start", [4, 2], ids=["aligned", "offset-2-words"])
+def test_a_view_off_the_vec4_boundary_loads_word_by_word(device, start):
+    """a = a narrow of a flat input reshaped to [40, 8]: its first element sits `start` words in."""
+    m, k, n = 40, 8, 12
+    flat, w = rand((1, start + m * k + 3), seed=5), rand((k, n), seed=6)
+    g = rlxpy.Graph("view")
+    a = g.reshape(g.narrow(g.input("x", flat.shape), 1, start, m * k), (m, k))
+    g.output(g.matmul(a, g.param("w", (k, n)), name="y"))
+    exe = rlxpy.compile(g)
+    (step,) = [s for s in exe.schedule.steps if s.kind == "gpu"]
+    assert step.kernel == "matmul_tiled" and uses_vec4(step) == (start % 4 == 0)
+    exe.set_param("w", w)
+    got = exe.run({"x": flat})["y"]
+    assert_close(got, flat[0, start:start + m * k].reshape(m, k) @ w, *TOL["matmul"])
+
+
+def test_long_k_runs_every_step(device, tiled_only):
+    a, w = rand((40, 3001), seed=7, low=-1, high=1), rand((3001, 5), seed=8, low=-1, high=1)
+    check_op(lambda g, x, y: g.matmul(x, y), [a, w], torch.matmul, tol=(1e-4, 1e-3))
 
 
 @pytest.mark.parametrize("a_shape,w_shape", [((2, 3, 17, 33), (33, 65)), ((5, 1, 7), (7, 3)),
@@ -64,13 +150,17 @@ def test_leading_dims_times_2d_weight_is_one_gemm(device, a_shape, w_shape):
     got = exe.run({"x0": a})[out.name]
     np.testing.assert_allclose(got, torch.matmul(torch.from_numpy(a), torch.from_numpy(w)).numpy(),
                                *TOL["matmul"])
-    fields = tiled_fields(exe)
-    assert fields["m"] == math.prod(a_shape[:-1]) and fields["stride_a"] == 0, "rows of all leading dims"
+    (step,) = exe.schedule.steps
+    rows = math.prod(a_shape[:-1])
+    assert step.kernel == ("matmul_skinny" if rows <= SKINNY_ROWS else "matmul_tiled")
+    fields = fields_of(step)
+    assert fields["m"] == rows and fields.get("stride_a", 0) == 0, "rows of all leading dims"
 
 
 @pytest.mark.parametrize("a_shape,w_shape", [((3, 17, 33), (3, 33, 65)), ((2, 2, 65, 31), (2, 2, 31, 3)),
                                              ((1, 64, 64), (1, 64, 64)), ((7, 1, 1), (7, 1, 1)),
-                                             ((2, 63, 255), (2, 255, 17))], ids=str)
+                                             ((2, 63, 255), (2, 255, 17)), ((3, 129, 36), (3, 36, 132))],
+                         ids=str)
 def test_batched_matmul_matches_torch(device, a_shape, w_shape):
     a, w = rand(a_shape, seed=3), rand(w_shape, seed=4)
     check_op(lambda g, x, y: g.matmul(x, y), [a, w], torch.matmul, tol="matmul")
@@ -80,7 +170,8 @@ def test_batched_strides_and_grid(device):
     g = rlxpy.Graph("bmm")
     g.output(g.matmul(g.input("a", (2, 3, 17, 33)), g.input("w", (2, 3, 33, 65))))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
-    fields = KERNELS["matmul_tiled"].params.unpack(step.uniforms)
+    fields = fields_of(step)
+    assert step.kernel == "matmul_tiled", "a batched weight always takes the tiled kernel"
     assert step.grid == (2, 1, 6)
     assert (fields["stride_a"], fields["stride_w"], fields["stride_y"]) == (17 * 33, 33 * 65, 17 * 65)
 
@@ -115,32 +206,91 @@ def fused_operands(act: ActKind | None, m: int, k: int, n: int) -> tuple[np.ndar
     return x, rand((k, n), 2, low=-1, high=1), rand((n,), 3, low=-1, high=1)
 
 
+# skinny; tiled word by word; tiled with vec4 bias loads and stores
+@pytest.mark.parametrize("m,k,n", [(17, 33, 65), (65, 33, 65), (65, 36, 68)], ids=str)
 @pytest.mark.parametrize("act", [None, *ActKind], ids=lambda a: a.name if a else "NONE")
-def test_fused_matmul_bias_act_matches_torch(device, act):
-    x, w, bias = fused_operands(act, 17, 33, 65)
+def test_fused_matmul_bias_act_matches_torch(device, act, m, k, n):
+    x, w, bias = fused_operands(act, m, k, n)
     out = check_op(lambda g, a, b, c: g.linear(a, b, c, act, name="fused"), [x, w, bias],
                    lambda a, b, c: EPILOGUES[act](a @ b + c), tol="matmul")["fused"]
     assert np.isfinite(out).all(), "the operands were chosen to keep every epilogue finite"
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (65, 255, 63), (255, 17, 3)], ids=str)
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (65, 255, 63), (255, 17, 3), (40, 20, 36)], ids=str)
 def test_fused_matmul_with_leading_dims_and_edge_sizes(device, m, k, n):
     x, w, bias = rand((2, m, k), 4), rand((k, n), 5), rand((n,), 6)
     check_op(lambda g, a, b, c: g.linear(a, b, c, "gelu"), [x, w, bias], lambda a, b, c: F.gelu(a @ b + c),
              tol="matmul")
 
 
-def test_fused_schedule_sets_the_bias(device):
+@pytest.mark.parametrize("m,kernel", [(5, "matmul_skinny"), (SKINNY_ROWS + 3, "matmul_tiled")])
+def test_fused_schedule_sets_the_bias(device, m, kernel):
     g = rlxpy.Graph("fused")
-    g.output(g.linear(g.input("x", (5, 7)), g.param("w", (7, 9)), g.param("b", (9,)), "silu"))
+    g.output(g.linear(g.input("x", (m, 7)), g.param("w", (7, 9)), g.param("b", (9,)), "silu"))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
-    fields = KERNELS["matmul_tiled"].params.unpack(step.uniforms)
-    assert step.kernel == "matmul_tiled" and fields["has_bias"] == 1
+    assert step.kernel == kernel and fields_of(step)["has_bias"] == 1
     assert "v / (1.0 + exp(-v))" in step.source, "the activation is fused into the epilogue"
 
 
+# -- SplitMatMul: the split store of both kernels ----------------------------------------------------
+@pytest.mark.parametrize("rows,k,widths", [(3, 19, (3, 5, 7)), (3, 20, (64, 32, 36)), (130, 20, (64, 32, 36)),
+                                           (130, 19, (3, 5, 7)), (70, 8, (4, 8))], ids=str)
+def test_split_store_matches_the_unsplit_gemm_bit_for_bit(device, rows, k, widths):
+    n = sum(widths)
+    g = rlxpy.Graph("split")
+    y = g.linear(g.input("x", [rows, k]), g.param("w", [k, n]), g.param("b", [n]), "relu", name="y")
+    starts = np.cumsum((0, *widths[:-1]))
+    g.output(*(g.narrow(y, 1, int(s), w, name=f"part{i}") for i, (s, w) in enumerate(zip(starts, widths))))
+    rng = np.random.default_rng(rows + k)
+    params = {"w": rng.standard_normal((k, n)).astype(np.float32),
+              "b": rng.standard_normal(n).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32)}
+    runs = {}
+    for patterns in (1, 0):
+        with env.override(RLX_WGPU_NO_PATTERNS=1 - patterns):
+            exe = rlxpy.compile(g)
+        for name, value in params.items():
+            exe.set_param(name, value)
+        runs[patterns] = exe.run(feeds)
+        if patterns:
+            assert ops.SplitMatMul in {type(node.op) for node in exe.schedule.graph.nodes}
+            gemms = [s for s in exe.schedule.steps if s.kernel.startswith("matmul_")]
+            assert [s.kernel for s in gemms] == ["matmul_" + ("skinny" if rows <= SKINNY_ROWS else "tiled")]
+            aligned = k % 4 == 0 and all(w % 4 == 0 for w in widths)
+            assert gemms[0].kernel == "matmul_skinny" or uses_vec4(gemms[0]) == aligned
+    full = np.maximum(feeds["x"].astype(np.float64) @ params["w"] + params["b"], 0)
+    for i, (s, w) in enumerate(zip(starts, widths)):
+        np.testing.assert_array_equal(runs[1][f"part{i}"], runs[0][f"part{i}"])
+        assert_close(runs[1][f"part{i}"], full[:, s:s + w], *TOL["matmul"], what=f"part {i}")
+
+
+# -- active extent -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("rows,actual,kernel", [(200, 70, "matmul_tiled"), (200, 1, "matmul_tiled"),
+                                                (SKINNY_ROWS, 3, "matmul_skinny")])
+def test_active_extent_runs_the_first_rows(device, rows, actual, kernel):
+    k, n = 36, 132
+    g = rlxpy.Graph("extent")
+    g.output(g.linear(g.input("x", (rows, k)), g.param("w", (k, n)), g.param("b", (n,)), "relu", name="y"))
+    exe = rlxpy.compile(g)
+    assert kernels_of(exe) == [kernel]
+    w, b, x = rand((k, n), 1), rand((n,), 2), rand((rows, k), 3)
+    exe.set_param("w", w)
+    exe.set_param("b", b)
+    full_grid = exe.encoder.grids[0]
+    assert exe.set_active_extent((actual, rows)) == 1
+    try:
+        assert exe.encoder.grids[0][1] <= full_grid[1] and fields_of(exe.schedule.steps[0])["m"] == rows
+        got = exe.run({"x": x})["y"]
+    finally:
+        exe.set_active_extent(None)
+    assert_close(got[:actual], np.maximum(x[:actual].astype(np.float64) @ w + b, 0), *TOL["matmul"])
+
+
 # -- NaN / inf, errors ---------------------------------------------------------------------------
-def test_nan_and_inf_propagate_like_torch(device):
+@pytest.mark.parametrize("route", ["auto", "tiled"])
+def test_nan_and_inf_propagate_like_torch(device, monkeypatch, route):
+    if route == "tiled":
+        monkeypatch.setattr(matmul_skinny, "SKINNY_F32", False)
     a, w = rand((5, 19), 7), rand((19, 7), 8)
     a[1, 3] = np.nan
     a[2, 0] = np.inf

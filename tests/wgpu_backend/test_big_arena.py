@@ -118,13 +118,14 @@ def test_elementwise_chain_matches_uncapped_and_numpy(device, cap):
 
 
 # -- a matmul whose weight sits beyond the first window ----------------------------------------------
+@pytest.mark.parametrize("rows,kernel", [(3, "matmul_skinny"), (40, "matmul_tiled")])
 @pytest.mark.parametrize("cap", CAPS)
-def test_matmul_weight_beyond_the_first_window(device, cap):
+def test_matmul_weight_beyond_the_first_window(device, cap, rows, kernel):
     n = cap // 4 * 3 // 10  # four 0.3-cap params fill more than the first window
     g = rlxpy.Graph("far_weight")
     p = [g.param(f"p{i}", [n]) for i in range(4)]
     e = g.add(g.mul(p[0], p[1]), g.mul(p[2], p[3]), name="e")
-    x = g.input("x", [3, 64])
+    x = g.input("x", [rows, 64])
     w = g.param("w", [64, 33])
     y = g.linear(x, w, g.param("bias", [33]), activation="relu", name="y")
     g.output(y, e)
@@ -134,10 +135,10 @@ def test_matmul_weight_beyond_the_first_window(device, cap):
     summary = check_windows(capped, cap)
     schedule = capped.schedule
     assert schedule.node_offset(capped.graph["w"].id) >= schedule.window_size, "w is beyond the first window"
-    matmul = [s for s in schedule.steps if s.kernel == "matmul_tiled"]
+    matmul = [s for s in schedule.steps if s.kernel == kernel]
     assert matmul and all(s.window[0] > 0 for s in matmul)
     assert summary["arena_mib"] * MIB > cap
-    xv = rand((3, 64), 32)
+    xv = rand((rows, 64), 32)
     out = same_results(capped, free, {"x": xv})
     want = torch_linear(xv, params["w"], params["bias"], torch.relu).numpy()
     assert_close(out["y"], want, *TOL["matmul"], what="y")

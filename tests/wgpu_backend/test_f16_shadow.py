@@ -191,7 +191,8 @@ def test_f32_only_forbids_the_shadow_with_a_clear_error(device):
         rlxpy.compile(big_weight_graph())
     with env.override(RLX_WGPU_F16_WEIGHTS=1, RLX_WGPU_MATMUL_F32_ONLY=1):
         exe = rlxpy.compile(linear_graph((2,), 8, 8))
-    assert exe.shadowed == {} and exe.schedule.steps[0].kernel == "matmul_tiled"
+    (step,) = exe.schedule.steps
+    assert exe.shadowed == {} and step.kernel == "matmul_skinny" and "w is f32" in step.source
 
 
 def test_a_weight_too_big_even_as_f16_is_a_limit_error(device):
@@ -284,9 +285,11 @@ def test_choose_shadows_only_what_does_not_fit_unless_forced():
     facts = DeviceFacts(max_binding=65536, storage_align=256, max_workgroup_storage=16384,
                         max_invocations=256)
     schedule = lower_graph(shadowed, facts)
-    skinny = [s for s in schedule.steps if s.kernel == "matmul_skinny"]
-    assert len(skinny) == 1 and KERNELS["matmul_skinny"].params.unpack(skinny[0].uniforms)["k"] == 100
-    assert "@workgroup_size(32, 8, 1)" in skinny[0].source  # 256 invocations: 8 row lanes
+    # 4 rows: both GEMMs take the skinny kernel, only h's reads its weight as f16
+    skinny = {s.node: s for s in schedule.steps if s.kernel == "matmul_skinny"}
+    assert "w is f16" in skinny["h"].source and "w is f32" in skinny["y"].source
+    assert KERNELS["matmul_skinny"].params.unpack(skinny["h"].uniforms)["k"] == 100
+    assert "@workgroup_size(32, 8, 1)" in skinny["h"].source  # 256 invocations: 8 row lanes
 
 
 def test_skinny_row_lanes_respect_the_device_and_the_weight():

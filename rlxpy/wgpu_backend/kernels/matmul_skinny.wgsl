@@ -11,6 +11,9 @@ struct MatmulSkinnyParams {
     y: u32,
     bias: u32,
     has_bias: u32,
+    split1: u32,
+    split2: u32,
+    block_rows: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
@@ -26,6 +29,19 @@ var<workgroup> part: array<vec2<f32>, {{PARTS}}>;  // [WY][32] partial sums of o
 // Elements e and e + 1 of w; the second is 0 when ``two`` is false (past the last column).
 fn w_pair(e: u32, two: bool) -> vec2<f32> {
 {{LOAD_PAIR}}
+}
+
+// Where column `col` of row `row` goes: y[row, col], or with a split store (SplitMatMul) columns
+// [0, split1), [split1, split2), [split2, n) as three [block_rows, width] blocks one after another
+// (block_rows = the full m, so an active extent does not move them); plain: split1 = split2 = n.
+fn y_index(row: u32, col: u32) -> u32 {
+    if (col < p.split1) {
+        return row * p.split1 + col;
+    }
+    if (col < p.split2) {
+        return p.block_rows * p.split1 + row * (p.split2 - p.split1) + col - p.split1;
+    }
+    return p.block_rows * p.split2 + row * (p.n - p.split2) + col - p.split2;
 }
 
 fn epilogue(v: f32) -> f32 {
@@ -81,9 +97,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             if (p.has_bias == 1u) {
                 v = v + vec2<f32>(ld_f32(p.bias + c), select(0.0, ld_f32(p.bias + c + 1u), two));
             }
-            st_f32(p.y + row * p.n + c, epilogue(v.x));
+            st_f32(p.y + y_index(row, c), epilogue(v.x));
             if (two) {
-                st_f32(p.y + row * p.n + c + 1u, epilogue(v.y));
+                st_f32(p.y + y_index(row, c + 1u), epilogue(v.y));
             }
         }
     }

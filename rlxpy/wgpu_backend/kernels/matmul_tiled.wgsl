@@ -1,6 +1,8 @@
-// y[b] = act(a[b] @ w[b] + bias): f32 GEMM, 64x64 output tile per workgroup, K in steps of 16.
-// Thread (tx, ty) of 16x16 owns rows ty + 16i and cols tx + 16j (i, j < 4); grid z = batch.
-// Bindings: 0 = arena window (u32 words), 1 = MatmulTiledParams (element offsets, batch strides).
+// y[b] = act(a[b] @ w[b] + bias): f32 GEMM, one BM x BN output tile per 16 x 16 workgroup, K in steps of 8.
+// Thread (tx, ty) owns rows ty*4 + 64h + i and cols tx*4 + 64g + j (i, j < 4; h < BM/64, g < BN/64), so
+// each of its workgroup-memory reads is a vec4; the next K step is loaded into registers while this one
+// is summed, then stored to the other of two workgroup buffers (one barrier per step). Grid z = batch.
+// Bindings: 0 = arena window ({{BUF}}), 1 = MatmulTiledParams (element offsets, batch strides).
 struct MatmulTiledParams {
     m: u32,
     n: u32,
@@ -18,13 +20,19 @@ struct MatmulTiledParams {
     block_rows: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(0) var<storage, read_write> buf: {{BUF}};
 @group(0) @binding(1) var<uniform> p: MatmulTiledParams;
 
 {{PRELUDE}}
 
-var<workgroup> tile_a: array<f32, 1024>;  // [64 rows][16 k]
-var<workgroup> tile_w: array<f32, 1024>;  // [16 k][64 cols]
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = 8u;
+const A_STEP: u32 = BK * BM / 4u;  // vec4s of one buffer of tile_a
+const W_STEP: u32 = BK * BN / 4u;
+
+var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM] a, transposed: 4 rows per vec4
+var<workgroup> tile_w: array<vec4<f32>, {{W_VECS}}>;  // [2][BK][BN] w
 
 // Where column `col` of row `row` goes. Plain: y[row, col]. Split (SplitMatMul): columns
 // [0, split1), [split1, split2), [split2, n) are three blocks stored one after another, each
@@ -44,61 +52,87 @@ fn epilogue(v: f32) -> f32 {
     return {{EXPR}};
 }
 
+// load_a: a[row, k .. k+3], load_w: w[k, col .. col+3], load_bias: bias[col .. col+3], zero outside
+// the matrix; store_y: y[row, col .. col+3] for the columns inside it.
+{{ACCESS}}
+
+// Bias, activation and store of 4 outputs: row `row`, columns col .. col+3.
+fn finish(y_base: u32, row: u32, col: u32, acc: vec4<f32>) {
+    if (row >= p.m || col >= p.n) {
+        return;
+    }
+    var v = acc;
+    if (p.has_bias == 1u) {
+        v = v + load_bias(col);
+    }
+    store_y(y_base, row, col, vec4<f32>(epilogue(v.x), epilogue(v.y), epilogue(v.z), epilogue(v.w)));
+}
+
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid.x;
     let ty = lid.y;
     let flat = ty * 16u + tx;
-    let row0 = wid.y * 64u;
-    let col0 = wid.x * 64u;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
     let a_base = p.a + wid.z * p.stride_a;
     let w_base = p.w + wid.z * p.stride_w;
-    var acc: array<array<f32, 4>, 4>;
-    for (var k0 = 0u; k0 < p.k; k0 = k0 + 16u) {
-        for (var l = 0u; l < 4u; l = l + 1u) {
-            let idx = flat + l * 256u;
-            let ar = idx / 16u;
-            let ac = idx % 16u;
-            var av = 0.0;
-            if (row0 + ar < p.m && k0 + ac < p.k) {
-                av = ld_f32(a_base + (row0 + ar) * p.k + k0 + ac);
+    // this thread's share of a K step: a[row0 + ar, k0 + ak ..+3] and w[k0 + wk, col0 + wc ..+3]
+    let loads_a = flat < 2u * BM;
+    let loads_w = flat < 2u * BN;
+    let ar = flat / 2u;
+    let ak = (flat % 2u) * 4u;
+    let wk = flat / (BN / 4u);
+    let wc = (flat % (BN / 4u)) * 4u;
+    var acc = array<vec4<f32>, {{ACC}}>();
+    var next_a = vec4<f32>();
+    var next_w = vec4<f32>();
+    if (loads_a) {
+        next_a = load_a(a_base, row0 + ar, ak);
+    }
+    if (loads_w) {
+        next_w = load_w(w_base, wk, col0 + wc);
+    }
+    stage(0u, loads_a, loads_w, ar, ak, wk, wc, next_a, next_w);
+    workgroupBarrier();
+    let steps = (p.k + BK - 1u) / BK;
+    for (var s = 0u; s < steps; s = s + 1u) {
+        let more = s + 1u < steps;
+        if (more) {  // issued before the sums below, so the loads' latency hides behind them
+            let k0 = (s + 1u) * BK;
+            if (loads_a) {
+                next_a = load_a(a_base, row0 + ar, k0 + ak);
             }
-            tile_a[idx] = av;
-            let wr = idx / 64u;
-            let wc = idx % 64u;
-            var wv = 0.0;
-            if (k0 + wr < p.k && col0 + wc < p.n) {
-                wv = ld_f32(w_base + (k0 + wr) * p.n + col0 + wc);
+            if (loads_w) {
+                next_w = load_w(w_base, k0 + wk, col0 + wc);
             }
-            tile_w[idx] = wv;
         }
-        workgroupBarrier();
-        for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-            var wv: array<f32, 4>;
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                wv[j] = tile_w[kk * 64u + tx + 16u * j];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let av = tile_a[(ty + 16u * i) * 16u + kk];
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i][j] = acc[i][j] + av * wv[j];
-                }
-            }
+        let ta = (s & 1u) * A_STEP + ty;
+        let tw = (s & 1u) * W_STEP + tx;
+{{FMA}}
+        if (more) {  // the other buffer: everyone finished reading it before the last barrier
+            stage((s + 1u) & 1u, loads_a, loads_w, ar, ak, wk, wc, next_a, next_w);
         }
         workgroupBarrier();
     }
     let y_base = p.y + wid.z * p.stride_y;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let row = row0 + ty + 16u * i;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = col0 + tx + 16u * j;
-            if (row < p.m && col < p.n) {
-                var v = acc[i][j];
-                if (p.has_bias == 1u) {
-                    v = v + ld_f32(p.bias + col);
-                }
-                st_f32(y_base + y_index(row, col), epilogue(v));
-            }
-        }
+    let row = row0 + ty * 4u;
+    let col = col0 + tx * 4u;
+{{STORE}}
+}
+
+// Registers -> workgroup buffer `b`: a transposed (k-major) so the sums read 4 rows as one vec4.
+fn stage(b: u32, loads_a: bool, loads_w: bool, ar: u32, ak: u32, wk: u32, wc: u32, va: vec4<f32>,
+         vw: vec4<f32>) {
+    if (loads_a) {
+        let at = b * A_STEP + ar / 4u;
+        let lane = ar % 4u;
+        tile_a[at + ak * (BM / 4u)][lane] = va.x;
+        tile_a[at + (ak + 1u) * (BM / 4u)][lane] = va.y;
+        tile_a[at + (ak + 2u) * (BM / 4u)][lane] = va.z;
+        tile_a[at + (ak + 3u) * (BM / 4u)][lane] = va.w;
+    }
+    if (loads_w) {
+        tile_w[b * W_STEP + wk * (BN / 4u) + wc / 4u] = vw;
     }
 }

@@ -1,5 +1,12 @@
-"""Matmul family: MatMul and FusedMatMulBiasAct on f32 (tiled GEMM with a bias/act epilogue); an f16
-weight (the f16 shadow) goes to the skinny GEMM of matmul_skinny.py."""
+"""Matmul family: MatMul and FusedMatMulBiasAct. f32 GEMMs of many rows go to the tiled GEMM (bias/act
+epilogue, batched over grid z); a 2-D weight with few rows, or any f16 weight (the f16 shadow), goes to
+the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <= 16 rows.
+
+The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread;
+the larger tile wins while it still gives the GPU enough workgroups. Where every offset, row length and
+split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
+otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
+"""
 
 from __future__ import annotations
 
@@ -19,45 +26,169 @@ MATMUL_TILED = kernel(
     "matmul_tiled",
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
            stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32),
-    workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
-TILE = 64
+    workgroup=(16, 16, 1), shared_bytes=2 * 8 * (128 + 128) * 4, extent_axis=1)
+BK = 8  # K per step (kernel constant)
+#: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken. On an
+#: H100, 64x128 (4 x 8 per thread) matched or beat 128x128 at 2048^3 and 4096^3 (28.6 TFLOP/s), and
+#: 64x64 won once 64x128 gave fewer than ~256 workgroups (M = 64 or 128 on N = 8192, 1024^3).
+#: The kernel also takes 128x128 and 128x64 (FORCE_TILE).
+TILES = ((64, 128), (64, 64))
+MIN_GROUPS = 256
+#: Benches only: force one (BM, BN), or the word-by-word loads. Not user flags.
+FORCE_TILE: tuple[int, int] | None = None
+VEC4 = True
+
+# The PRELUDE's ld/st helpers index buf as u32 words; the vec4 binding keeps only its math helpers.
+MATH_PRELUDE = "\n".join(line for line in PRELUDE.splitlines() if not line.startswith(("fn ld_", "fn st_")))
+ACCESS_VEC4 = """fn ld4(i: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(buf[i >> 2u]);
+}
+fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
+    if (row < p.m && k < p.k) {  // k is a multiple of 4 and so is p.k: all four or none
+        return ld4(base + row * p.k + k);
+    }
+    return vec4<f32>();
+}
+fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
+    if (k < p.k && col < p.n) {
+        return ld4(base + k * p.n + col);
+    }
+    return vec4<f32>();
+}
+fn load_bias(col: u32) -> vec4<f32> {
+    return ld4(p.bias + col);
+}
+fn store_y(base: u32, row: u32, col: u32, v: vec4<f32>) {
+    buf[(base + y_index(row, col)) >> 2u] = bitcast<vec4<u32>>(v);  // the 4 columns share a split block
+}"""
+ACCESS_WORDS = """fn ld4(i: u32, count: u32) -> vec4<f32> {  // the first min(count, 4) elements, zeros after
+    var v = vec4<f32>();
+    v.x = ld_f32(i);
+    if (count > 1u) {
+        v.y = ld_f32(i + 1u);
+    }
+    if (count > 2u) {
+        v.z = ld_f32(i + 2u);
+    }
+    if (count > 3u) {
+        v.w = ld_f32(i + 3u);
+    }
+    return v;
+}
+fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
+    if (row < p.m && k < p.k) {
+        return ld4(base + row * p.k + k, p.k - k);
+    }
+    return vec4<f32>();
+}
+fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
+    if (k < p.k && col < p.n) {
+        return ld4(base + k * p.n + col, p.n - col);
+    }
+    return vec4<f32>();
+}
+fn load_bias(col: u32) -> vec4<f32> {
+    return ld4(p.bias + col, p.n - col);
+}
+fn store_y(base: u32, row: u32, col: u32, v: vec4<f32>) {
+    st_f32(base + y_index(row, col), v.x);
+    if (col + 1u < p.n) {
+        st_f32(base + y_index(row, col + 1u), v.y);
+    }
+    if (col + 2u < p.n) {
+        st_f32(base + y_index(row, col + 2u), v.z);
+    }
+    if (col + 3u < p.n) {
+        st_f32(base + y_index(row, col + 3u), v.w);
+    }
+}"""
 
 
-def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
-         splits: tuple[int, int] | None = None) -> list[Step]:
+def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
+    if FORCE_TILE is not None:
+        return FORCE_TILE
+    for bm, bn in TILES:
+        if math.ceil(m / bm) * math.ceil(n / bn) * batch >= MIN_GROUPS:
+            return bm, bn
+    return TILES[-1]
+
+
+def fma_block(bm: int, bn: int) -> str:
+    """The sums of one K step, unrolled: per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs
+    (written out so no loop counts against lavapipe's per-thread iteration limit)."""
+    hs, gs = bm // 64, bn // 64
+    lines = []
+    for kk in range(BK):
+        lines.append("        {")
+        lines += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
+        lines += [f"            let w{g} = tile_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
+        for h in range(hs):
+            for i, lane in enumerate("xyzw"):
+                for g in range(gs):
+                    acc = (4 * h + i) * gs + g
+                    lines.append(f"            acc[{acc}] = acc[{acc}] + a{h}.{lane} * w{g};")
+        lines.append("        }")
+    return "\n".join(lines)
+
+
+def store_block(bm: int, bn: int) -> str:
+    hs, gs = bm // 64, bn // 64
+    return "\n".join(f"    finish(y_base, row + {64 * h + i}u, col + {64 * g}u, acc[{(4 * h + i) * gs + g}]);"
+                     for h in range(hs) for i in range(4) for g in range(gs))
+
+
+def tiled_source(bm: int, bn: int, vec4: bool, expr: str) -> dict[str, object]:
+    """The placeholders of matmul_tiled.wgsl for one tile shape and access mode."""
+    return {"BUF": "array<vec4<u32>>" if vec4 else "array<u32>", "PRELUDE": MATH_PRELUDE if vec4 else PRELUDE,
+            "ACCESS": ACCESS_VEC4 if vec4 else ACCESS_WORDS, "EXPR": expr, "BM": bm, "BN": bn,
+            "A_VECS": 2 * BK * bm // 4, "W_VECS": 2 * BK * bn // 4, "ACC": bm * bn // 64,
+            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn)}
+
+
+def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
+               splits: tuple[int, int] | None = None) -> list[Step]:
     """The tiled GEMM; ``splits`` = (split1, split2) stores the columns as three blocks (SplitMatMul)."""
     for t in (a, w, *(x for x in (bias,) if x is not None)):
         if t.dtype is not DType.F32:
             raise UnsupportedOpError(f"{where(node)}: f32 matmul only, got {t.type}")
     k, n = w.shape[-2], w.shape[-1]
     if w.rank == 2:  # [..., M, K] x [K, N]: one GEMM over all leading rows
-        m, batch = a.numel // k, 1
+        m, batch = matmul_skinny.rows_of(a, w), 1
     else:
         m, batch = a.shape[-2], math.prod(a.shape[:-2])
     if batch > 65535:
         raise UnsupportedOpError(f"{where(node)}: batch {batch} exceeds 65535 workgroups")
+    split1, split2 = splits if splits else (n, n)
+    fields = dict(m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
+                  bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
+                  stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
+                  stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m)
+    # 16-byte accesses need every start and row length on a 4-element boundary (bias, y, splits too)
+    vec4 = VEC4 and all(fields[f] % 4 == 0 for f in ("n", "k", "a", "w", "y", "bias", "split1", "split2"))
+    bm, bn = choose_tile(m, n, batch)
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
-    grid = (max(1, math.ceil(n / TILE)), max(1, math.ceil(m / TILE)), batch)
+    grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), batch)
     # rows scale with the active extent only when they are the flattened leading dims
-    return [ctx.dispatch(MATMUL_TILED, node, grid, {"PRELUDE": PRELUDE, "EXPR": expr}, scalable=w.rank == 2,
-                         m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
-                         bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
-                         stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
-                         stride_y=m * n if batch > 1 else 0, split1=splits[0] if splits else n,
-                         split2=splits[1] if splits else n, block_rows=m)]
+    return [ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, expr), scalable=w.rank == 2,
+                         **fields)]
+
+
+def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
+         splits: tuple[int, int] | None = None) -> list[Step]:
+    """Few rows on a 2-D weight (or an f16 weight): the skinny GEMM; otherwise the tiled one. ``splits``
+    = (split1, split2) stores the columns as three blocks (SplitMatMul, lowered in fused.py)."""
+    if matmul_skinny.applies(a, w, bias):
+        return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, act, splits)
+    return tiled_gemm(node, ctx, a, w, bias, act, splits)
 
 
 @lowers(ops.MatMul)
 def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w = ctx.inputs(node)
-    if matmul_skinny.applies(a, w):
-        return matmul_skinny.skinny_gemm(node, ctx, a, w, None, None)
     return gemm(node, ctx, a, w, None, None)
 
 
 @lowers(ops.FusedMatMulBiasAct)
 def lower_fused_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w, bias = ctx.inputs(node)
-    if matmul_skinny.applies(a, w, bias):
-        return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, node.op.activation)
     return gemm(node, ctx, a, w, bias, node.op.activation)

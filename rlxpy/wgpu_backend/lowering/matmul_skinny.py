@@ -7,8 +7,11 @@ included (tests check it); naga 29 rejects ``bitcast<vec2<f16>>(u32)``, the nati
 Accumulation is f32, like torch's fp16 GEMMs. An odd ``n`` puts every other row at an odd half:
 the load then takes the pair from two words.
 
-f32 weights keep the tiled GEMM (matmul.py); ``SKINNY_F32`` routes them here too, so a bench can
-compare the two weight dtypes in one kernel.
+f32 weights come here when the GEMM has at most ``F32_MAX_ROWS`` rows: the tiled GEMM (matmul.py)
+would spend most of a 64-row tile on padding, with one workgroup per 64 columns walking all of K.
+``SKINNY_F32`` routes every 2-D f32 weight here, or none (benches compare kernels). SplitMatMul's
+three-block store is supported as in the tiled GEMM, so a split and an unsplit projection sum in the
+same order.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ MAX_WY = 32  # row lanes per workgroup (32 x 32 = 1024 invocations where the dev
 # Past 8 rows per block, 16 row lanes: a 1024-lane workgroup leaves 64 registers per lane on NVIDIA,
 # too few for 16 accumulator pairs without spilling
 WIDE_ROWS = 8
-SKINNY_F32 = False  # route 2-D f32 weights here too (benches compare kernels; not a user flag)
+# f32 weights: here up to this many rows, the tiled GEMM past them. H100, 8192 x 8192 weight: skinny
+# 0.12 ms at M = 1 growing ~0.055 ms a row to 0.94 at M = 16; tiled 0.71-0.75 ms for any M <= 64
+F32_MAX_ROWS = 8
+SKINNY_F32: bool | None = None  # benches: True = every 2-D f32 weight here, False = none (not a user flag)
 
 MATMUL_SKINNY = kernel(
     "matmul_skinny",
-    params("MatmulSkinnyParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32),
+    params("MatmulSkinnyParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
+           split1=U32, split2=U32, block_rows=U32),
     workgroup=(32, MAX_WY, 1), shared_bytes=8 * 32 * MAX_WY, extent_axis=1)
 
 LOAD_PAIR = {
@@ -49,16 +56,20 @@ LOAD_PAIR = {
 
 def rows_of(a: Node, w: Node) -> int:
     """GEMM rows of ``a @ w`` with a 2-D weight: every leading dim of ``a`` flattened."""
-    return a.numel // w.shape[0] if w.shape[0] else 0
+    return math.prod(a.shape[:-1])
 
 
 def applies(a: Node, w: Node, bias: Node | None = None) -> bool:
-    """2-D f16 weights (f32 ``a`` and bias); 2-D f32 weights only with SKINNY_F32."""
+    """2-D f16 weights (f32 ``a`` and bias); 2-D f32 weights with at most F32_MAX_ROWS rows."""
     if w.rank != 2 or a.dtype is not DType.F32 or (bias is not None and bias.dtype is not DType.F32):
         return False
     if w.dtype is DType.F16:
         return True
-    return SKINNY_F32 and w.dtype is DType.F32
+    if w.dtype is not DType.F32:
+        return False
+    if SKINNY_F32 is not None:
+        return SKINNY_F32
+    return rows_of(a, w) <= F32_MAX_ROWS
 
 
 def row_lanes(k: int, rows: int, ctx: LowerCtx) -> int:
@@ -72,7 +83,9 @@ def row_lanes(k: int, rows: int, ctx: LowerCtx) -> int:
     return lanes
 
 
-def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act) -> list[Step]:
+def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
+                splits: tuple[int, int] | None = None) -> list[Step]:
+    """``splits`` = (split1, split2): store the columns as three blocks, as the tiled GEMM does."""
     k, n = w.shape
     m = rows_of(a, w)
     if ctx.facts.max_invocations < 32:
@@ -84,6 +97,8 @@ def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, 
     subs = {"PRELUDE": PRELUDE, "EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr,
             "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype)}
     unit = w.dtype.itemsize
+    split1, split2 = splits if splits else (n, n)
     return [ctx.dispatch(MATMUL_SKINNY, node, grid, subs, m=m, n=n, k=k, a=ctx.offset(a),
                          w=ctx.offset(w, unit), y=ctx.offset(node),
-                         bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None))]
+                         bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
+                         split1=split1, split2=split2, block_rows=m)]
