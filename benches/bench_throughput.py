@@ -91,9 +91,10 @@ def compile_with(graph: rlxpy.Graph, setting: tuple[Any, bool, bool | None]):
 
 
 def describe(step) -> str:
-    if step.kernel != "matmul_tiled":
+    found = [re.search(rf"const {a}: u32 = (\d+)u", step.source) for a in ("BM", "BN")]
+    if step.kernel != "matmul_tiled" or None in found:  # another kernel, or a tiled one without BM/BN
         return step.kernel
-    bm, bn = (int(re.search(rf"const {a}: u32 = (\d+)u", step.source).group(1)) for a in ("BM", "BN"))
+    bm, bn = (int(f.group(1)) for f in found)
     return f"tiled {bm}x{bn} {'vec4' if 'array<vec4<u32>>' in step.source else 'words'}"
 
 

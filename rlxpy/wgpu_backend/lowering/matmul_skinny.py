@@ -32,7 +32,9 @@ MAX_WY = 32  # row lanes per workgroup (32 x 32 = 1024 invocations where the dev
 # too few for 16 accumulator pairs without spilling
 WIDE_ROWS = 8
 # f32 weights: here up to this many rows, the tiled GEMM past them. H100, 8192 x 8192 weight: skinny
-# 0.12 ms at M = 1 growing ~0.055 ms a row to 0.94 at M = 16; tiled 0.71-0.75 ms for any M <= 64
+# 0.12 / 0.22 / 0.81 / 0.96 ms at M = 1 / 4 / 8 / 16, tiled 0.72-0.75 ms for any M <= 64. At M = 8 the
+# tiled GEMM is 9% faster there, but its grid (N / 64 workgroups each walking all of K) shrinks with
+# narrower weights, where the skinny kernel splits K over row lanes: 8 stays here.
 F32_MAX_ROWS = 8
 SKINNY_F32: bool | None = None  # benches: True = every 2-D f32 weight here, False = none (not a user flag)
 
