@@ -147,6 +147,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         x_base = p.x + batch * p.k;
         y_base = p.y + batch * p.n;
         w_base = p.w + u32(max(e, 0)) * p.w_stride;
+    } else if (wid.y > 0u || p.m > MR) {
+        // more x rows than MR (a prefill chunk): grid y walks blocks of MR rows, each reading W once
+        let first = wid.y * MR;
+        if (first >= p.m) {
+            return;
+        }
+        x_rows = min(MR, p.m - first);
+        x_base = p.x + first * p.k;
+        y_base = p.y + first * p.n;
     }
     let team = t / p.tpr;  // once per thread, not in the loop
     let lane = t - team * p.tpr;

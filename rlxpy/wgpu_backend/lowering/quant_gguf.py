@@ -54,7 +54,11 @@ QUANT_GGUF_GATHER = kernel(
 
 #: QuantGgufGemvParams fields of FusedGgufMatMul's extra inputs (0 when absent).
 FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", "max_pos") + ROPE_ROLES
-GEMV_MAX_ROWS = 8  # x rows up to which the GEMV beats the tiled kernel (weights read once)
+GEMV_MAX_ROWS = 8  # x rows one GEMV workgroup takes together (weights read once)
+# More rows run the GEMV in blocks of GEMV_MAX_ROWS (grid y; weights read once per block) up to this
+# many: the tiled kernel's grid is only (n/64) x (m/64) workgroups, 9 for a 576-wide SmolLM2 matmul
+# of a 32-token prefill chunk, each walking all of k.
+GEMV_BLOCKED_MAX_ROWS = 64
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
 MAX_LANES = 32  # lanes per weight row for small matrices (latency-bound: spread the work wide)
@@ -182,7 +186,10 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     grouped = idx is not None
     fused = fused or {}
     swiglu = "w_up" in fused
-    rows_in_wg = 1 if grouped else m
+    rows_in_wg = 1 if grouped else min(m, GEMV_MAX_ROWS)
+    blocks = 1 if grouped else math.ceil(m / rows_in_wg)
+    if blocks > 1 and (fused or rope is not None):
+        raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     kc = chunk_elems(rows_in_wg, k)
     units = math.ceil(k / UNIT)
     lanes, teams, team_rows = gemv_plan(units, n, rows_in_wg)
@@ -193,7 +200,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     _check(node, ctx, x, 4 * (xs_floats + ys_floats))
     row_bytes = gguf_row_bytes(qtype, k)
     groups = max(1, math.ceil(n / (teams * team_rows)))
-    grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, 1, 1)
+    grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
     flag = {True: "true", False: "false"}
     subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
@@ -207,8 +214,10 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     if rope is not None:
         offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
                        max_pos=fused["cos"].shape[0])
-    # the RoPE epilogue appends to the caches: its rows must all land, so it never scales
-    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=rope is None, m=m, n=n, k=k,
+    # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
+    # blocks (a block's rows would not follow a rescaled m)
+    scalable = rope is None and blocks == 1
+    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=scalable, m=m, n=n, k=k,
                         x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes,
                         units=units, tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
                         idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
@@ -233,7 +242,7 @@ def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
     m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
     if m == 0 or op.n == 0:
         return []
-    if m <= GEMV_MAX_ROWS:
+    if m <= GEMV_BLOCKED_MAX_ROWS:
         return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
     return [tiled_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
 
