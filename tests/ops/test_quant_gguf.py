@@ -145,10 +145,10 @@ def test_gather_truncates_and_clamps_float_and_unsigned_indices(device, idx_dtyp
 @pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
 def test_matmul_gemv_and_tiled_match_torch(device, qtype):
     one, several = sizes(qtype)
-    # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (one GEMV block), 17 and 64
-    # (GEMV blocks of 8 rows, the last one partial) and 70 (tiled)
+    # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (one GEMV block), 17 and 70
+    # (GEMV blocks of 8 rows, the last one partial) and 2055 (tiled)
     cases = [(1, one, 1), (3, several, 5), (17, one, 17), (33, several, 1), (33, several, 17),
-             (17, several, 5), (3, several, 64), (17, one, 70)]
+             (17, several, 5), (3, several, 70), (17, one, 2055)]
     g = rlxpy.Graph("qmm")
     weights, feeds, outs = {}, {}, []
     rng = np.random.default_rng(3)
@@ -163,7 +163,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype):
     kernels = [s.kernel for s in exe.schedule.steps]
     assert kernels == ["quant_gguf_gemv" if rows <= GEMV_BLOCKED_MAX_ROWS else "quant_gguf_tiled"
                        for _, _, rows in cases]
-    assert [s.grid[1] for s in exe.schedule.steps] == [1, 1, 3, 1, 3, 1, 8, 2]
+    assert [s.grid[1] for s in exe.schedule.steps] == [1, 1, 3, 1, 3, 1, 9, 33]
     got = exe.run(feeds)
     for i, (n, k, rows) in enumerate(cases):
         weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)

@@ -57,8 +57,9 @@ FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", 
 GEMV_MAX_ROWS = 8  # x rows one GEMV workgroup takes together (weights read once)
 # More rows run the GEMV in blocks of GEMV_MAX_ROWS (grid y; weights read once per block) up to this
 # many: the tiled kernel's grid is only (n/64) x (m/64) workgroups, 9 for a 576-wide SmolLM2 matmul
-# of a 32-token prefill chunk, each walking all of k.
-GEMV_BLOCKED_MAX_ROWS = 64
+# of a 32-token prefill chunk, each walking all of k, and it stays far from the GPU's peak (like the
+# old f32 tiled GEMM, benches/RESULTS.md), while a bandwidth-bound GEMV block costs the same per row.
+GEMV_BLOCKED_MAX_ROWS = 2048
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
 MAX_LANES = 32  # lanes per weight row for small matrices (latency-bound: spread the work wide)
