@@ -169,3 +169,17 @@ def test_unknown_pattern_name_is_an_error():
     g, _ = pre_norm_block()
     with pytest.raises(GraphError, match="unknown patterns"):
         fuse_transformer(g, skip={"packd_attention"})
+
+
+def test_fused_ops_refuse_bad_shapes_naming_the_node():
+    g = rlxpy.Graph("bad")
+    x, w = g.input("x", [4, 8]), g.param("w", [8, 12])
+    with pytest.raises(GraphError, match=r"split \(SplitMatMul\): widths \(5, 5\) must .* N = 12"):
+        g.apply(ops.SplitMatMul((5, 5)), [x, w], "split")
+    with pytest.raises(GraphError, match=r"tee \(ResidualNormTee\): x .* and residual .* differ"):
+        g.apply(ops.ResidualNormTee(), [x, g.input("r", [4, 7]), g.param("gamma", [8])], "tee")
+    packed = ops.PackedAttention(2, 4, batch=2, seq=3, row=24, q_col=0, k_col=8, v_col=20)
+    with pytest.raises(GraphError, match=r"att \(PackedAttention\): v columns 20:28 exceed the row of 24"):
+        g.apply(packed, [g.input("p", [2, 3, 24])], "att")
+    with pytest.raises(GraphError, match=r"att2 \(PackedAttention\): parent .* is not 2 x 3 rows of 24"):
+        g.apply(ops.PackedAttention(2, 4, batch=2, seq=3, row=24), [g.input("p2", [2, 3, 25])], "att2")

@@ -82,6 +82,19 @@ def test_each_pattern_off_gives_identical_bits(device, skip):
     assert (ops.ResidualNormTee in kinds) == ("residual_norm" not in skip)
 
 
+def test_nan_and_inf_propagate_the_same_with_and_without_patterns(device):
+    g, params = pre_norm_block(2, 9, 4, 2, 8, mask=True)
+    feeds = inputs_for(g)
+    feeds["x"][0, 2, 5] = np.nan
+    feeds["x"][1, 4, 0] = np.inf
+    got = compiled(g, params).run(feeds)["resid2"]
+    want = compiled(g, params, RLX_WGPU_NO_PATTERNS=1).run(feeds)["resid2"]
+    np.testing.assert_array_equal(got, want)  # NaN positions equal too
+    oracle = torch_block(params, feeds, 4, 2, 8, rms=False)
+    assert np.isnan(got).any()
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(oracle))
+
+
 def test_no_packed_bshd_attn_flag_hands_the_narrows_to_split_qkv(device):
     g, params = pre_norm_block(2, 9, 4, 2, 8, mask=True)
     feeds = inputs_for(g)

@@ -31,18 +31,7 @@ fn w_pair(e: u32, two: bool) -> vec2<f32> {
 {{LOAD_PAIR}}
 }
 
-// Where column `col` of row `row` goes: y[row, col], or with a split store (SplitMatMul) columns
-// [0, split1), [split1, split2), [split2, n) as three [block_rows, width] blocks one after another
-// (block_rows = the full m, so an active extent does not move them); plain: split1 = split2 = n.
-fn y_index(row: u32, col: u32) -> u32 {
-    if (col < p.split1) {
-        return row * p.split1 + col;
-    }
-    if (col < p.split2) {
-        return p.block_rows * p.split1 + row * (p.split2 - p.split1) + col - p.split1;
-    }
-    return p.block_rows * p.split2 + row * (p.n - p.split2) + col - p.split2;
-}
+{{Y_INDEX}}
 
 fn epilogue(v: f32) -> f32 {
     return {{EXPR}};

@@ -34,19 +34,7 @@ const W_STEP: u32 = BK * BN / 4u;
 var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM] a, transposed: 4 rows per vec4
 var<workgroup> tile_w: array<vec4<f32>, {{W_VECS}}>;  // [2][BK][BN] w
 
-// Where column `col` of row `row` goes. Plain: y[row, col]. Split (SplitMatMul): columns
-// [0, split1), [split1, split2), [split2, n) are three blocks stored one after another, each
-// [block_rows, width] row-major (block_rows = the full m: an active extent that cuts m must not
-// move the blocks); a plain GEMM has split1 = split2 = n.
-fn y_index(row: u32, col: u32) -> u32 {
-    if (col < p.split1) {
-        return row * p.split1 + col;
-    }
-    if (col < p.split2) {
-        return p.block_rows * p.split1 + row * (p.split2 - p.split1) + col - p.split1;
-    }
-    return p.block_rows * p.split2 + row * (p.n - p.split2) + col - p.split2;
-}
+{{Y_INDEX}}
 
 fn epilogue(v: f32) -> f32 {
     return {{EXPR}};

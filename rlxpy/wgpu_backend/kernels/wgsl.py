@@ -99,3 +99,18 @@ def word_type(dtype: DType, what: str) -> tuple[str, str]:
 
 def store_fn(dtype: DType) -> str:
     return {"f32": "st_f32", "i32": "st_i32", "u32": "st_u32"}[word_type(dtype, "store")[0]]
+
+
+#: ``y_index(row, col)`` of the f32 GEMM kernels (matmul_tiled, matmul_skinny): y[row, col], or with
+#: a split store (SplitMatMul) columns [0, split1), [split1, split2), [split2, n) as three
+#: [block_rows, width] blocks one after another (block_rows = the full m, so an active extent does
+#: not move them); a plain GEMM has split1 = split2 = n. Needs params n, split1, split2, block_rows.
+GEMM_Y_INDEX = """fn y_index(row: u32, col: u32) -> u32 {
+    if (col < p.split1) {
+        return row * p.split1 + col;
+    }
+    if (col < p.split2) {
+        return p.block_rows * p.split1 + row * (p.split2 - p.split1) + col - p.split1;
+    }
+    return p.block_rows * p.split2 + row * (p.n - p.split2) + col - p.split2;
+}"""

@@ -17,7 +17,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.kernels.wgsl import GEMM_Y_INDEX, PRELUDE
 from rlxpy.wgpu_backend.lowering import matmul_skinny
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
@@ -142,7 +142,7 @@ def tiled_source(bm: int, bn: int, vec4: bool, expr: str) -> dict[str, object]:
     return {"BUF": "array<vec4<u32>>" if vec4 else "array<u32>", "PRELUDE": MATH_PRELUDE if vec4 else PRELUDE,
             "ACCESS": ACCESS_VEC4 if vec4 else ACCESS_WORDS, "EXPR": expr, "BM": bm, "BN": bn,
             "A_VECS": 2 * BK * bm // 4, "W_VECS": 2 * BK * bn // 4, "ACC": bm * bn // 64,
-            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn)}
+            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn), "Y_INDEX": GEMM_Y_INDEX}
 
 
 def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,

@@ -22,7 +22,7 @@ from rlxpy.errors import LimitError, where
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
+from rlxpy.wgpu_backend.kernels.wgsl import GEMM_Y_INDEX, PRELUDE
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step
 
@@ -97,7 +97,8 @@ def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, 
     wy = row_lanes(k, mr, ctx)
     grid = (max(1, math.ceil(n / 64)), max(1, math.ceil(m / mr)), 1)
     subs = {"PRELUDE": PRELUDE, "EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr,
-            "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype)}
+            "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype),
+            "Y_INDEX": GEMM_Y_INDEX}
     unit = w.dtype.itemsize
     split1, split2 = splits if splits else (n, n)
     return [ctx.dispatch(MATMUL_SKINNY, node, grid, subs, m=m, n=n, k=k, a=ctx.offset(a),
