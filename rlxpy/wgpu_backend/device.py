@@ -34,6 +34,7 @@ class Device:
     limits: dict[str, int]
     features: set[str]
     info: dict[str, Any]
+    reason: str = ""
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _layouts: dict[int, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -45,6 +46,17 @@ class Device:
     @property
     def name(self) -> str:
         return f"{self.info.get('device', '?')} ({self.info.get('backend_type', '?')})"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.info.get("adapter_type") == "CPU"
+
+    def describe(self) -> str:
+        """One line: which adapter, why, and for a CPU adapter a hint."""
+        line = f"adapter {self.name}, {self.info.get('adapter_type', '?')} ({self.reason})"
+        if self.is_cpu:
+            line += "; a CPU rasteriser: a real GPU driver (Vulkan/Metal/DX12) is many times faster"
+        return line
 
     @property
     def max_binding(self) -> int:
@@ -118,15 +130,39 @@ class Device:
             raise UnsupportedOpError(f"{what} needs the '{feature}' feature, which {self.name} lacks")
 
 
-def _pick_adapter(wgpu: Any) -> Any:
+#: Adapter preference, best first: a real GPU (native API before GL, discrete before integrated),
+#: then Mesa's lavapipe (CPU Vulkan), then llvmpipe's GL (where backends differ most in practice).
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "Unknown": 3, "CPU": 4}
+_NATIVE = ("Vulkan", "Metal", "D3D12")
+
+
+def adapter_rank(info: dict[str, Any]) -> tuple[bool, bool, int]:
+    """Sort key of an adapter's info (smaller is better)."""
+    cpu = info.get("adapter_type") == "CPU"
+    return cpu, info.get("backend_type") not in _NATIVE, _TYPE_RANK.get(str(info.get("adapter_type")), 3)
+
+
+def _describe(info: dict[str, Any]) -> str:
+    return f"{info.get('device', '?')} ({info.get('backend_type', '?')}, {info.get('adapter_type', '?')})"
+
+
+def _pick_adapter(wgpu: Any) -> tuple[Any, str]:
+    """The adapter to use and a one-line reason."""
+    adapters = list(wgpu.gpu.enumerate_adapters_sync())
     wanted = str(env.ADAPTER).lower()
     if wanted:
-        for adapter in wgpu.gpu.enumerate_adapters_sync():
+        for adapter in adapters:
             text = " ".join(str(v) for v in adapter.info.values()).lower()
             if wanted in text:
-                return adapter
-        raise UnsupportedOpError(f"RLX_WGPU_ADAPTER={wanted!r}: no adapter matches")
-    return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+                return adapter, f"RLX_WGPU_ADAPTER={env.ADAPTER}"
+        seen = "; ".join(_describe(dict(a.info)) for a in adapters) or "none"
+        raise UnsupportedOpError(f"RLX_WGPU_ADAPTER={wanted!r}: no adapter matches (adapters: {seen})")
+    if not adapters:
+        return None, "no adapter"
+    ranked = sorted(adapters, key=lambda a: adapter_rank(dict(a.info)))
+    best = ranked[0]
+    others = ", ".join(_describe(dict(a.info)) for a in ranked[1:])
+    return best, "best of " + (f"{len(adapters)} adapters (also: {others})" if others else "1 adapter")
 
 
 @functools.cache
@@ -134,7 +170,7 @@ def get_device() -> Device:
     """The shared device. Raises UnsupportedOpError when wgpu finds no adapter."""
     wgpu = _wgpu()
     try:
-        adapter = _pick_adapter(wgpu)
+        adapter, reason = _pick_adapter(wgpu)
     except Exception as e:
         raise UnsupportedOpError(f"no WebGPU adapter: {e}. On Linux without a GPU install "
                                  "mesa-vulkan-drivers (lavapipe).") from e
@@ -150,10 +186,21 @@ def get_device() -> Device:
         "max_buffer_size": adapter.limits["max-buffer-size"],
     }
     device = adapter.request_device_sync(label="rlxpy", required_features=features, required_limits=limits)
-    return Device(adapter, device, dict(device.limits), set(device.features), dict(adapter.info))
+    return Device(adapter, device, dict(device.limits), set(device.features), dict(adapter.info), reason)
 
 
 def main(argv: list[str]) -> int:
+    """``--probe``: print the chosen adapter (exit 1 without one). ``--needs-driver``: exit 0 when no
+    hardware adapter and no CPU Vulkan adapter exist, i.e. when set-up should install lavapipe.
+    ``--has TEXT``: exit 0 when an adapter's description contains TEXT (``make test`` asks for GL)."""
+    if "--has" in argv:  # --has TEXT: exit 0 when some adapter's description contains TEXT
+        text = argv[argv.index("--has") + 1].lower()
+        infos = [dict(a.info) for a in _wgpu().gpu.enumerate_adapters_sync()]
+        return 0 if any(text in " ".join(map(str, i.values())).lower() for i in infos) else 1
+    if "--needs-driver" in argv:
+        infos = [dict(a.info) for a in _wgpu().gpu.enumerate_adapters_sync()]
+        usable = [i for i in infos if i.get("adapter_type") != "CPU" or i.get("backend_type") in _NATIVE]
+        return 1 if usable else 0
     if "--probe" in argv:
         try:
             dev = get_device()
@@ -161,9 +208,9 @@ def main(argv: list[str]) -> int:
             print(f"no adapter: {e}", file=sys.stderr)
             return 1
         binding = dev.limits["max-storage-buffer-binding-size"]
-        print(f"adapter: {dev.name}; max storage binding {binding} B; features: {sorted(dev.features)}")
+        print(f"{dev.describe()}; max storage binding {binding} B; features: {sorted(dev.features)}")
         return 0
-    print("usage: python -m rlxpy.wgpu_backend.device --probe", file=sys.stderr)
+    print("usage: python -m rlxpy.wgpu_backend.device --probe | --needs-driver | --has TEXT", file=sys.stderr)
     return 2
 
 

@@ -180,10 +180,7 @@ def _cast_expr(src: DType, dst: DType) -> str:
     if dst is DType.BOOL:
         return f"select(0u, 1u, v != {tx}(0))"
     if tx == "f32" and ty != "f32":
-        # WGSL saturates at the largest f32 below the int's max (2^31 - 128, 2^32 - 256), the
-        # reference at the max itself; NaN -> 0
-        top, limit = ("2147483647", "2147483648.0") if ty == "i32" else ("4294967295u", "4294967296.0")
-        return f"select(select({ty}(v), {top}, v >= {limit}), {ty}(0), is_nan(v))"
+        return f"sat_{ty}(v)"
     return f"{ty}(v)"
 
 

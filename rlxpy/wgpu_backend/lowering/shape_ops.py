@@ -301,12 +301,12 @@ _HALF_LOAD = {
     DType.BOOL: "select(0.0, 1.0, ld_u32(p.x + e) != 0u)",
 }
 
-#: f32 value v -> destination word type: float -> int truncates, saturates at the int's max (WGSL's
-#: own conversion stops at the largest f32 below it), NaN -> 0, exactly like ew_cast.
+#: f32 value v -> destination word type: float -> int through the prelude's saturating conversions
+#: (truncate, saturate, NaN -> 0), exactly like ew_cast.
 _FROM_F32 = {
     DType.F32: "{v}",
-    DType.I32: "select(select(i32({v}), 2147483647, {v} >= 2147483648.0), 0, is_nan({v}))",
-    DType.U32: "select(select(u32({v}), 4294967295u, {v} >= 4294967296.0), 0u, is_nan({v}))",
+    DType.I32: "sat_i32({v})",
+    DType.U32: "sat_u32({v})",
     DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
 }
 
