@@ -122,6 +122,12 @@ MAX_BINDING = flag(
 )
 PROFILE = flag("RLX_WGPU_PROFILE", int, 0, "time each GPU step with timestamp queries (report columns)")
 ADAPTER = flag("RLX_WGPU_ADAPTER", str, "", "pick an adapter whose name or backend contains this text")
+KERNEL_VARIANT = flag(
+    "RLX_WGPU_KERNELS",
+    str,
+    "auto",
+    "kernel variants: auto (by adapter type), gpu (workgroup-cooperative), cpu (one invocation per row)",
+)
 RAW_ENCODE = flag(
     "RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)"
 )

@@ -25,3 +25,21 @@ def device():
         return get_device()
     except Exception as e:  # noqa: BLE001
         pytest.fail(f"no WebGPU adapter ({e}); `make test` installs mesa-vulkan-drivers (lavapipe)")
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def gemv_kernel(request):
+    """Runs a test under both GGUF GEMV variants (RLX_WGPU_KERNELS); yields the kernel name to expect."""
+    from rlxpy import env
+
+    with env.override(RLX_WGPU_KERNELS=request.param):
+        yield {"gpu": "quant_gguf_gemv", "cpu": "quant_gguf_rows"}[request.param]
+
+
+@pytest.fixture
+def gpu_variant():
+    """Pins the workgroup-cooperative kernel variants (tests of their work split)."""
+    from rlxpy import env
+
+    with env.override(RLX_WGPU_KERNELS="gpu"):
+        yield

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy import env
-from rlxpy.errors import InputError
+from rlxpy.errors import EnvError, InputError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType, from_storage, to_storage
 from rlxpy.ir.graph import Graph, Node
@@ -30,8 +30,12 @@ from rlxpy.wgpu_backend.schedule import DeviceFacts
 
 
 def device_facts(dev: Device) -> DeviceFacts:
+    variant = str(env.KERNEL_VARIANT)
+    if variant not in ("auto", "gpu", "cpu"):
+        raise EnvError(f"RLX_WGPU_KERNELS={variant!r}: expected auto, gpu or cpu")
+    cpu = dev.is_cpu if variant == "auto" else variant == "cpu"
     return DeviceFacts(dev.max_binding, dev.storage_align, dev.limits["max-compute-workgroup-storage-size"],
-                       dev.limits["max-compute-invocations-per-workgroup"], frozenset(dev.features))
+                       dev.limits["max-compute-invocations-per-workgroup"], frozenset(dev.features), cpu)
 
 
 class HostIO:

@@ -76,6 +76,8 @@ class DeviceFacts:
     max_workgroup_storage: int = 16384
     max_invocations: int = 256
     features: frozenset[str] = frozenset()
+    #: a CPU adapter (lavapipe, llvmpipe): kernels with a CPU variant use it (RLX_WGPU_KERNELS overrides)
+    cpu: bool = False
 
 
 @dataclass

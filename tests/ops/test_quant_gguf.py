@@ -143,7 +143,7 @@ def test_gather_truncates_and_clamps_float_and_unsigned_indices(device, idx_dtyp
 
 # -- matmuls: GEMV (few rows) and tiled (many rows) -----------------------------------------------
 @pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
-def test_matmul_gemv_and_tiled_match_torch(device, qtype):
+def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
     one, several = sizes(qtype)
     # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (one GEMV block), 17 and 70
     # (GEMV blocks of 8 rows, the last one partial) and 2055 (tiled)
@@ -161,7 +161,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype):
     g.output(*outs)
     exe = compile_with(g, weights)
     kernels = [s.kernel for s in exe.schedule.steps]
-    assert kernels == ["quant_gguf_gemv" if rows <= GEMV_BLOCKED_MAX_ROWS else "quant_gguf_tiled"
+    assert kernels == [gemv_kernel if rows <= GEMV_BLOCKED_MAX_ROWS else "quant_gguf_tiled"
                        for _, _, rows in cases]
     assert [s.grid[1] for s in exe.schedule.steps] == [1, 1, 3, 1, 3, 1, 9, 33]
     got = exe.run(feeds)
@@ -178,7 +178,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype):
 
 @pytest.mark.parametrize(("qtype", "rows", "k"),
                          [("Q4_0", 1, 4096 + 256), ("Q5_K", 8, 1024), ("F16", 3, 2701)])
-def test_gemv_stages_long_rows_in_chunks(device, qtype, rows, k):
+def test_gemv_stages_long_rows_in_chunks(device, qtype, rows, k, gemv_kernel):
     assert k > chunk_elems(rows, k)  # more than one chunk of x goes through workgroup memory
     raw = make_weights(qtype, 3, k, seed=4)
     x = np.random.default_rng(5).standard_normal((rows, k)).astype(np.float32)
@@ -201,7 +201,7 @@ def test_leading_dims_of_x_are_flattened_into_rows(device):
     assert_matmul_close(got.reshape(6, 17), x.reshape(6, 256), gguf_values(raw, "Q4_K").reshape(17, 256), "x")
 
 
-def test_nan_and_inf_propagate_like_torch(device):
+def test_nan_and_inf_propagate_like_torch(device, gemv_kernel):
     values = np.random.default_rng(8).standard_normal((5, 37)).astype(np.float32)
     values[1, 4] = np.inf
     values[3, 0] = np.nan
@@ -224,7 +224,7 @@ def test_nan_and_inf_propagate_like_torch(device):
 # -- MoE: grouped matmul ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("qtype", "idx_dtype"),
                          [("Q4_1", DType.F32), ("Q6_K", DType.I32), ("Q8_0", DType.U32)])
-def test_grouped_matmul_picks_each_rows_expert(device, qtype, idx_dtype):
+def test_grouped_matmul_picks_each_rows_expert(device, qtype, idx_dtype, gemv_kernel):
     experts, n, k, rows = 3, 17, sizes(qtype)[1], 6
     slabs = np.stack([make_weights(qtype, n, k, seed=20 + e) for e in range(experts)])
     x = np.random.default_rng(11).standard_normal((rows, k)).astype(np.float32)
@@ -237,7 +237,7 @@ def test_grouped_matmul_picks_each_rows_expert(device, qtype, idx_dtype):
                                  g.input("idx", (rows,), idx_dtype), qtype, n, k, name="y")
     g.output(y)
     exe = compile_with(g, {"w": slabs})
-    assert [s.kernel for s in exe.schedule.steps] == ["quant_gguf_gemv"]
+    assert [s.kernel for s in exe.schedule.steps] == [gemv_kernel]
     got = exe.run({"x": x, "idx": choice})["y"]
     for i, e in enumerate(np.trunc(choice.astype(np.float64)).astype(int)):
         if 0 <= e < experts:
@@ -349,7 +349,7 @@ def test_gemv_plan_covers_a_row_evenly(units, rows):
 
 
 @pytest.mark.parametrize(("qtype", "k"), [("Q4_K", 512), ("Q5_0", 512), ("F16", 300)])
-def test_gemv_teams_owning_several_rows(device, monkeypatch, qtype, k):
+def test_gemv_teams_owning_several_rows(device, monkeypatch, qtype, k, gpu_variant):
     """Big matrices give each team several weight rows; force that on a small one."""
     from rlxpy.wgpu_backend.lowering import quant_gguf
 

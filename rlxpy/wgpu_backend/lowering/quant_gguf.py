@@ -43,6 +43,8 @@ QUANT_GGUF_GEMV = kernel(
            residual=U32, eps=F32, q_width=U32, kv_width=U32, capacity=U32, max_pos=U32, k_cache=U32,
            v_cache=U32, cos=U32, sin=U32, pos=U32),
     workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
+ROWS_WG = 32  # invocations per workgroup of the CPU variant (4 SIMD batches of 8 on lavapipe)
+QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, workgroup=(ROWS_WG, 1, 1))
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
     params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
@@ -186,6 +188,8 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     ``rope`` the RopeKvAppend inputs k_cache, v_cache, cos, sin, pos)."""
     grouped = idx is not None
     fused = fused or {}
+    if ctx.facts.cpu and rows_step_fits(n, rope):
+        return rows_step(node, ctx, qtype, x, w, m, n, k, idx, experts, fused, eps, rope)
     swiglu = "w_up" in fused
     rows_in_wg = 1 if grouped else min(m, GEMV_MAX_ROWS)
     blocks = 1 if grouped else math.ceil(m / rows_in_wg)
@@ -221,6 +225,45 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=scalable, m=m, n=n, k=k,
                         x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes,
                         units=units, tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
+                        idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
+                        **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
+
+
+def rows_step_fits(n: int, rope: ops.RopeKvAppend | None) -> bool:
+    """The CPU variant pairs RoPE rows inside whole heads: every head must be complete and even."""
+    return rope is None or (rope.head_dim % 2 == 0 and rope.rot % 2 == 0 and n % rope.head_dim == 0)
+
+
+def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
+              idx: Node | None, experts: int, fused: dict[str, Node], eps: float,
+              rope: ops.RopeKvAppend | None) -> Step:
+    """gemv_step's CPU variant (quant_gguf_rows.wgsl): one invocation per output row (per RoPE pair),
+    all of k, no workgroup memory; same params and epilogues."""
+    grouped = idx is not None
+    rows_in_inv = 1 if grouped else min(m, GEMV_MAX_ROWS)
+    blocks = 1 if grouped else math.ceil(m / rows_in_inv)
+    if blocks > 1 and (fused or rope is not None):
+        raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
+    _check(node, ctx, x, 0)
+    rr = 2 if rope is not None else 1
+    groups = math.ceil(math.ceil(n / rr) / ROWS_WG)
+    grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
+    flag = {True: "true", False: "false"}
+    subs = {"DECODE": decode_source(qtype), "MR": rows_in_inv, "RR": rr,
+            "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag["w_up" in fused],
+            "RESIDUAL": flag["residual" in fused], "ROPE": flag[rope is not None],
+            "RD": rope.head_dim if rope else 2, "ROT": rope.rot if rope else 2,
+            "INTERLEAVED": flag[bool(rope and rope.interleaved)],
+            "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
+    offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
+    if rope is not None:
+        offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
+                       max_pos=fused["cos"].shape[0])
+    scalable = rope is None and blocks == 1
+    return ctx.dispatch(QUANT_GGUF_ROWS, node, grid, subs, scalable=scalable, m=m, n=n, k=k,
+                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
+                        row_bytes=gguf_row_bytes(qtype, k), units=math.ceil(k / UNIT), tpr=1,
+                        rows_per_wg=ROWS_WG, w_stride=n * gguf_row_bytes(qtype, k),
                         idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
                         **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
 
