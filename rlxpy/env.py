@@ -81,9 +81,14 @@ DISPATCH_REPORT = flag(
 )
 WGPU_SCHEDULE = flag("RLX_WGPU_SCHEDULE", int, 0, "alias of RLX_DISPATCH_REPORT (the original's name)")
 NAN_TRACE = flag(
-    "RLX_WGPU_NAN_TRACE", int, 0, "after each run: print the first nodes whose output has NaN/Inf"
+    "RLX_WGPU_NAN_TRACE",
+    int,
+    0,
+    "after each run: print the first nodes whose output has NaN/Inf (generate stops at the first)",
 )
-DUMP_NODES = flag("RLX_WGPU_DUMP_NODES", int, 0, "after each run: print max|x| of every node's output")
+DUMP_NODES = flag(
+    "RLX_WGPU_DUMP_NODES", int, 0, "after each run: print max|x| of every node the run computed"
+)
 DUMP_NODES_LIMIT = flag("RLX_WGPU_DUMP_NODES_LIMIT", int, 64, "how many nodes RLX_WGPU_DUMP_NODES prints")
 DUMP_FLAT = flag("RLX_WGPU_DUMP_FLAT", int, 0, "node dumps also print the first 8 values of each node")
 BENCH_DISPATCH_ONLY = flag("RLX_BENCH_DISPATCH_ONLY", int, 0, "skip output readback (time dispatch only)")
@@ -120,7 +125,15 @@ SKIP_PATTERNS = flag(
 MAX_BINDING = flag(
     "RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)"
 )
-PROFILE = flag("RLX_WGPU_PROFILE", int, 0, "time each GPU step with timestamp queries (report columns)")
+PROFILE = flag(
+    "RLX_WGPU_PROFILE",
+    int,
+    0,
+    "after each run: GPU time by kernel and by layer (timestamp queries); 2 also one line per step",
+)
+TRACE = flag(
+    "RLX_WGPU_TRACE", str, "", "profile each run and write a Chrome trace-event JSON (Perfetto) to this path"
+)
 ADAPTER = flag("RLX_WGPU_ADAPTER", str, "", "pick an adapter whose name or backend contains this text")
 KERNEL_VARIANT = flag(
     "RLX_WGPU_KERNELS",
@@ -135,6 +148,11 @@ RAW_ENCODE = flag(
 
 def report_level() -> int:
     return max(int(DISPATCH_REPORT), int(WGPU_SCHEDULE))
+
+
+def run_debug_flags() -> list[str]:
+    """The names of the run-time debug flags that are on (each run is then explained)."""
+    return [f.name for f in (NAN_TRACE, DUMP_NODES, PROFILE, TRACE) if f.value]
 
 
 @contextlib.contextmanager

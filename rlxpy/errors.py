@@ -39,6 +39,10 @@ class EnvError(RlxError, ValueError):
     """An RLX_* environment variable with a value that does not parse."""
 
 
+class NumericsError(RlxError, FloatingPointError):
+    """A NaN/Inf found by the NaN trace (RLX_WGPU_NAN_TRACE) that stops a generation."""
+
+
 class RegistryError(RlxError):
     """A registry entry declared twice."""
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from rlxpy.errors import InputError
+from rlxpy import env
+from rlxpy.errors import InputError, NumericsError
 from rlxpy.models.llama import LlamaConfig, build_llama
 
 
@@ -83,6 +84,7 @@ class Generator:
             out = self.exe.run({"prefill_tokens": tokens, "prefill_pos": np.array([start], np.int32),
                                 "prefill_last": np.array([len(part) - 1], np.int32),
                                 **self._seed_input("prefill", start)}, outputs=["prefill_next"])
+            self._stop_on_nan("prefill", start, self.chunk)
             token = int(out["prefill_next"].reshape(-1)[0])
         self.position = len(ids)
         self.stats.prompt_tokens = len(ids)
@@ -109,8 +111,20 @@ class Generator:
         else:
             inputs["decode_tokens"] = np.array([token], np.int32)
         pending = self.exe.submit(inputs, outputs=["decode_next"], feeds=feeds)
+        self._stop_on_nan("decode", self.position, 1)  # under the flags the run is explained already
         self.position += 1
         return pending
+
+    def _stop_on_nan(self, branch: str, start: int, rows: int) -> None:
+        """RLX_WGPU_NAN_TRACE: a NaN/Inf in the last run ends the generation, naming where."""
+        found = self.exe.last_nan if env.NAN_TRACE else None
+        if not found:
+            return
+        from rlxpy.wgpu_backend.debug import describe
+
+        row = found["index"][0] if rows > 1 and found["shape"][:1] == [rows] else 0
+        raise NumericsError(f"NaN trace: generation stopped at token position {start + row} ({branch} step): "
+                            f"the first bad node is {describe(found)}")
 
     @staticmethod
     def _read(pending: Callable[[], dict[str, np.ndarray]]) -> int:
@@ -138,23 +152,25 @@ class Generator:
         if token in stop or produced == max_tokens or self.position >= self.config.context:
             return
         started = time.perf_counter()
+        pipelined = not env.run_debug_flags()  # the debug flags explain each run before the next
         pending = self._submit_decode(token)
         while True:
             more = produced + 1 < max_tokens and self.position < self.config.context
-            following = self._submit_decode(None) if more else None
+            following = self._submit_decode(None) if more and pipelined else None
             token = self._read(pending)
             now = time.perf_counter()
             self._count_step(now - started)
             started = now
             produced += 1
             yield token
-            if following is None:
+            if not more:
                 return
             if token in stop:
-                following()  # drain the step in flight before anything else runs
-                self.position -= 1
+                if following is not None:
+                    following()  # drain the step in flight before anything else runs
+                    self.position -= 1
                 return
-            pending = following
+            pending = following if following is not None else self._submit_decode(None)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""

@@ -1,10 +1,18 @@
-"""Dispatch report, NaN trace and node dumps. Data first (``Report.rows``), text second."""
+"""Dispatch report, NaN trace and node dumps. Data first (``Report.rows``), text second.
+
+The NaN trace and the dumps explain a run by running it again on a keep-all twin (every tensor
+kept alive, nothing shares memory): the twin gets the executable's params (weights and KV caches,
+copied on the GPU) and exactly the inputs of the run, GPU feeds included, and computes the same
+outputs. A cache row the run wrote is written again with the same values, so the twin sees the
+state the run saw.
+"""
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +22,7 @@ from rlxpy import env
 from rlxpy.ir import ops
 
 if TYPE_CHECKING:
+    from rlxpy.ir.graph import Graph, Node
     from rlxpy.wgpu_backend.executable import WgpuExecutable
 
 KIND_LETTER = {"gpu": "G", "copy": "C", "host": "H"}
@@ -119,77 +128,128 @@ def _finite_summary(value: np.ndarray) -> tuple[int, int, float]:
     return bad_nan, bad_inf, float(np.abs(finite).max()) if finite.size else float("nan")
 
 
-def node_values(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> dict[int, np.ndarray]:
-    """Every node's value after one run of a keep-all twin (nothing shares memory)."""
+_TWINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SAID: set[str] = set()
+
+
+def say_once(text: str) -> None:
+    if text not in _SAID:
+        _SAID.add(text)
+        print(text, file=sys.stderr)
+
+
+def twin_of(exe: WgpuExecutable) -> WgpuExecutable:
+    """The keep-all twin of ``exe`` (compiled at the first use, kept while ``exe`` lives)."""
     from rlxpy.wgpu_backend.executable import WgpuExecutable
 
-    if exe._debug_twin is None:
-        exe._debug_twin = WgpuExecutable(exe.source_graph, exe.device, True, f16_weights=exe.shadowed)
-    twin = exe._debug_twin
-    for name in exe._params_set:
-        node = exe._params[name]
-        twin.set_param_bytes(name, exe.arena.read(exe.schedule.node_offset(node.id), node.nbytes))
-    twin.run(inputs)
-    return {n.id: twin._read_node(n) for n in twin.graph.nodes}
+    twin = _TWINS.get(exe)
+    if twin is None:
+        with env.override(RLX_DISPATCH_REPORT=0, RLX_WGPU_SCHEDULE=0):
+            twin = WgpuExecutable(exe.source_graph, exe.device, keep_all=True, f16_weights=exe.shadowed)
+        _TWINS[exe] = twin
+    return twin
 
 
-def first_nan_node(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The first node (in schedule order) whose output holds NaN/Inf while its inputs do not."""
-    values = node_values(exe, inputs)
-    graph = exe._debug_twin.graph  # type: ignore[union-attr]
-    for node in graph.nodes:
+class NodeValues:
+    """The twin's node values after re-running one run, read on demand (weights are big)."""
+
+    def __init__(self, exe: WgpuExecutable, inputs: Mapping[str, Any], outputs: Iterable[str] | None) -> None:
+        self.twin = twin_of(exe)
+        exe.copy_params_to(self.twin)
+        outputs = None if outputs is None else list(outputs)
+        self.twin.run(inputs, outputs)
+        self.graph: Graph = self.twin.graph
+        self.nodes: list[Node] = self.twin.needed_nodes(outputs)
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, node_id: int) -> np.ndarray:
+        if node_id not in self._cache:
+            self._cache[node_id] = self.twin.read_node(self.graph.nodes[node_id])
+        return self._cache[node_id]
+
+
+def node_values(exe: WgpuExecutable, inputs: Mapping[str, Any],
+                outputs: Iterable[str] | None = None) -> dict[int, np.ndarray]:
+    """Every computed node's value (by node id) after re-running a run on the keep-all twin."""
+    values = NodeValues(exe, inputs, outputs)
+    return {n.id: values[n.id] for n in values.nodes}
+
+
+def _is_source(node: Node) -> bool:
+    return isinstance(node.op, (ops.Input, ops.Param, ops.Constant))
+
+
+def _bad(value: np.ndarray) -> bool:
+    return value.dtype.kind == "f" and not np.isfinite(value).all()
+
+
+def nan_nodes(values: NodeValues) -> list[dict[str, Any]]:
+    """Every computed node whose output holds NaN/Inf, in schedule order; sources (params,
+    inputs) are not listed themselves but named as the bad inputs of the node that reads them."""
+    from rlxpy.wgpu_backend.profile import layer_of
+
+    found = []
+    for node in values.nodes:
+        if _is_source(node) or not _bad(values[node.id]):
+            continue
         nan, inf, _ = _finite_summary(values[node.id])
-        if nan or inf:
-            inputs_ok = all(sum(_finite_summary(values[i])[:2]) == 0 for i in node.inputs)
-            flat = values[node.id].ravel()
-            index = int(np.flatnonzero(~np.isfinite(flat))[0])
-            return {
-                "node": node.name,
-                "op": type(node.op).__name__,
-                "shape": list(node.shape),
-                "nan": nan,
-                "inf": inf,
-                "first_index": index,
-                "inputs_finite": inputs_ok,
-                "inputs": [graph.nodes[i].name for i in node.inputs],
-            }
-    return None
+        flat = values[node.id].ravel()
+        first = int(np.flatnonzero(~np.isfinite(flat))[0])
+        bad_inputs = [values.graph.nodes[i] for i in node.inputs if _bad(values[i])]
+        found.append({
+            "node": node.name,
+            "op": type(node.op).__name__,
+            "layer": layer_of(node.name),
+            "shape": list(node.shape),
+            "nan": nan,
+            "inf": inf,
+            "first_index": first,
+            "index": tuple(int(i) for i in np.unravel_index(first, values[node.id].shape)),
+            "inputs_finite": not bad_inputs,
+            "inputs": [values.graph.nodes[i].name for i in node.inputs],
+            "bad_inputs": [f"{n.name} ({_kind(n)})" for n in bad_inputs],
+        })
+    return found
 
 
-def after_run_debug(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> None:
-    if exe._keep_all:
-        return
-    if env.PROFILE and not getattr(exe, "_profiling", False):
-        from rlxpy.wgpu_backend.profile import profile
+def _kind(node: Node) -> str:
+    return type(node.op).__name__.lower() if _is_source(node) else type(node.op).__name__
 
-        exe._profiling = True
-        try:
-            print(profile(exe, inputs).text(2), file=sys.stderr)
-        finally:
-            exe._profiling = False
+
+def describe(found: dict[str, Any]) -> str:
+    """``node (Op) [shape], layer L: n NaN, m Inf at [index]; reads NaN from x (param)``."""
+    layer = "" if found["layer"] is None else f", layer {found['layer']}"
+    reads = f"; reads NaN/Inf from {', '.join(found['bad_inputs'])}" if found["bad_inputs"] else \
+        "; its inputs are finite"
+    return (f"{found['node']} ({found['op']}) {found['shape']}{layer}: {found['nan']} NaN, {found['inf']} Inf"
+            f" (first at {list(found['index'])}){reads}")
+
+
+def first_nan_node(exe: WgpuExecutable, inputs: Mapping[str, Any],
+                   outputs: Iterable[str] | None = None) -> dict[str, Any] | None:
+    """The first computed node (in schedule order) whose output holds NaN/Inf, or None."""
+    found = nan_nodes(NodeValues(exe, inputs, outputs))
+    return found[0] if found else None
+
+
+def explain_values(exe: WgpuExecutable, inputs: Mapping[str, Any],
+                   outputs: Iterable[str] | None) -> dict[str, Any] | None:
+    """RLX_WGPU_NAN_TRACE / RLX_WGPU_DUMP_NODES after a run; returns the first NaN node (NaN trace)."""
+    values = NodeValues(exe, inputs, outputs)
+    first = None
     if env.NAN_TRACE:
-        values = node_values(exe, inputs)
-        graph = exe._debug_twin.graph  # type: ignore[union-attr]
-        shown = 0
-        for node in graph.nodes:
-            nan, inf, _ = _finite_summary(values[node.id])
-            if nan or inf:
-                print(
-                    f"rlxpy NaN trace: {node.name} ({type(node.op).__name__}) {list(node.shape)}: "
-                    f"{nan} NaN, {inf} Inf; inputs {[graph.nodes[i].name for i in node.inputs]}",
-                    file=sys.stderr,
-                )
-                shown += 1
-                if shown >= int(env.NAN_TRACE) * 5:
-                    break
-        if not shown:
-            print("rlxpy NaN trace: every node finite", file=sys.stderr)
+        found = nan_nodes(values)
+        first = found[0] if found else None
+        for k, f in enumerate(found[: int(env.NAN_TRACE) * 5]):
+            print(f"rlxpy NaN trace: {describe(f)}{' <- the first bad node' if k == 0 else ''}",
+                  file=sys.stderr)
+        if not found:
+            print(f"rlxpy NaN trace: every node finite ({len(values.nodes)} nodes)", file=sys.stderr)
     if env.DUMP_NODES:
-        values = node_values(exe, inputs)
-        graph = exe._debug_twin.graph  # type: ignore[union-attr]
-        for node in graph.nodes[: int(env.DUMP_NODES_LIMIT)]:
-            if isinstance(node.op, ops.Constant):
-                continue
+        # computed nodes only: params would repeat the weights (raw GGUF bytes for quantised ones)
+        shown = [n for n in values.nodes if not isinstance(n.op, (ops.Constant, ops.Param))]
+        shown = shown[: int(env.DUMP_NODES_LIMIT)]
+        for node in shown:
             nan, inf, biggest = _finite_summary(values[node.id])
             extra = f" first={values[node.id].ravel()[:8].tolist()}" if env.DUMP_FLAT else ""
             print(
@@ -197,3 +257,4 @@ def after_run_debug(exe: WgpuExecutable, inputs: Mapping[str, Any]) -> None:
                 f"nan={nan} inf={inf}{extra}",
                 file=sys.stderr,
             )
+    return first

@@ -61,19 +61,26 @@ class DeferredExecutable:
             self.current.set_param_bytes(name, data)
         self._params[name] = ("bytes", bytes(data))
 
-    def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
-            ) -> dict[str, np.ndarray]:
-        return self.submit(inputs, outputs)()
+    def run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+            feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        return self.submit(inputs, outputs, feeds)()
 
-    def submit(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None
-               ) -> Callable[[], dict[str, np.ndarray]]:
+    def submit(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+               feeds: Mapping[str, Any] | None = None) -> Callable[[], dict[str, np.ndarray]]:
         """``run`` without waiting (see WgpuExecutable.submit), compiling for this binding first."""
-        inputs = inputs or {}
+        return self._for(inputs or {}).submit(inputs or {}, outputs, feeds)
+
+    def _for(self, inputs: Mapping[str, Any]) -> Any:
+        """The executable of the binding that ``inputs`` imply (compiled if new)."""
         binding = infer_binding(self.graph, inputs)
         if self.binding is not None:
             binding = {**{k: v for k, v in self.binding.items() if k not in binding}, **binding}
-        exe = self._activate(binding) if binding != self.binding or self.current is None else self.current
-        return exe.submit(inputs, outputs)
+        return self._activate(binding) if binding != self.binding or self.current is None else self.current
+
+    def profile(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                feeds: Mapping[str, Any] | None = None) -> Any:
+        """``run`` with every step timed (see WgpuExecutable.profile), compiling for this binding first."""
+        return self._for(inputs or {}).profile(inputs or {}, outputs, feeds)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self.__dict__.get("current") is None:

@@ -9,6 +9,7 @@ host steps split it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -138,9 +139,12 @@ class Encoder:
         self._entries.clear()
         self._prepared.clear()
 
-    def _encode_pass(self, encoder: Any, segment: Segment) -> None:
-        cpass = encoder.begin_compute_pass(label="rlx_pass")
-        if self.raw:
+    def _encode_pass(self, encoder: Any, segment: Segment, timestamps: dict | None = None) -> None:
+        if timestamps is not None:
+            cpass = encoder.begin_compute_pass(label="rlx_pass", timestamp_writes=timestamps)
+        else:
+            cpass = encoder.begin_compute_pass(label="rlx_pass")
+        if self.raw and timestamps is None:  # raw entries are cached per segment: not for one-off ones
             lib, internal, bg = self._lib, cpass._internal, self._raw_bind_group
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
             set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
@@ -201,6 +205,7 @@ class Encoder:
         steps: frozenset[int] | None = None,
         copies: Sequence[tuple[int, int, int]] = (),
         before_submit: Any = None,
+        timer: Any = None,
     ) -> Callable[[], list[bytes]]:
         """Encode + submit; returns a function that waits for the bytes of ``reads``.
 
@@ -210,9 +215,12 @@ class Encoder:
         same steps, reads and copies is recorded while the GPU works on this one (command buffers
         are single-use, but nothing in them depends on input values). Such a run returns before
         the GPU is done, so a caller may submit the next run before reading this one (the two
-        readback slots alternate; read a run before submitting the one after next)."""
+        readback slots alternate; read a run before submitting the one after next).
+
+        ``timer`` (profile.StepTimer) gives every GPU step, staging copy and the feed copies a pass
+        of its own with timestamps, and times host steps; such a run is synchronous."""
         segments = self.segments_for(steps)
-        if all(s.kind != "host" for s in segments):
+        if timer is None and all(s.kind != "host" for s in segments):
             key = (steps, tuple(reads), tuple(copies))
             prepared = self._prepared.pop(key, None) or self._prepare(segments, reads, copies, key)
             if before_submit is not None:
@@ -220,31 +228,49 @@ class Encoder:
             self.device.queue.submit([prepared.commands])
             self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
             return lambda: prepared.read(self.arena)
-        result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit)
+        result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit, timer)
         return lambda: result
 
     def _run_with_host_steps(self, host_io: Any, reads: Sequence[tuple[int, int]], segments: list[Segment],
-                             copies: Sequence[tuple[int, int, int]], before_submit: Any) -> list[bytes]:
+                             copies: Sequence[tuple[int, int, int]], before_submit: Any,
+                             timer: Any = None) -> list[bytes]:
         """Submit GPU segments, run host steps in between (each waits for the GPU), read back."""
         if before_submit is not None:
             before_submit()
         dev = self.device.device
         encoder = dev.create_command_encoder(label="rlx_run")
         if copies:
-            self.arena.gpu_copies(encoder, copies)
+            if timer is None:
+                self.arena.gpu_copies(encoder, copies)
+            else:
+                timer.around(encoder, None, functools.partial(self.arena.gpu_copies, encoder, copies))
         for index, segment in enumerate(segments):
             if segment.kind == "gpu":
-                self._encode_pass(encoder, segment)
+                if timer is None:
+                    self._encode_pass(encoder, segment)
+                    continue
+                for dispatch in segment.dispatches:
+                    if 0 not in self.grids[dispatch[2]]:
+                        self._encode_pass(encoder, Segment("gpu", [dispatch]), timer.writes(dispatch[2]))
                 continue
+            step: Step = segment.host  # type: ignore[assignment]
             if segment.kind == "copy":  # staging copy farther than one window: two hops, no submit
-                self.arena.gpu_copies(encoder, [segment.host.copy])  # type: ignore[union-attr]
+                if timer is None:
+                    self.arena.gpu_copies(encoder, [step.copy])
+                else:
+                    timer.around(encoder, self.steps.index(step),
+                                 functools.partial(self.arena.gpu_copies, encoder, [step.copy]))
                 continue
             dev.queue.submit([encoder.finish()])
             started = time.perf_counter()
-            segment.host.host(host_io)  # type: ignore[union-attr]
+            step.host(host_io)
             self.host_seconds[index] = time.perf_counter() - started
+            if timer is not None:
+                timer.host(self.steps.index(step), self.host_seconds[index])
             encoder = dev.create_command_encoder(label="rlx_run")
         readback = self._readback(encoder, reads)
+        if timer is not None:
+            timer.resolve(encoder)
         dev.queue.submit([encoder.finish()])
         return readback.read(self.arena)
 

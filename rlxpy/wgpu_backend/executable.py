@@ -85,8 +85,9 @@ class WgpuExecutable:
                                raw=bool(env.RAW_ENCODE))
         self.compile_seconds = time.perf_counter() - started
         self.last_run_seconds = 0.0
-        self._keep_all = keep_all
-        self._debug_twin: WgpuExecutable | None = None
+        self.keep_all = keep_all  # a debug twin: its runs are not explained again
+        #: the first NaN/Inf node of the last run (RLX_WGPU_NAN_TRACE), see debug.nan_nodes
+        self.last_nan: dict[str, Any] | None = None
         self.active_extent: tuple[int, int] | None = None
         self._needed_cache: dict[tuple[int, ...], tuple[set[int], frozenset[int]]] = {}
         if env.report_level() >= 1:
@@ -150,7 +151,18 @@ class WgpuExecutable:
         """``run`` without waiting: returns a function that waits for and returns the outputs. A
         caller may submit the next run (e.g. the next decode step, fed on the GPU) before reading
         this one, so the GPU never idles while the host reads back; read each run before
-        submitting the one after it."""
+        submitting the one after it.
+
+        With a run-time debug flag on (env.run_debug_flags) each run is explained before this
+        returns: profiled as it runs, then re-run on the keep-all twin with the same inputs."""
+        if not self.keep_all and env.run_debug_flags():
+            out = self._explained_run(inputs, outputs, feeds)
+            return lambda: out
+        return self._submit(inputs, outputs, feeds)
+
+    def _submit(self, inputs: Mapping[str, Any] | None, outputs: Iterable[str] | None,
+                feeds: Mapping[str, GpuHandle] | None, timer: Any = None
+                ) -> Callable[[], dict[str, np.ndarray]]:
         started = time.perf_counter()
         wanted = self._resolve_outputs(outputs)
         needed, steps = self._needed(wanted, outputs is not None)
@@ -168,17 +180,68 @@ class WgpuExecutable:
             for name, (node, data) in staged.items():
                 self._upload_input(name, node, data)
 
-        pending = self.encoder.submit(HostIO(self), reads, steps, copies, before_submit=upload)
+        pending = self.encoder.submit(HostIO(self), reads, steps, copies, before_submit=upload, timer=timer)
 
         def result() -> dict[str, np.ndarray]:
             out = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, pending())}
             self.last_run_seconds = time.perf_counter() - started
-            if env.NAN_TRACE or env.DUMP_NODES or env.PROFILE:
-                from rlxpy.wgpu_backend.debug import after_run_debug
-                after_run_debug(self, inputs or {})
             return out
 
         return result
+
+    def _explained_run(self, inputs: Mapping[str, Any] | None, outputs: Iterable[str] | None,
+                       feeds: Mapping[str, GpuHandle] | None) -> dict[str, np.ndarray]:
+        """One run under the debug flags: synchronous, so the next run (say the next decode step)
+        starts after this one is explained."""
+        from rlxpy.wgpu_backend import debug, profile
+
+        flags = env.run_debug_flags()
+        debug.say_once(f"rlxpy: {', '.join(flags)} on: every run is read back and explained before the "
+                       "next one starts (decode steps are not pipelined)")
+        outputs = None if outputs is None else list(outputs)
+        # the run's inputs as the run sees them: a fed handle is read before the run overwrites it
+        seen = {**(inputs or {}), **{name: handle.read() for name, handle in (feeds or {}).items()}}
+        if env.PROFILE or env.TRACE:
+            out, prof = self.timed_run(inputs, outputs, feeds)
+            profile.explain_profile(prof)
+        else:
+            out = self._submit(inputs, outputs, feeds)()
+        self.last_nan = debug.explain_values(self, seen, outputs) if env.NAN_TRACE or env.DUMP_NODES else None
+        return out
+
+    def timed_run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                  feeds: Mapping[str, GpuHandle] | None = None) -> tuple[dict[str, np.ndarray], Any]:
+        """``run`` with every step timed: (outputs, profile.Profile)."""
+        from rlxpy.wgpu_backend.profile import StepTimer, build_profile
+
+        timer = StepTimer(self.device)
+        out = self._submit(inputs, outputs, feeds, timer)()
+        return out, build_profile(self, timer.collect())
+
+    def needed_nodes(self, outputs: Iterable[str] | None = None) -> list[Node]:
+        """The nodes a run of ``outputs`` (None: every output) computes or reads, in schedule order."""
+        if outputs is None:
+            return list(self.graph.nodes)
+        needed, _ = self._needed(self._resolve_outputs(outputs), True)
+        return [n for n in self.graph.nodes if n.id in needed]  # type: ignore[operator]
+
+    def step_indices(self, outputs: Iterable[str] | None = None) -> list[int]:
+        """The schedule indices of the steps a run of ``outputs`` (None: every output) runs."""
+        if outputs is None:
+            return list(range(len(self.schedule.steps)))
+        return sorted(self._needed(self._resolve_outputs(outputs), True)[1])  # type: ignore[arg-type]
+
+    def copy_params_to(self, other: WgpuExecutable) -> None:
+        """Copy every set param into ``other`` (compiled from the same graph) on the GPU."""
+        command = self.device.device.create_command_encoder(label="rlx_param_copy")
+        for name in sorted(self._params_set):
+            node, there = self._params[name], other._params[name]
+            if node.nbytes:
+                command.copy_buffer_to_buffer(self.arena.buffer, self.schedule.node_offset(node.id),
+                                              other.arena.buffer, other.schedule.node_offset(there.id),
+                                              align_up(node.nbytes, 4))
+            other._params_set.add(name)
+        self.device.queue.submit([command.finish()])
 
     def _needed(self, wanted: list[Node], partial: bool) -> tuple[set[int] | None, frozenset[int] | None]:
         """Node ids and step indices the requested outputs depend on (None = everything)."""
@@ -288,19 +351,22 @@ class WgpuExecutable:
         return self._decode(node, raw)
 
     # -- debugging ------------------------------------------------------------------------------
-    def read_node(self, name: str) -> np.ndarray:
+    def read_node(self, name: str | Node) -> np.ndarray:
         """The current arena contents of node ``name`` (meaningful for live tensors only)."""
-        return self._read_node(self.graph[name])
+        return self._read_node(self.graph[name] if isinstance(name, str) else name)
 
-    def first_nan_node(self, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    def first_nan_node(self, inputs: Mapping[str, Any], outputs: Iterable[str] | None = None
+                       ) -> dict[str, Any] | None:
         """Run with every tensor kept alive; the first node (in order) whose output is not finite."""
         from rlxpy.wgpu_backend.debug import first_nan_node
-        return first_nan_node(self, inputs)
+        return first_nan_node(self, inputs, outputs)
 
-    def profile(self, inputs: Mapping[str, Any] | None = None) -> Any:
-        """The dispatch report with per-step GPU times (timestamp queries) after one run."""
-        from rlxpy.wgpu_backend.profile import profile
-        return profile(self, inputs)
+    def profile(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                feeds: Mapping[str, GpuHandle] | None = None) -> Any:
+        """Run once with every step timed (timestamp queries): a profile.Profile (the dispatch
+        report's rows of the steps that ran, with ``gpu_ms``/``host_ms``; ``.save(path)`` writes a
+        Chrome trace)."""
+        return self.timed_run(inputs, outputs, feeds)[1]
 
     def report(self) -> Any:
         from rlxpy.wgpu_backend.debug import build_report

@@ -25,6 +25,7 @@ from rlxpy.errors import GraphError, InputError, LimitError
 from rlxpy.ir.dtype import DType
 from rlxpy.wgpu_backend import shadow, windows
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
+from rlxpy.wgpu_backend.debug import twin_of
 from rlxpy.wgpu_backend.kernels.params import KERNELS
 from rlxpy.wgpu_backend.lowering import matmul_skinny
 from rlxpy.wgpu_backend.schedule import DeviceFacts
@@ -247,7 +248,7 @@ def test_nan_trace_twin_receives_the_f16_bytes(device):
     a[1, 3] = 1e35
     found = exe.first_nan_node({"x": a})
     assert found is not None and found["node"] == "y" and found["inputs_finite"] and found["inf"] >= 1
-    assert list(exe._debug_twin.shadowed) == ["w"]
+    assert list(twin_of(exe).shadowed) == ["w"]
 
 
 def test_f32_weights_through_the_skinny_kernel_match_torch(device, monkeypatch):
