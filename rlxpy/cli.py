@@ -15,9 +15,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from rlxpy.frontends.gguf import default_model_path
     from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
     from rlxpy.models.generate import Generator
+    from rlxpy.wgpu_backend.device import get_device
 
     path = args.model or default_model_path()
     sampler = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    print(f"rlxpy: {get_device().describe()}", file=sys.stderr)
     print(f"rlxpy: loading {path}", file=sys.stderr)
     tokenizer = GgufTokenizer.from_gguf(path)
     gen, model = Generator.from_gguf(
@@ -31,7 +33,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ids = tokenizer.encode(text, add_special=not args.chat)
     arena = gen.exe.arena.size / 2**20
     print(
-        f"rlxpy: {gen.exe.device.name}; arena {arena:.1f} MiB (GGUF {model.file_size() / 2**20:.1f} MiB); "
+        f"rlxpy: arena {arena:.1f} MiB (GGUF {model.file_size() / 2**20:.1f} MiB); "
         f"compiled in {gen.stats.compile_seconds:.1f} s; {len(ids)} prompt tokens",
         file=sys.stderr,
     )
@@ -80,6 +82,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"  arena plan (context {cfg.context}): {plan.size / 2**20:.1f} MiB for a "
         f"{model.file_size() / 2**20:.1f} MiB file; liveness reuse saves {plan.plan.saving * 100:.0f}%"
     )
+    from rlxpy.wgpu_backend.device import get_device
+
+    print(f"  {get_device().describe()}")
     return 0
 
 

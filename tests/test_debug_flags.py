@@ -124,7 +124,26 @@ def test_real_model_generate_under_every_flag(device, tmp_path, capsys):
     assert {e["args"]["run"] for e in events} == {0, 1}
 
 
-# -- executables: feeds, submit, dynamic dims ----------------------------------------------------------------
+def test_embed_under_the_flags(device, capsys):
+    """``rlxpy embed`` (all-MiniLM-L6-v2): the same vector, a NaN trace and a per-layer profile."""
+    assert main(["embed", "hello world", "--digits", "4"]) == 0
+    plain = capsys.readouterr().out
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):
+        assert main(["embed", "hello world", "--digits", "4"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == plain and "every node finite" in captured.err
+    assert "by layer  layer 5 " in captured.err  # six encoder layers, named l0.. l5
+
+
+def test_layer_of_reads_the_usual_namings():
+    from rlxpy.wgpu_backend.profile import layer_of
+
+    names = {"decode.3.attn_norm": 3, "transformer_h_10_attn_c_attn": 10, "/layers.1/mm": 1, "l5.qkv": 5,
+             "blk.0.ffn_norm.weight": 0, "add_12": None, "prefill_logits": None, "emb.norm": None}
+    assert {name: layer_of(name) for name in names} == names
+
+
+# -- executables: feeds, submit, host steps, dynamic dims -----------------------------------------------
 def test_fed_runs_are_explained_with_the_fed_values(device, capsys):
     """A run fed on the GPU (no host inputs at all) is explained with the value it was fed."""
     g = rlxpy.Graph("fed_log")
@@ -139,6 +158,23 @@ def test_fed_runs_are_explained_with_the_fed_values(device, capsys):
     err = capsys.readouterr().err
     assert "NaN trace: log_x (Activation) [4]: 0 NaN, 1 Inf (first at [0])" in err
     assert "feed copies" in err
+
+
+def test_host_steps_are_timed_and_traced(device, tmp_path, capsys):
+    g = rlxpy.Graph("host_step")
+    x, w = g.input("x", [1, 2, 5, 5]), g.input("w", [3, 2, 3, 3])
+    g.output(g.add(g.conv(g.relu(x, name="l0.relu"), w, padding=1, name="l0.conv"), 1.0, name="l0.out"))
+    exe = rlxpy.compile(g)
+    feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float32)}
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):
+        exe.run(feeds)
+    assert "every node finite" in capsys.readouterr().err
+    prof = exe.profile(feeds)
+    kinds = [r["kind"] for r in prof.rows]
+    assert kinds[:3] == ["G", "H", "G"] and prof.rows[1]["host_ms"] > 0
+    events = check_trace(prof.save(tmp_path / "host.json"))
+    assert [(e["cat"], e["tid"]) for e in events] == [("host", 2) if k == "H" else ("gpu", 1) for k in kinds]
+    assert len(events) == exe.report().summary["steps"]
 
 
 def test_dynamic_dims_under_the_flags_and_profile(device, tmp_path, capsys):

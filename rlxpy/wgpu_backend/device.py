@@ -55,7 +55,8 @@ class Device:
         """One line: which adapter, why, and for a CPU adapter a hint."""
         line = f"adapter {self.name}, {self.info.get('adapter_type', '?')} ({self.reason})"
         if self.is_cpu:
-            line += "; a CPU rasteriser: a real GPU driver (Vulkan/Metal/DX12) is many times faster"
+            line += ("; this adapter runs shaders on the CPU (Mesa's llvmpipe): expect a few tokens/s, "
+                     "a GPU driver (Vulkan/Metal/DX12) is many times faster")
         return line
 
     @property

@@ -176,13 +176,18 @@ class StepTimer:
         return self.spans
 
 
+_LAYER_PART = re.compile(r"(?:l|layer|h|blk|block)?(\d+)")
+
+
 def layer_of(name: str) -> int | None:
-    """The layer index in a node name: the first all-digit part that is not the last part
-    (``decode.3.attn_norm``, ``transformer_h_0_attn``, ``/h.0/attn/MatMul``; not ``add_12``)."""
+    """The layer index in a node name: the first part, not the last, that is a number or ``l3``
+    (``decode.3.attn_norm``, ``transformer_h_0_attn``, ``/h.0/attn/MatMul``, BERT's ``l3.qkv``;
+    not ``add_12``, whose number only counts nodes)."""
     parts = [p for p in re.split(r"[._/:]+", name) if p]
     for part in parts[:-1]:
-        if part.isdigit():
-            return int(part)
+        match = _LAYER_PART.fullmatch(part)
+        if match:
+            return int(match.group(1))
     return None
 
 

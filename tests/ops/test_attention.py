@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from helpers import assert_close
 
 import rlxpy
+from rlxpy import env
 from rlxpy.errors import GraphError, LimitError, UnsupportedOpError
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend.kernels.params import KERNELS
@@ -103,6 +104,13 @@ def build(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="none",
     return g, y
 
 
+@pytest.fixture(autouse=True, params=["gpu", "cpu"])
+def kernel_variant(request):
+    """Every test runs under both attention variants: workgroup-cooperative and CPU (attn_rows)."""
+    with env.override(RLX_WGPU_KERNELS=request.param):
+        yield request.param
+
+
 def feeds_for(g: rlxpy.Graph, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -148,8 +156,10 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-H{c[3]}/{c[4]}-q{c[5]}k{c[6]}d{c[7]}-"
                                                        f"{c[8]}")
-def test_attention_matches_torch_sdpa(device, case):
+def test_attention_matches_torch_sdpa(device, case, kernel_variant):
     layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, kernels = case
+    if kernel_variant == "cpu" and kernels[0] == "attn_decode":
+        kernels = ["attn_rows"]
     run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, window=5, expect_kernels=kernels)
 
 

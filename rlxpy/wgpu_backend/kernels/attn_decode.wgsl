@@ -56,34 +56,7 @@ var<workgroup> red_hi: array<vec4<f32>, 256>;  // the same for rows 4-7
 var<workgroup> ps_lo: array<vec4<f32>, 64>;  // the tile's scores, then probabilities, rows 0-3
 var<workgroup> ps_hi: array<vec4<f32>, 64>;
 
-fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
-}
-
-fn mask_value(i: u32) -> f32 {
-    return f32({{LOAD_MASK}}(i));
-}
-
-// scale, softcap, then the mask, as the reference does (ref_attention in ir/reference/nn.py)
-fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
-    var s = dot * p.scale;
-    if (p.softcap != 0.0) {
-        s = p.softcap * tanh_safe(s / p.softcap);
-    }
-    if (MASK_KIND == 1u || MASK_KIND == 3u) {
-        var keep = i32(j) <= pos;
-        if (MASK_KIND == 3u) {
-            keep = keep && i32(j) >= pos - i32(p.window);
-        }
-        s = select(-3.4e38, s, keep);
-    } else if (MASK_KIND == 2u) {
-        let keep = mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
-        s = select(s, -1e9, keep < 0.5);
-    } else if (MASK_KIND == 4u) {
-        s = s + mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
-    }
-    return s;
-}
+#include "attn_mask.wgsl"
 
 // head of row rr of the kv head's group (rows enumerate (head in group, query))
 fn row_head(hk: u32, rr: u32) -> u32 {

@@ -53,34 +53,7 @@ var<workgroup> tiles: array<f32, 1632>;
 // probabilities [BQ][PS]; before that, the per-thread row maxima [BQ][16]
 var<workgroup> ps: array<f32, 2112>;
 
-fn neg_inf() -> f32 {
-    return bitcast<f32>(0xff800000u);
-}
-
-fn mask_value(i: u32) -> f32 {
-    return f32({{LOAD_MASK}}(i));
-}
-
-// scale, softcap, then the mask, as the reference does (ref_attention in ir/reference/nn.py)
-fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
-    var s = dot * p.scale;
-    if (p.softcap != 0.0) {
-        s = p.softcap * tanh_safe(s / p.softcap);
-    }
-    if (MASK_KIND == 1u || MASK_KIND == 3u) {
-        var keep = i32(j) <= pos;
-        if (MASK_KIND == 3u) {
-            keep = keep && i32(j) >= pos - i32(p.window);
-        }
-        s = select(-3.4e38, s, keep);
-    } else if (MASK_KIND == 2u) {
-        let keep = mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
-        s = select(s, -1e9, keep < 0.5);
-    } else if (MASK_KIND == 4u) {
-        s = s + mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
-    }
-    return s;
-}
+#include "attn_mask.wgsl"
 
 // element (row, col) of a rows x cols block at (row0, col0) of a tensor; 0 outside [0, rows_end) x [0, D)
 fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {

@@ -90,7 +90,7 @@ class Kernel:
     extent_axis: int = -1
 
     def source(self, **subs: object) -> str:
-        text = (KERNEL_DIR / f"{self.name}.wgsl").read_text()
+        text = include((KERNEL_DIR / f"{self.name}.wgsl").read_text())
         values = {"WG": self.workgroup[0], **subs}
         for key, value in values.items():
             text = text.replace("{{" + key + "}}", str(value))
@@ -98,6 +98,21 @@ class Kernel:
         if left:
             raise RegistryError(f"kernel {self.name}: placeholders {sorted(set(left))} not filled")
         return text
+
+
+INCLUDE_DIR = KERNEL_DIR / "include"
+_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
+
+
+def include(text: str) -> str:
+    """Replace each ``#include "name.wgsl"`` line by kernels/include/name.wgsl (WGSL has no includes)."""
+    def snippet(match: re.Match) -> str:
+        path = INCLUDE_DIR / match.group(1)
+        if not path.exists():
+            raise RegistryError(f"#include {match.group(1)}: no file kernels/include/{match.group(1)}")
+        return include(path.read_text())
+
+    return _INCLUDE.sub(snippet, text)
 
 
 def kernel(name: str, params: Layout, workgroup: tuple[int, int, int] = (256, 1, 1),

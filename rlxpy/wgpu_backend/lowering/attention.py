@@ -86,6 +86,8 @@ ATTN_DECODE = kernel(
     workgroup=(DECODE_WG, 1, 1),
     shared_bytes=14336,
 )
+ATTN_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
+ATTN_ROWS = kernel("attn_rows", ATTN_DECODE.params, workgroup=(ATTN_ROWS_WG, 1, 1))
 ATTN_COMBINE = kernel(
     "attn_combine",
     params(
@@ -334,6 +336,9 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
         kv_dyn=int(pos is not None),
     )
     subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
+    if s_q <= DECODE_MAX_Q and ctx.facts.cpu:
+        grid = (math.ceil(heads * s_q / ATTN_ROWS_WG), 1, batch)
+        return [ctx.dispatch(ATTN_ROWS, node, grid, subs, **fields, heads=heads, splits=1, part=0)]
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
     if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:

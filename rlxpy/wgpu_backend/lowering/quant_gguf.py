@@ -44,6 +44,9 @@ QUANT_GGUF_GEMV = kernel(
            v_cache=U32, cos=U32, sin=U32, pos=U32),
     workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
 ROWS_WG = 32  # invocations per workgroup of the CPU variant (4 SIMD batches of 8 on lavapipe)
+# Weight rows per invocation of the CPU variant: every storage load is a per-lane scalar load on
+# llvmpipe, so x units are shared by several rows (4 measured best: benches/RESULTS.md, lavapipe).
+ROWS_PER_INVOCATION = 4
 QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, workgroup=(ROWS_WG, 1, 1))
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
@@ -230,7 +233,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
 
 
 def rows_step_fits(n: int, rope: ops.RopeKvAppend | None) -> bool:
-    """The CPU variant pairs RoPE rows inside whole heads: every head must be complete and even."""
+    """The CPU variant takes RoPE rows in pairs inside whole heads: every head must be complete and even."""
     return rope is None or (rope.head_dim % 2 == 0 and rope.rot % 2 == 0 and n % rope.head_dim == 0)
 
 
@@ -245,11 +248,12 @@ def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     if blocks > 1 and (fused or rope is not None):
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     _check(node, ctx, x, 0)
-    rr = 2 if rope is not None else 1
+    rr = ROWS_PER_INVOCATION
     groups = math.ceil(math.ceil(n / rr) / ROWS_WG)
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
     flag = {True: "true", False: "false"}
-    subs = {"DECODE": decode_source(qtype), "MR": rows_in_inv, "RR": rr,
+    subs = {"DECODE": decode_source(qtype), "MR": rows_in_inv, "RR": rr, "K_TAIL": flag[k % UNIT != 0],
+            "ACCUMULATE": rows_accumulate_source(rows_in_inv, rr, "w_up" in fused),
             "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag["w_up" in fused],
             "RESIDUAL": flag["residual" in fused], "ROPE": flag[rope is not None],
             "RD": rope.head_dim if rope else 2, "ROT": rope.rot if rope else 2,
@@ -266,6 +270,29 @@ def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
                         rows_per_wg=ROWS_WG, w_stride=n * gguf_row_bytes(qtype, k),
                         idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
                         **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
+
+
+def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
+    """quant_gguf_rows' main loop, unrolled over ``rows`` weight rows (twice with SwiGLU's W_up) and
+    ``x_rows`` x rows: scalar accumulators (registers), each weight unit decoded once, each x unit
+    loaded once per invocation."""
+    sets = [("a", "w_base")] + ([("b", "p.w_up")] if swiglu else [])
+    out = [f"    var {t}{i}_{r} = 0.0;" for t, _ in sets for i in range(rows) for r in range(x_rows)]
+    out += [f"    let rb{t}{i} = {base} + rows[{i}] * p.row_bytes;" for t, base in sets for i in range(rows)]
+    out.append("    for (var u = 0u; u < p.units; u = u + 1u) {")
+    for r in range(x_rows):
+        out += [f"        let x{r} = x_unit(x_base, {r}u, u);", f"        let sx{r} = half_sums(x{r});"]
+    for t, _ in sets:
+        for i in range(rows):
+            out += [f"        let q{t}{i} = q_unit(rb{t}{i}, u);",
+                    f"        let sa{t}{i} = q_scale(rb{t}{i}, u, 0u);",
+                    f"        let sb{t}{i} = q_scale(rb{t}{i}, u, 1u);"]
+            out += [f"        {t}{i}_{r} = {t}{i}_{r} + unit_dot(q{t}{i}, sa{t}{i}, sb{t}{i}, x{r}, sx{r});"
+                    for r in range(x_rows)]
+    out.append("    }")
+    out += [f"    {target}[{i}][{r}] = {t}{i}_{r};" for (t, _), target in zip(sets, ("res", "res_up"))
+            for i in range(rows) for r in range(x_rows)]
+    return "\n".join(out)
 
 
 def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:

@@ -1,0 +1,32 @@
+// Attention score semantics shared by the attention kernels (#include "attn_mask.wgsl"): needs the
+// params fields scale, softcap, window, mask, m_sb/m_sh/m_sq/m_sk, the constant MASK_KIND, the
+// LOAD_MASK loader and the prelude's tanh_safe. Mask kinds: MaskKind (ir/ops/core.py); the order of
+// scale, softcap and mask follows ref_attention (ir/reference/nn.py).
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u);
+}
+
+fn mask_value(i: u32) -> f32 {
+    return f32({{LOAD_MASK}}(i));
+}
+
+// scale, softcap, then the mask, as the reference does (ref_attention in ir/reference/nn.py)
+fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
+    var s = dot * p.scale;
+    if (p.softcap != 0.0) {
+        s = p.softcap * tanh_safe(s / p.softcap);
+    }
+    if (MASK_KIND == 1u || MASK_KIND == 3u) {
+        var keep = i32(j) <= pos;
+        if (MASK_KIND == 3u) {
+            keep = keep && i32(j) >= pos - i32(p.window);
+        }
+        s = select(-3.4e38, s, keep);
+    } else if (MASK_KIND == 2u) {
+        let keep = mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
+        s = select(s, -1e9, keep < 0.5);
+    } else if (MASK_KIND == 4u) {
+        s = s + mask_value(p.mask + b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk);
+    }
+    return s;
+}
