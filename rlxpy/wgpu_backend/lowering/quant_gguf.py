@@ -43,10 +43,15 @@ QUANT_GGUF_GEMV = kernel(
            residual=U32, eps=F32, q_width=U32, kv_width=U32, capacity=U32, max_pos=U32, k_cache=U32,
            v_cache=U32, cos=U32, sin=U32, pos=U32),
     workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
-ROWS_WG = 32  # invocations per workgroup of the CPU variant (4 SIMD batches of 8 on lavapipe)
-# Weight rows per invocation of the CPU variant: every storage load is a per-lane scalar load on
-# llvmpipe, so x units are shared by several rows (4 measured best: benches/RESULTS.md, lavapipe).
-ROWS_PER_INVOCATION = 4
+ROWS_WG = 8  # one SIMD batch of lavapipe per workgroup: few invocations still spread over the cores
+# The CPU variant's work per invocation: every storage load is a per-lane scalar load on llvmpipe, so
+# an invocation takes several weight rows (x units shared; half as many with SwiGLU's two weight
+# sets) and up to ROWS_X_MAX x rows (weight units shared). Measured on lavapipe, 2 cores
+# (benches/RESULTS.md): 16 rows for one x row, 8 rows x 4 x rows for blocks (16 x 4 is faster
+# still but takes twice the LLVM compile time, 4.4 s a kernel). More accumulators only spill.
+ROWS_PER_INVOCATION = 16
+ROWS_PER_INVOCATION_BLOCK = 8
+ROWS_X_MAX = 4
 QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, workgroup=(ROWS_WG, 1, 1))
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
@@ -243,12 +248,14 @@ def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     """gemv_step's CPU variant (quant_gguf_rows.wgsl): one invocation per output row (per RoPE pair),
     all of k, no workgroup memory; same params and epilogues."""
     grouped = idx is not None
-    rows_in_inv = 1 if grouped else min(m, GEMV_MAX_ROWS)
+    epilogue = bool(fused) or rope is not None  # a fused epilogue needs all its rows in one block
+    rows_in_inv = 1 if grouped else min(m, GEMV_MAX_ROWS if epilogue else ROWS_X_MAX)
     blocks = 1 if grouped else math.ceil(m / rows_in_inv)
-    if blocks > 1 and (fused or rope is not None):
+    if blocks > 1 and epilogue:
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     _check(node, ctx, x, 0)
-    rr = ROWS_PER_INVOCATION
+    rr = ROWS_PER_INVOCATION if rows_in_inv == 1 else ROWS_PER_INVOCATION_BLOCK
+    rr //= 2 if "w_up" in fused else 1
     groups = math.ceil(math.ceil(n / rr) / ROWS_WG)
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
     flag = {True: "true", False: "false"}
