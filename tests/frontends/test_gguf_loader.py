@@ -41,7 +41,7 @@ def test_truncated_file_is_refused_with_its_name(tmp_path):
 def test_not_a_gguf_and_missing_files(tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"definitely not a gguf file" * 10)
-    with pytest.raises(ModelError, match=r"junk\.gguf: not a readable GGUF"):
+    with pytest.raises(ModelError, match=r"junk\.gguf: not a GGUF file"):
         load_gguf(junk)
     with pytest.raises(ModelError, match="no such GGUF file"):
         load_gguf(tmp_path / "absent.gguf")
