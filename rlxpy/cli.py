@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from rlxpy.errors import RlxError
+from rlxpy.errors import ModelError, RlxError
 
 DEFAULT_PROMPT = "What is the capital of France? Answer in one sentence."
 
@@ -65,7 +65,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     from rlxpy.wgpu_backend.arena import plan_arena
 
     path = args.model or default_model_path()
-    model = load_gguf(path, args.context)
+    try:
+        model = load_gguf(path, args.context)
+    except RlxError:
+        raise
+    except Exception as e:  # never a traceback for a bad file: the verdict is still a refusal (exit 2)
+        raise ModelError(f"{path}: unexpected {type(e).__name__} while checking the file: {e}") from e
     cfg = model.config
     print(
         f"{path}\n  architecture {model.arch}: {cfg.layers} layers, hidden {cfg.hidden}, heads {cfg.heads}/"
@@ -74,6 +79,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     types = Counter(t.tensor_type.name for t in model.tensors.values())
     print("  tensor types: " + ", ".join(f"{k} ×{v}" for k, v in types.most_common()))
+    print(
+        f"  checks passed: header, {len(model.layout.meta)} metadata keys, {len(model.tensors)} tensor infos "
+        "and data ranges, and every tensor the llama graph needs with the shape its hyper-parameters imply"
+    )
     from rlxpy.ir.passes.unfuse import unfuse
 
     graph = unfuse(build_llama(cfg))

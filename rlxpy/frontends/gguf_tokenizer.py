@@ -197,9 +197,12 @@ class GgufTokenizer:
             raise ModelError(f"{source}: 'tokenizer.ggml.tokens' is empty")
         self.vocab_size: int = len(self.tokens)
         token_types = fields.get("tokenizer.ggml.token_type")
-        self.token_types: list[int] = (
-            [NORMAL] * self.vocab_size if token_types is None else [int(kind) for kind in token_types]
-        )
+        try:
+            self.token_types: list[int] = (
+                [NORMAL] * self.vocab_size if token_types is None else [int(kind) for kind in token_types]
+            )
+        except (TypeError, ValueError):
+            raise ModelError(f"{source}: 'tokenizer.ggml.token_type' holds non-integers") from None
         if len(self.token_types) != self.vocab_size:
             raise ModelError(
                 f"{source}: 'tokenizer.ggml.token_type' has {len(self.token_types)} entries "
@@ -229,7 +232,10 @@ class GgufTokenizer:
                     f"{source}: 'tokenizer.ggml.scores' has {len(scores)} entries "
                     f"for {self.vocab_size} tokens"
                 )
-            self._scores: list[float] = [float(score) for score in scores]
+            try:
+                self._scores: list[float] = [float(score) for score in scores]
+            except (TypeError, ValueError):
+                raise ModelError(f"{source}: 'tokenizer.ggml.scores' holds non-numbers") from None
             self._byte_ids: dict[int, int] = {}
             for index, token in enumerate(self.tokens):
                 match = _BYTE_PIECE.fullmatch(token)
@@ -274,15 +280,22 @@ class GgufTokenizer:
             reader, name = source, str(getattr(source.data, "filename", None) or "<GGUFReader>")
         else:
             name = os.fspath(source)
+            from rlxpy.frontends.gguf_check import read_layout
+
+            read_layout(name)  # rlxpy's strict parse first: a refusal names the file and the field
             try:
                 reader = gguf.GGUFReader(name)
-            except (OSError, ValueError, IndexError, KeyError) as error:
-                raise ModelError(f"{name}: cannot read as GGUF: {error}") from error
-        fields = {
-            key: _gguf_field_value(field)
-            for key, field in reader.fields.items()
-            if key.startswith("tokenizer.")
-        }
+            except Exception as error:  # gguf-py raises ValueError/IndexError/KeyError/... on bad files
+                raise ModelError(f"{name}: cannot read as GGUF ({type(error).__name__}: {error})") from None
+        fields: dict[str, Any] = {}
+        for key, field in reader.fields.items():
+            if key.startswith("tokenizer."):
+                try:
+                    fields[key] = _gguf_field_value(field)
+                except Exception as error:  # a field gguf-py parsed but cannot turn into a value
+                    raise ModelError(
+                        f"{name}: metadata {key!r} cannot be read ({type(error).__name__}: {error})"
+                    ) from None
         return cls.from_metadata(fields, source=name)
 
     @classmethod
