@@ -34,9 +34,10 @@ run: $(STAMP)
 # (CI machines have llvmpipe's GL): kernels must not lean on one backend's behaviour.
 test: $(STAMP)
 	$(BIN)/ruff check rlxpy tests benches
-	$(BIN)/python -m pytest -x tests
+	$(BIN)/python -m pytest -x --durations=15 tests
 	@if $(BIN)/python -m rlxpy.wgpu_backend.device --has OpenGL 2>/dev/null; then \
-		echo "op suite on the GL adapter"; RLX_WGPU_ADAPTER=OpenGL $(BIN)/python -m pytest -x tests/ops; \
+		echo "op suite on the GL adapter"; \
+		RLX_WGPU_ADAPTER=OpenGL RLX_TEST_KERNELS=gpu $(BIN)/python -m pytest -x tests/ops; \
 	elif [ -n "$$CI" ]; then echo "CI: no GL adapter for the op suite"; exit 1; fi
 
 bench: $(STAMP)

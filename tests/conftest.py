@@ -27,7 +27,13 @@ def device():
         pytest.fail(f"no WebGPU adapter ({e}); `make test` installs mesa-vulkan-drivers (lavapipe)")
 
 
-@pytest.fixture(params=["gpu", "cpu"])
+#: Kernel variants the variant-parametrised tests run (RLX_TEST_KERNELS, default both). `make test`
+#: reruns the op suite on llvmpipe's GL with "gpu" only: a GL adapter that is a real GPU runs the
+#: workgroup-cooperative variants, and the CPU variants are covered on lavapipe.
+KERNEL_VARIANTS = os.environ.get("RLX_TEST_KERNELS", "gpu,cpu").split(",")
+
+
+@pytest.fixture(params=KERNEL_VARIANTS)
 def gemv_kernel(request):
     """Runs a test under both GGUF GEMV variants (RLX_WGPU_KERNELS); yields the kernel name to expect."""
     from rlxpy import env

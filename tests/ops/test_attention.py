@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import KERNEL_VARIANTS
 from helpers import assert_close
 
 import rlxpy
@@ -104,7 +105,7 @@ def build(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="none",
     return g, y
 
 
-@pytest.fixture(autouse=True, params=["gpu", "cpu"])
+@pytest.fixture(autouse=True, params=KERNEL_VARIANTS)
 def kernel_variant(request):
     """Every test runs under both attention variants: workgroup-cooperative and CPU (attn_rows)."""
     with env.override(RLX_WGPU_KERNELS=request.param):
