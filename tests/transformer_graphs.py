@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import rlxpy
-from rlxpy.ir.ops.core import MaskKind
+from rlxpy.ir.ops.base import MaskKind
 
 
 def pre_norm_block(batch=2, seq=17, heads=6, kv_heads=2, dim=5, rms=False, rope=False, mask=False, seed=0):

@@ -18,7 +18,7 @@ import numpy as np
 
 from rlxpy.errors import UnsupportedOpError
 from rlxpy.ir import DType, Node
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, ReduceOp
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, ReduceOp
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch.fx as fx
 from rlxpy.frontends.onnx_ops import erf
 from rlxpy.frontends.torch_fx_translate import Dim, FxTranslator, Host, translator
 from rlxpy.ir import DType, Node, Sym, ops
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 
 T = FxTranslator
 Args = dict[str, Any]

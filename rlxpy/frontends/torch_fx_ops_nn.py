@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from rlxpy.frontends.torch_fx_translate import Dim, FxTranslator, normalize_dims, translator
 from rlxpy.ir import DType, Node, ops
-from rlxpy.ir.ops.core import MaskKind, ReduceOp
+from rlxpy.ir.ops.base import MaskKind, ReduceOp
 
 T = FxTranslator
 Args = dict[str, Any]

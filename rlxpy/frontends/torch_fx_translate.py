@@ -26,7 +26,7 @@ import torch.fx as fx
 from rlxpy.errors import GraphError, UnsupportedOpError
 from rlxpy.frontends.rewrite import finalize
 from rlxpy.ir import DType, Graph, Node, Sym, ops
-from rlxpy.ir.ops.core import BinaryOp
+from rlxpy.ir.ops.base import BinaryOp
 
 Dim = int | Sym
 Translate = Callable[["FxTranslator", fx.Node, dict[str, Any]], Any]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy.ir.ops.quant import GGUF_BLOCKS
-from rlxpy.ir.reference.core import clamp_indices
+from rlxpy.ir.reference.shape import clamp_indices
 
 HostFn = Callable[[Any], None]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp, enum_value
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.shape import as_shape
 
 if TYPE_CHECKING:

@@ -9,8 +9,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rlxpy.errors import GraphError
-from rlxpy.ir.ops import extra
-from rlxpy.ir.ops.core import FftNorm, MaskKind, Op, ReduceOp, enum_value
+from rlxpy.ir import ops
+from rlxpy.ir.ops.backward import AttentionWrt
+from rlxpy.ir.ops.base import FftNorm, MaskKind, Op, ReduceOp, enum_value
+from rlxpy.ir.ops.custom import GROUP_LIMITED_GATE, UMAP_KNN, GateParams
+from rlxpy.ir.ops.region import ChainStep, RegionPrologue
 from rlxpy.ir.shape import as_shape
 
 if TYPE_CHECKING:
@@ -49,13 +52,13 @@ class BuilderExtra:
              groups: int = 1, name: str | None = None) -> Node:
         """torch.nn.functional.conv{1,2,3}d(x, w, None, stride, padding, dilation, groups)."""
         kernel = self._shape_of(w, "conv weight")[2:]
-        op = extra.Conv(kernel, _window(stride), _window(padding), _window(dilation), groups)
+        op = ops.Conv(kernel, _window(stride), _window(padding), _window(dilation), groups)
         return self.apply(op, [x, w], name)
 
     def pool(self, x: NodeRef, kind: ReduceOp | str, kernel_size: Window, stride: Window = 1,
              padding: Window = 0, name: str | None = None) -> Node:
         kind = _enum(ReduceOp, kind)  # type: ignore[assignment]
-        op = extra.Pool(kind, _window(kernel_size), _window(stride), _window(padding))  # type: ignore[arg-type]
+        op = ops.Pool(kind, _window(kernel_size), _window(stride), _window(padding))  # type: ignore[arg-type]
         return self.apply(op, [x], name)
 
     def max_pool(self, x: NodeRef, kernel_size: Window, stride: Window | None = None, padding: Window = 0,
@@ -72,120 +75,120 @@ class BuilderExtra:
 
     def im2col(self, x: NodeRef, kernel_size: Window, stride: Window = 1, padding: Window = 0,
                dilation: Window = 1, name: str | None = None) -> Node:
-        op = extra.Im2Col(_window(kernel_size), _window(stride), _window(padding), _window(dilation))
+        op = ops.Im2Col(_window(kernel_size), _window(stride), _window(padding), _window(dilation))
         return self.apply(op, [x], name)
 
     # -- sequence models --------------------------------------------------------------------------
     def selective_scan(self, x: NodeRef, delta: NodeRef, a: NodeRef, b: NodeRef, c: NodeRef,
                        name: str | None = None) -> Node:
         state_size = (self._shape_of(a, "selective_scan A") or (0,))[-1]
-        return self.apply(extra.SelectiveScan(state_size), [x, delta, a, b, c], name)
+        return self.apply(ops.SelectiveScan(state_size), [x, delta, a, b, c], name)
 
     def gated_delta_net(self, q: NodeRef, k: NodeRef, v: NodeRef, g: NodeRef, beta: NodeRef,
                         state: NodeRef | None = None, name: str | None = None) -> Node:
         state_size = (self._shape_of(q, "gated_delta_net q") or (0,))[-1]
         ins = [q, k, v, g, beta] + ([state] if state is not None else [])
-        return self.apply(extra.GatedDeltaNet(state_size, state is not None), ins, name)
+        return self.apply(ops.GatedDeltaNet(state_size, state is not None), ins, name)
 
     # -- signal / audio ---------------------------------------------------------------------------
     def fft(self, x: NodeRef, inverse: bool = False, norm: FftNorm | str = FftNorm.BACKWARD,
             name: str | None = None) -> Node:
-        return self.apply(extra.Fft(inverse, _enum(FftNorm, norm)), [x], name)  # type: ignore[arg-type]
+        return self.apply(ops.Fft(inverse, _enum(FftNorm, norm)), [x], name)  # type: ignore[arg-type]
 
     def welch_peaks(self, spectrum: NodeRef, k: int, n_segments: int, name: str | None = None) -> Node:
-        return self.apply(extra.WelchPeaks(k, n_segments), [spectrum], name)
+        return self.apply(ops.WelchPeaks(k, n_segments), [spectrum], name)
 
     def log_mel(self, spectrum: NodeRef, filters: NodeRef, name: str | None = None) -> Node:
-        return self.apply(extra.LogMel(), [spectrum, filters], name)
+        return self.apply(ops.LogMel(), [spectrum, filters], name)
 
     def log_mel_backward(self, spectrum: NodeRef, filters: NodeRef, dy: NodeRef,
                          name: str | None = None) -> Node:
-        return self.apply(extra.LogMelBackward(), [spectrum, filters, dy], name)
+        return self.apply(ops.LogMelBackward(), [spectrum, filters, dy], name)
 
     # -- custom ops -------------------------------------------------------------------------------
     def custom(self, op_name: str, inputs: Sequence[NodeRef], attr_bytes: bytes = b"",
                name: str | None = None) -> Node:
-        return self.apply(extra.Custom(op_name, bytes(attr_bytes)), list(inputs), name)
+        return self.apply(ops.Custom(op_name, bytes(attr_bytes)), list(inputs), name)
 
     def group_limited_gate(self, sig: NodeRef, route: NodeRef, n_group: int = 8, topk_group: int = 4,
                            top_k: int = 8, routed_scaling: float = 2.5, name: str | None = None) -> Node:
         """llada2.group_limited_gate; num_experts is taken from sig's last dim."""
         experts = (self._shape_of(sig, "group_limited_gate sig") or (0,))[-1]
-        blob = extra.GateParams(n_group, topk_group, top_k, routed_scaling, experts).pack()
-        return self.custom(extra.GROUP_LIMITED_GATE, [sig, route], blob, name)
+        blob = GateParams(n_group, topk_group, top_k, routed_scaling, experts).pack()
+        return self.custom(GROUP_LIMITED_GATE, [sig, route], blob, name)
 
     def umap_knn(self, pairwise: NodeRef, k: int, name: str | None = None) -> Node:
-        return self.custom(extra.UMAP_KNN, [pairwise], struct.pack("<I", k), name)
+        return self.custom(UMAP_KNN, [pairwise], struct.pack("<I", k), name)
 
     # -- backward ops -----------------------------------------------------------------------------
     def rms_norm_backward_input(self, x: NodeRef, gamma: NodeRef, dy: NodeRef, beta: NodeRef | None = None,
                                 eps: float = 1e-6, name: str | None = None) -> Node:
-        return self.apply(extra.RmsNormBackwardInput(eps), _norm_args(x, gamma, beta, dy), name)
+        return self.apply(ops.RmsNormBackwardInput(eps), _norm_args(x, gamma, beta, dy), name)
 
     def rms_norm_backward_gamma(self, x: NodeRef, gamma: NodeRef, dy: NodeRef, beta: NodeRef | None = None,
                                 eps: float = 1e-6, name: str | None = None) -> Node:
-        return self.apply(extra.RmsNormBackwardGamma(eps), _norm_args(x, gamma, beta, dy), name)
+        return self.apply(ops.RmsNormBackwardGamma(eps), _norm_args(x, gamma, beta, dy), name)
 
     def rms_norm_backward_beta(self, x: NodeRef, gamma: NodeRef, dy: NodeRef, beta: NodeRef | None = None,
                                eps: float = 1e-6, name: str | None = None) -> Node:
-        return self.apply(extra.RmsNormBackwardBeta(eps), _norm_args(x, gamma, beta, dy), name)
+        return self.apply(ops.RmsNormBackwardBeta(eps), _norm_args(x, gamma, beta, dy), name)
 
     def layer_norm_backward_input(self, x: NodeRef, gamma: NodeRef, dy: NodeRef, eps: float = 1e-5,
                                   name: str | None = None) -> Node:
-        return self.apply(extra.LayerNormBackwardInput(eps), [x, gamma, dy], name)
+        return self.apply(ops.LayerNormBackwardInput(eps), [x, gamma, dy], name)
 
     def layer_norm_backward_gamma(self, x: NodeRef, dy: NodeRef, eps: float = 1e-5,
                                   name: str | None = None) -> Node:
-        return self.apply(extra.LayerNormBackwardGamma(eps), [x, dy], name)
+        return self.apply(ops.LayerNormBackwardGamma(eps), [x, dy], name)
 
     def rope_backward(self, dy: NodeRef, cos: NodeRef, sin: NodeRef, head_dim: int, n_rot: int = 0,
                       interleaved: bool = False, position_offset: int = 0, position: NodeRef | None = None,
                       name: str | None = None) -> Node:
-        op = extra.RopeBackward(head_dim, n_rot, interleaved, position_offset)
+        op = ops.RopeBackward(head_dim, n_rot, interleaved, position_offset)
         return self.apply(op, [dy, cos, sin] + ([position] if position is not None else []), name)
 
     def cumsum_backward(self, dy: NodeRef, axis: int = -1, exclusive: bool = False,
                         name: str | None = None) -> Node:
-        return self.apply(extra.CumsumBackward(axis, exclusive), [dy], name)
+        return self.apply(ops.CumsumBackward(axis, exclusive), [dy], name)
 
     def gather_backward(self, dy: NodeRef, indices: NodeRef, axis_dim: int, axis: int = 0,
                         name: str | None = None) -> Node:
-        return self.apply(extra.GatherBackward(axis_dim, axis), [dy, indices], name)
+        return self.apply(ops.GatherBackward(axis_dim, axis), [dy, indices], name)
 
     def attention_backward(self, q: NodeRef, k: NodeRef, v: NodeRef, dy: NodeRef,
-                           wrt: extra.AttentionWrt | str, num_heads: int, head_dim: int,
+                           wrt: AttentionWrt | str, num_heads: int, head_dim: int,
                            num_kv_heads: int = 0,
                            mask_kind: MaskKind | str = MaskKind.NONE, mask: NodeRef | None = None,
                            score_scale: float | None = None, softcap: float | None = None, window: int = 0,
                            name: str | None = None) -> Node:
         """Gradient of ``attention(q, k, v, ...)`` wrt "query", "key" or "value", given dy."""
-        op = extra.AttentionBackward(num_heads, head_dim, _enum(extra.AttentionWrt, wrt), num_kv_heads,  # type: ignore[arg-type]
+        op = ops.AttentionBackward(num_heads, head_dim, _enum(AttentionWrt, wrt), num_kv_heads,  # type: ignore[arg-type]
                                      _enum(MaskKind, mask_kind), score_scale, softcap, window)  # type: ignore[arg-type]
         return self.apply(op, [q, k, v, dy] + ([mask] if mask is not None else []), name)
 
     # -- fused element-wise regions ---------------------------------------------------------------
-    def elementwise_region(self, inputs: Sequence[NodeRef], chain: Sequence[extra.ChainStep],
+    def elementwise_region(self, inputs: Sequence[NodeRef], chain: Sequence[ChainStep],
                            shape: Iterable | None = None, scalar_input_mask: int = 0,
                            input_modulus: Sequence[int] = (),
-                           prologue: extra.RegionPrologue | str = extra.RegionPrologue.NONE,
+                           prologue: RegionPrologue | str = RegionPrologue.NONE,
                            prologue_input: int = 0, name: str | None = None) -> Node:
         """A fused chain; ``shape`` defaults to the first input's shape."""
         out = as_shape(shape) if shape is not None else self._shape_of(inputs[0], "region input 0")
-        op = extra.ElementwiseRegion(tuple(chain), out, scalar_input_mask, tuple(input_modulus),
-                                     _enum(extra.RegionPrologue, prologue), prologue_input)  # type: ignore[arg-type]
+        op = ops.ElementwiseRegion(tuple(chain), out, scalar_input_mask, tuple(input_modulus),
+                                     _enum(RegionPrologue, prologue), prologue_input)  # type: ignore[arg-type]
         return self.apply(op, list(inputs), name)
 
-    def batch_elementwise_region(self, slices: Sequence[NodeRef], chain: Sequence[extra.ChainStep],
+    def batch_elementwise_region(self, slices: Sequence[NodeRef], chain: Sequence[ChainStep],
                                  shape: Iterable | None = None, scalar_input_mask: int = 0,
                                  input_modulus: Sequence[int] = (),
-                                 prologue: extra.RegionPrologue | str = extra.RegionPrologue.NONE,
+                                 prologue: RegionPrologue | str = RegionPrologue.NONE,
                                  prologue_input: int = 0, name: str | None = None) -> Node:
         """The chain on each slice; ``shape`` defaults to the slices concatenated along axis 0."""
         if shape is None:
             first = self._shape_of(slices[0], "region slice 0")
             shape = (first[0] * len(slices),) + first[1:] if first else (len(slices),)
-        kind = _enum(extra.RegionPrologue, prologue)
-        op = extra.BatchElementwiseRegion(tuple(chain), as_shape(shape), scalar_input_mask,
+        kind = _enum(RegionPrologue, prologue)
+        op = ops.BatchElementwiseRegion(tuple(chain), as_shape(shape), scalar_input_mask,
                                           tuple(input_modulus), kind, prologue_input)  # type: ignore[arg-type]
         return self.apply(op, list(slices), name)
 
@@ -193,21 +196,21 @@ class BuilderExtra:
     def gaussian_splat_render(self, scene: Sequence[NodeRef], width: int, height: int,
                               name: str | None = None, **attrs: float) -> Node:
         """scene = positions, log_scales, rotations, opacities, colors, sh_coeffs, meta."""
-        return self.apply(extra.GaussianSplatRender(width, height, **attrs), list(scene), name)  # type: ignore[arg-type]
+        return self.apply(ops.GaussianSplatRender(width, height, **attrs), list(scene), name)  # type: ignore[arg-type]
 
     def gaussian_splat_render_backward(self, scene: Sequence[NodeRef], d_loss_rgba: NodeRef, width: int,
                                        height: int, name: str | None = None, **attrs: float) -> Node:
-        op = extra.GaussianSplatRenderBackward(width, height, **attrs)  # type: ignore[arg-type]
+        op = ops.GaussianSplatRenderBackward(width, height, **attrs)  # type: ignore[arg-type]
         return self.apply(op, [*scene, d_loss_rgba], name)
 
     def gaussian_splat_prepare(self, scene: Sequence[NodeRef], width: int, height: int, prep_size: int,
                                name: str | None = None, **attrs: float) -> Node:
-        op = extra.GaussianSplatPrepare(width, height, prep_size, **attrs)  # type: ignore[arg-type]
+        op = ops.GaussianSplatPrepare(width, height, prep_size, **attrs)  # type: ignore[arg-type]
         return self.apply(op, list(scene), name)
 
     def gaussian_splat_rasterize(self, prep: NodeRef, meta: NodeRef, width: int, height: int,
                                  name: str | None = None, **attrs: float) -> Node:
-        return self.apply(extra.GaussianSplatRasterize(width, height, **attrs), [prep, meta], name)  # type: ignore[arg-type]
+        return self.apply(ops.GaussianSplatRasterize(width, height, **attrs), [prep, meta], name)  # type: ignore[arg-type]
 
 
 def _norm_args(x: NodeRef, gamma: NodeRef, beta: NodeRef | None, dy: NodeRef) -> list[NodeRef]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from rlxpy.errors import InputError, ModelError
 from rlxpy.ir import DType, Graph, Node, Sym
-from rlxpy.ir.ops.core import MaskKind
+from rlxpy.ir.ops.base import MaskKind
 
 MEAN_POOL_EPS = 1e-9  # sentence-transformers: torch.clamp(sum_mask, min=1e-9)
 NORMALIZE_EPS = 1e-12  # torch.nn.functional.normalize's default eps

@@ -18,7 +18,7 @@ import numpy as np
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import DType, Graph, Node
-from rlxpy.ir.ops.core import MaskKind
+from rlxpy.ir.ops.base import MaskKind
 from rlxpy.ir.ops.quant import gguf_row_bytes
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import DType, Graph, ops
-from rlxpy.ir.ops import composite
+from rlxpy.ir.ops.attention import LAYER_INPUTS_BIAS, LAYER_INPUTS_NO_BIAS
 from rlxpy.ir.passes import check_unfused, unfuse
 from rlxpy.ir.reference import run_reference
 
@@ -308,7 +308,7 @@ def layer_graph(batch, seq, embed, heads, inner, has_bias, activation="gelu"):
     shapes = {"qkv_w": [embed, 3 * embed], "qkv_b": [3 * embed], "out_w": [embed, embed], "out_b": [embed],
               "ln1_g": [embed], "ln1_b": [embed], "fc1_w": [embed, inner], "fc1_b": [inner],
               "fc2_w": [inner, embed], "fc2_b": [embed], "ln2_g": [embed], "ln2_b": [embed]}
-    names = composite.LAYER_INPUTS_BIAS if has_bias else composite.LAYER_INPUTS_NO_BIAS
+    names = LAYER_INPUTS_BIAS if has_bias else LAYER_INPUTS_NO_BIAS
     weights = {"hidden": g.input("hidden", [batch, seq, embed]), "mask": g.input("mask", [batch, seq])}
     weights.update({n: g.param(n, shapes[n]) for n in names if n in shapes})
     g.output(g.transformer_layer(weights, heads, head_dim, eps1=1e-12, eps2=1e-6, activation=activation,
@@ -369,14 +369,14 @@ def test_transformer_layer_without_bias_keeps_layer_norm_betas():
 
 def test_transformer_layer_rejects_wrong_intermediate_weight():
     g = Graph()
-    op = composite.FusedTransformerLayer(2, 4, intermediate_size=6, has_bias=False)
+    op = ops.FusedTransformerLayer(2, 4, intermediate_size=6, has_bias=False)
     shapes = {"hidden": [1, 3, 8], "qkv_w": [8, 24], "out_w": [8, 8], "ln1_g": [8], "ln1_b": [8],
               "fc1_w": [8, 6], "fc2_w": [5, 8], "ln2_g": [8], "ln2_b": [8], "mask": [1, 3]}
-    nodes = [g.input(n, shapes[n]) for n in composite.LAYER_INPUTS_NO_BIAS]
+    nodes = [g.input(n, shapes[n]) for n in LAYER_INPUTS_NO_BIAS]
     with pytest.raises(GraphError, match=r"^layer \(FusedTransformerLayer\): fc2_w must be \[6, 8\], got"):
         g.apply(op, nodes, "layer")
     with pytest.raises(GraphError, match=r"^layer2 \(FusedTransformerLayer\): takes 14 inputs"):
-        g.apply(composite.FusedTransformerLayer(2, 4, 6), nodes, "layer2")
+        g.apply(ops.FusedTransformerLayer(2, 4, 6), nodes, "layer2")
 
 
 # -- If -----------------------------------------------------------------------------------------
@@ -519,7 +519,7 @@ def test_while_rejects_missing_max_iterations():
     g = counting_loop(4)
     loop = g["loop"]
     with pytest.raises(GraphError, match=r"^loop2 \(While\): max_iterations is required"):
-        g.apply(composite.While(loop.op.cond, loop.op.body), loop.inputs, "loop2")
+        g.apply(ops.While(loop.op.cond, loop.op.body), loop.inputs, "loop2")
 
 
 @pytest.mark.parametrize("make, message", [
@@ -556,8 +556,8 @@ def test_json_round_trip_keeps_if_and_while():
     again = Graph.from_json(text)
     assert str(again) == str(g)
     loop = again["loop"].op
-    assert isinstance(loop, composite.While) and loop.max_iterations == 7
-    assert isinstance(loop.body["if_0"].op, composite.If)
+    assert isinstance(loop, ops.While) and loop.max_iterations == 7
+    assert isinstance(loop.body["if_0"].op, ops.If)
     inputs = {"pred": [0.0], "x": rand((3, 4), 1), "start": np.array([1.0, 2.0, -0.5], np.float32)}
     params = {"w": rand((4,), 2)}
     first, second = run_reference(g, inputs, params), run_reference(again, inputs, params)
@@ -572,5 +572,5 @@ def test_composite_ops_are_marked_and_registered():
     from rlxpy.ir.reference import REFERENCE, _load_families
 
     _load_families()
-    for op_type in composite.COMPOSITE_OPS:
+    for op_type in ops.COMPOSITE_OPS:
         assert op_type.composite and op_type in ops.ALL_OPS and op_type in REFERENCE

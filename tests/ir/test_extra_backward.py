@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from rlxpy.errors import GraphError
 from rlxpy.ir.graph import Graph
 from rlxpy.ir.ops import Rope
-from rlxpy.ir.ops.extra import AttentionBackward, AttentionWrt, LayerNormBackwardGamma
+from rlxpy.ir.ops.backward import AttentionBackward, AttentionWrt, LayerNormBackwardGamma
 from rlxpy.ir.reference import run_reference
 
 

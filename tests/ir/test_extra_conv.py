@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.ops.core import ReduceOp
-from rlxpy.ir.ops.extra import Conv, Pool
+from rlxpy.ir.ops.base import ReduceOp
+from rlxpy.ir.ops.conv import Conv, Pool
 from rlxpy.ir.reference import run_reference
 
 

@@ -10,7 +10,7 @@ import torch
 
 from rlxpy.errors import GraphError, UnsupportedOpError
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.ops.extra import Custom, GateParams
+from rlxpy.ir.ops.custom import Custom, GateParams
 from rlxpy.ir.reference import run_reference
 
 

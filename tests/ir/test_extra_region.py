@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from rlxpy.errors import GraphError
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
-from rlxpy.ir.ops.extra import ChainKind, ChainStep, ElementwiseRegion, chain_input, chain_step, encode_chain
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.ops.region import ChainKind, ChainStep, ElementwiseRegion, chain_input, chain_step, encode_chain
 from rlxpy.ir.reference import run_reference
 
 IN = chain_input

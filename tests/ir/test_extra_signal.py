@@ -9,7 +9,7 @@ import torch
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.ops.core import FftNorm
+from rlxpy.ir.ops.base import FftNorm
 from rlxpy.ir.reference import run_reference
 
 

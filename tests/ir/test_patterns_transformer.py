@@ -10,7 +10,7 @@ from transformer_graphs import inputs_for, pre_norm_block
 import rlxpy
 from rlxpy.errors import GraphError
 from rlxpy.ir import ops
-from rlxpy.ir.ops.core import MaskKind
+from rlxpy.ir.ops.base import MaskKind
 from rlxpy.ir.passes.patterns_transformer import fuse_transformer
 from rlxpy.ir.reference import run_reference
 

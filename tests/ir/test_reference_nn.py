@@ -16,7 +16,7 @@ from rlxpy.ir import DType, Graph
 from rlxpy.ir.ops import ActKind, Attention, MaskKind, Rope
 from rlxpy.ir.ops.quant import gguf_row_bytes
 from rlxpy.ir.reference import run_reference
-from rlxpy.ir.reference.nn import threefry2x32
+from rlxpy.ir.reference.sample import threefry2x32
 
 
 def run(build, **arrays: np.ndarray) -> np.ndarray:

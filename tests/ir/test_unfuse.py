@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import DType, Graph, Sym, ops
-from rlxpy.ir.ops import composite
 from rlxpy.ir.passes import check_unfused, unfuse, verify
 from rlxpy.ir.passes.unfuse import BROADCASTING
 from rlxpy.ir.reference import run_reference
@@ -347,4 +346,4 @@ def test_verify_names_the_node_of_a_broken_sub_graph():
 
 def test_composite_flag_only_on_composite_ops():
     flagged = {op for op in ops.ALL_OPS if op.composite}
-    assert flagged == set(composite.COMPOSITE_OPS)
+    assert flagged == set(ops.COMPOSITE_OPS)

@@ -12,7 +12,7 @@ from helpers import ODD_SHAPES, TOL, assert_close, check_op, rand
 import rlxpy
 from rlxpy.errors import GraphError, UnsupportedOpError
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference import run_reference
 
 F = torch.nn.functional

@@ -18,7 +18,7 @@ from rlxpy import env
 from rlxpy.errors import GraphError, UnsupportedOpError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import ActKind
+from rlxpy.ir.ops.base import ActKind
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.kernels.params import KERNELS
 from rlxpy.wgpu_backend.lowering import matmul, matmul_skinny

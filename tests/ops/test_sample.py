@@ -10,7 +10,7 @@ import torch
 import rlxpy
 from rlxpy.errors import GraphError, UnsupportedOpError
 from rlxpy.ir.reference import run_reference
-from rlxpy.ir.reference.nn import threefry2x32
+from rlxpy.ir.reference.sample import threefry2x32
 
 
 def sample_graph(shape, temperature=1.0, top_k=0, top_p=1.0, seed=0, seed_input=False):

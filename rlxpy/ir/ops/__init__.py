@@ -1,37 +1,35 @@
-"""The closed op set of the IR. ``ALL_OPS`` lists every op class; ``OP_TYPES`` maps names."""
+"""The closed op set of the IR, one module per op family.
+
+Each family has the same name everywhere: ``ir/ops/<family>.py`` (shape rules),
+``ir/reference/<family>.py`` (numpy semantics), ``wgpu_backend/lowering/<family>.py`` (lowerers),
+``wgpu_backend/kernels/<family>_*.wgsl`` and ``tests/ops/test_<family>.py`` /
+``tests/ir/test_reference_<family>.py``. ``base.py`` holds the Op base class, TensorType and the
+enums. Every op class is ``ops.<Name>``: the namespace is built from the registry (``OP_TYPES``).
+"""
 
 from __future__ import annotations
 
-from rlxpy.ir.ops import (  # noqa: F401  (registration)
+from rlxpy.ir.ops import (  # noqa: F401  (registration, in family order)
     attention,
-    basic,
-    composite,  # noqa: F401  (expanded by the unfuse pass)
-    core,
-    extra,  # noqa: F401  (secondary families: conv, sequence, signal, backward)
-    fused,
-    linalg,
+    backward,
+    control,
+    conv,
+    custom,
+    elementwise,
+    kv,
+    leaf,
+    matmul,
+    norm,
     quant,
+    reduce,
+    region,
+    rope,
+    sample,
+    scan,
+    shape,
+    signal,
 )
-from rlxpy.ir.ops.attention import Attention, CacheWrite, Rope, RopeKvAppend
-from rlxpy.ir.ops.basic import (
-    Activation,
-    Binary,
-    Cast,
-    Compare,
-    Concat,
-    Constant,
-    Copy,
-    Expand,
-    Gather,
-    Input,
-    Narrow,
-    Param,
-    Reshape,
-    ScatterAdd,
-    Transpose,
-    Where,
-)
-from rlxpy.ir.ops.core import (
+from rlxpy.ir.ops.base import (
     ENUMS,
     OP_TYPES,
     ActKind,
@@ -43,89 +41,30 @@ from rlxpy.ir.ops.core import (
     ReduceOp,
     TensorType,
 )
-from rlxpy.ir.ops.fused import PackedAttention, ResidualNormTee, SplitMatMul
-from rlxpy.ir.ops.linalg import (
-    Argmax,
-    Cumsum,
-    FusedMatMulBiasAct,
-    FusedResidualLN,
-    FusedResidualRmsNorm,
-    GroupedMatMul,
-    LayerNorm,
-    MatMul,
-    Reduce,
-    RmsNorm,
-    Sample,
-    Softmax,
-    TopK,
+from rlxpy.ir.ops.quant import GGUF_BLOCKS
+
+#: The op families, in the order the README lists them; each is a module of this package.
+FAMILIES: tuple[str, ...] = (
+    "leaf", "elementwise", "shape", "matmul", "quant", "norm", "reduce", "attention", "rope", "kv",
+    "sample", "conv", "signal", "scan", "region", "custom", "backward", "control",
 )
-from rlxpy.ir.ops.quant import (
-    GGUF_BLOCKS,
-    DequantGroupedMatMul,
-    DequantMatMul,
-    DequantMatMulGguf,
-    FusedGgufMatMul,
-    GatherGguf,
-)
+
+
+def family_of(op_type: type[Op]) -> str:
+    """The family an op class belongs to: the name of the ops module that declares it."""
+    return op_type.__module__.rsplit(".", 1)[-1]
+
+
+globals().update(OP_TYPES)  # every op class is ops.<Name>
 
 ALL_OPS: tuple[type[Op], ...] = tuple(OP_TYPES.values())
-LEAF_OPS = (Input, Param, Constant)
-VIEW_OPS = (Reshape,)
+LEAF_OPS: tuple[type[Op], ...] = tuple(cls for cls in ALL_OPS if family_of(cls) == "leaf")
+VIEW_OPS: tuple[type[Op], ...] = (OP_TYPES["Reshape"],)
+#: Ops the unfuse pass expands into primitives; they never reach a backend.
+COMPOSITE_OPS: tuple[type[Op], ...] = tuple(cls for cls in ALL_OPS if cls.composite)
 
 __all__ = [
-    "ALL_OPS",
-    "CacheWrite",
-    "ENUMS",
-    "GGUF_BLOCKS",
-    "LEAF_OPS",
-    "OP_TYPES",
-    "VIEW_OPS",
-    "ActKind",
-    "Activation",
-    "Argmax",
-    "Attention",
-    "Binary",
-    "BinaryOp",
-    "Cast",
-    "CmpOp",
-    "Compare",
-    "Concat",
-    "Constant",
-    "Copy",
-    "Cumsum",
-    "DequantGroupedMatMul",
-    "DequantMatMul",
-    "DequantMatMulGguf",
-    "Expand",
-    "FftNorm",
-    "FusedGgufMatMul",
-    "FusedMatMulBiasAct",
-    "FusedResidualLN",
-    "FusedResidualRmsNorm",
-    "Gather",
-    "GatherGguf",
-    "GroupedMatMul",
-    "Input",
-    "LayerNorm",
-    "MaskKind",
-    "MatMul",
-    "Narrow",
-    "PackedAttention",
-    "Op",
-    "Param",
-    "Reduce",
-    "ReduceOp",
-    "ResidualNormTee",
-    "Reshape",
-    "RmsNorm",
-    "Rope",
-    "RopeKvAppend",
-    "Sample",
-    "ScatterAdd",
-    "Softmax",
-    "SplitMatMul",
-    "TensorType",
-    "TopK",
-    "Transpose",
-    "Where",
+    "ALL_OPS", "COMPOSITE_OPS", "ENUMS", "FAMILIES", "GGUF_BLOCKS", "LEAF_OPS", "OP_TYPES", "VIEW_OPS",
+    "ActKind", "BinaryOp", "CmpOp", "FftNorm", "MaskKind", "Op", "ReduceOp", "TensorType", "family_of",
+    *sorted(OP_TYPES),
 ]

@@ -1,13 +1,17 @@
-"""Attention and rotary embedding (op-catalog §1.7)."""
+"""Attention family (op-catalog §1.7): Attention; PackedAttention (made by the packed-BSHD
+pattern: it reads q, k and v in place from one parent); and the composites FusedAttentionBlock and
+FusedTransformerLayer, which the unfuse pass expands."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import MaskKind, Op, TensorType, need
-from rlxpy.ir.shape import Sym
+from rlxpy.ir.ops.base import ActKind, MaskKind, Op, TensorType, _static, need
+from rlxpy.ir.shape import Sym, format_shape
 
 
 def attention_layout(t: TensorType, heads: int, head_dim: int) -> str:
@@ -76,91 +80,165 @@ class Attention(Op):
 
 
 @dataclass(frozen=True)
-class Rope(Op):
-    """Rotary embedding of x [..., S, L] (L = heads*head_dim), sequence on the second-to-last axis.
+class PackedAttention(Attention):
+    """Attention whose q, k and v are read in place from one packed parent: the parent's rows are
+    the B*S tokens (row width ``row``), q is the column run [q_col, q_col + heads*D) of each row,
+    k and v the runs [k_col, ...) and [v_col, ...) of kv_heads*D columns, each read as BSHD. Inputs:
+    parent (any shape with B*S*row elements), then the mask for CUSTOM/BIAS. Output [B, S, heads*D].
+    Same semantics as Attention on the three slices (self-attention: S_q = S_k = S)."""
 
-    cos/sin tables are [max_pos, n_rot/2]; position of row s = s + position_offset (+ the value of
-    an optional 4th input, an i32[1] offset, for KV-cache decoding). Half-split ("NeoX",
-    transformers' rotate_half) pairs (i, i + n_rot/2); interleaved ("GPT-J", llama.cpp's
-    LLAMA rope) pairs (2i, 2i+1). Dims >= n_rot pass through."""
-
-    head_dim: int
-    n_rot: int = 0  # 0 = head_dim
-    interleaved: bool = False
-    position_offset: int = 0
-    arity = (3, 4)
-
-    @property
-    def rot(self) -> int:
-        return self.n_rot or self.head_dim
+    batch: int = 1
+    seq: int = 1
+    row: int = 0
+    q_col: int = 0
+    k_col: int = 0
+    v_col: int = 0
+    arity = (1, 2)
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        x, cos, sin = ins[:3]
-        need(x.rank >= 2, f"rope needs x [..., S, L], got {x}")
-        last = x.shape[-1]
-        need(isinstance(last, Sym) or last % self.head_dim == 0, f"last dim of {x} is not a multiple of "
-             f"head_dim {self.head_dim}")
-        need(self.rot % 2 == 0 and self.rot <= self.head_dim, f"n_rot {self.rot} must be even, <= head_dim")
-        need(cos.shape == sin.shape and cos.rank == 2 and cos.shape[1] == self.rot // 2,
-             f"cos/sin must be [max_pos, {self.rot // 2}], got {cos} and {sin}")
-        if len(ins) == 4:
-            need(ins[3].shape == (1,) and ins[3].dtype in (DType.I32, DType.U32),
-                 f"position input must be i32[1], got {ins[3]}")
-        seq, max_pos = x.shape[-2], cos.shape[0]
-        if isinstance(seq, int) and isinstance(max_pos, int):
-            need(self.position_offset + seq <= max_pos,
-                 f"positions {self.position_offset}..{self.position_offset + seq - 1} exceed the "
-                 f"{max_pos}-row cos/sin tables")
-        return x
+        parent = ins[0]
+        need(not self.dynamic_kv, "packed attention has no KV cache (dynamic_kv)")
+        needs_mask = self.mask_kind in (MaskKind.CUSTOM, MaskKind.BIAS)
+        need(len(ins) == (2 if needs_mask else 1), f"mask kind {self.mask_kind.name} takes "
+             f"{2 if needs_mask else 1} inputs, got {len(ins)}")
+        need(self.num_heads % self.kv_heads == 0,
+             f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.kv_heads}")
+        _static(parent.shape, "packed attention")
+        rows = self.batch * self.seq
+        need(not any(isinstance(d, Sym) for d in parent.shape) and math.prod(parent.shape) == rows * self.row,
+             f"parent {parent} is not {self.batch} x {self.seq} rows of {self.row}")
+        q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
+        for name, col, width in (("q", self.q_col, q_width), ("k", self.k_col, kv_width),
+                                 ("v", self.v_col, kv_width)):
+            need(0 <= col and col + width <= self.row, f"{name} columns {col}:{col + width} exceed the "
+                 f"row of {self.row}")
+        if needs_mask:
+            mask = ins[1]
+            need(mask.rank in (2, 3, 4) and mask.shape[-1] in (1, self.seq),
+                 f"{self.mask_kind.name} mask {mask} must end in S_k = {self.seq}")
+        return TensorType((self.batch, self.seq, q_width), parent.dtype)
+
+    def unpacked(self) -> Attention:
+        """The plain Attention this op stands for."""
+        return Attention(self.num_heads, self.head_dim, self.num_kv_heads, self.mask_kind,
+                         self.score_scale, self.softcap, self.window)
+
+
+def bshd_layout(t: TensorType, heads: int, head_dim: int) -> bool:
+    """True when an attention input is read token-major ([B,S,H,D] or [B,S,H*D]), as Attention reads it."""
+    return t.rank in (3, 4) and attention_layout(t, heads, head_dim) in ("bshd", "bs(hd)")
+
+
+# -- transformer blocks -------------------------------------------------------------------------
+def _check_mask(mask: TensorType, batch: Any, heads: int, seq: Any) -> None:
+    allowed = [(batch, seq), (batch, seq, seq), (batch, heads, seq, seq)]
+    need(tuple(mask.shape) in allowed,
+         f"mask {mask} must be [B, S], [B, S, S] or [B, H, S, S] = "
+         + " or ".join(format_shape(s) for s in allowed))
+
+
+def _check_attention_weights(ins: Sequence[TensorType], heads: int, head_dim: int) -> tuple[Any, Any, Any]:
+    """hidden [B, S, E], qkv_w [E, 3·H·D], out_w [H·D, E]; returns (B, S, E)."""
+    hidden, qkv_w, out_w = ins
+    need(heads >= 1 and head_dim >= 1, f"num_heads {heads} and head_dim {head_dim} must be >= 1")
+    need(hidden.rank == 3 and hidden.dtype.is_float, f"hidden must be a float [B, S, E], got {hidden}")
+    batch, seq, embed = hidden.shape
+    width = heads * head_dim
+    need(qkv_w.shape == (embed, 3 * width), f"qkv_w must be [{embed}, {3 * width}], got {qkv_w}")
+    need(out_w.shape == (width, embed), f"out_w must be [{width}, {embed}], got {out_w}")
+    return batch, seq, embed
+
+
+def _check_vector(t: TensorType, size: Any, what: str) -> None:
+    need(t.shape == (size,), f"{what} must be [{size}], got {t}")
 
 
 @dataclass(frozen=True)
-class CacheWrite(Op):
-    """Write ``rows`` [S, ...] into ``cache`` [L, ...] at row ``pos`` (an i32[1] tensor read at run
-    time) IN PLACE: the output aliases the cache, so a Param cache keeps the rows across runs (a
-    KV cache). Rows that would land at or past L are dropped."""
+class FusedAttentionBlock(Op):
+    """Multi-head self-attention block with a binary keep-mask (entries < 0.5 masked, as
+    Attention CUSTOM). Inputs: ``hidden [B,S,E], qkv_w [E,3·H·D], out_w [H·D,E], mask``, then
+    ``qkv_b [3·H·D], out_b [E]`` if has_bias, then ``cos, sin [P, D/2]`` if has_rope (P >= S).
 
-    arity = (3, 3)
+    q|k|v = hidden @ qkv_w (+ qkv_b), split on the last axis; with RoPE q and k rotate per head
+    (rotate-half / NeoX, positions 0..S-1, all D dims); per head ``softmax(q kᵀ / sqrt(D)) v``;
+    heads concatenated @ out_w (+ out_b). Matches transformers' BertSelfAttention + BertSelfOutput
+    dense (no LayerNorm) with a keep-mask, and GPT-NeoX attention with rotary_pct = 1."""
+
+    num_heads: int
+    head_dim: int
+    has_bias: bool = False
+    has_rope: bool = False
+    arity = (4, 8)
+    composite = True
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        cache, rows, pos = ins
-        need(cache.rank >= 1 and rows.rank == cache.rank and tuple(rows.shape[1:]) == tuple(cache.shape[1:]),
-             f"rows {rows} must be [S, {', '.join(str(d) for d in cache.shape[1:])}] for cache {cache}")
-        need(rows.dtype == cache.dtype, f"rows {rows} and cache {cache} dtypes differ")
-        need(pos.shape == (1,) and pos.dtype in (DType.I32, DType.U32), f"pos must be i32[1], got {pos}")
-        return cache
+        want = 4 + 2 * self.has_bias + 2 * self.has_rope
+        need(len(ins) == want, f"takes {want} inputs (has_bias={self.has_bias}, has_rope={self.has_rope}): "
+             "hidden, qkv_w, out_w, mask" + (", qkv_b, out_b" if self.has_bias else "")
+             + (", cos, sin" if self.has_rope else ""))
+        hidden, qkv_w, out_w, mask = ins[:4]
+        batch, seq, embed = _check_attention_weights([hidden, qkv_w, out_w], self.num_heads, self.head_dim)
+        _check_mask(mask, batch, self.num_heads, seq)
+        rest = list(ins[4:])
+        if self.has_bias:
+            _check_vector(rest.pop(0), 3 * self.num_heads * self.head_dim, "qkv_b")
+            _check_vector(rest.pop(0), embed, "out_b")
+        if self.has_rope:
+            cos, sin = rest
+            need(self.head_dim % 2 == 0, f"rope needs an even head_dim, got {self.head_dim}")
+            need(cos.shape == sin.shape and cos.rank == 2 and cos.shape[1] == self.head_dim // 2,
+                 f"cos/sin must be [max_pos, {self.head_dim // 2}], got {cos} and {sin}")
+            positions = cos.shape[0]
+            need(isinstance(positions, Sym) or isinstance(seq, Sym) or positions >= seq,
+                 f"cos/sin have {positions} positions, the sequence has {seq}")
+        return hidden
+
+
+# Input order of FusedTransformerLayer. Without bias the four linear biases are dropped and the
+# LayerNorm betas stay (BERT's LayerNorms are affine whatever its linears do): 10 inputs, as the
+# IR declares. The original's expansion assumed 8 (no betas) and disagreed with its own IR.
+LAYER_INPUTS_BIAS = ("hidden", "qkv_w", "qkv_b", "out_w", "out_b", "ln1_g", "ln1_b", "fc1_w", "fc1_b",
+                     "fc2_w", "fc2_b", "ln2_g", "ln2_b", "mask")
+
+
+LAYER_INPUTS_NO_BIAS = tuple(n for n in LAYER_INPUTS_BIAS if n not in ("qkv_b", "out_b", "fc1_b", "fc2_b"))
 
 
 @dataclass(frozen=True)
-class RopeKvAppend(Op):
-    """One step of a decoder's attention input: split a fused QKV row block ``qkv`` [S, Wq+2*Wkv]
-    into q, k, v; rotate q and k (as Rope, positions pos + s); append k and v to the caches at row
-    pos IN PLACE (as CacheWrite); output the rotated q [S, Wq]. Inputs: qkv, k_cache, v_cache,
-    cos, sin, pos. The caches are updated as a side effect: consumers must read them after this
-    node (the llama builder makes attention depend on its output)."""
+class FusedTransformerLayer(Op):
+    """BERT post-norm encoder layer (transformers' BertLayer, eval mode):
+    ``h1 = LayerNorm(hidden + Attn(hidden), eps1)``; ``out = LayerNorm(h1 + act(h1 @ fc1_w + fc1_b)
+    @ fc2_w + fc2_b, eps2)``, where Attn is FusedAttentionBlock without RoPE (keep-mask < 0.5).
+    Inputs: LAYER_INPUTS_BIAS (14) if has_bias, else LAYER_INPUTS_NO_BIAS (10: the linear biases
+    dropped, the LayerNorm betas kept). ``activation`` defaults to exact-erf GELU (BERT's "gelu")."""
 
+    num_heads: int
     head_dim: int
-    q_width: int
-    kv_width: int
-    n_rot: int = 0
-    interleaved: bool = False
-    arity = (6, 6)
+    intermediate_size: int
+    eps1: float = 1e-12
+    eps2: float = 1e-12
+    activation: ActKind = ActKind.GELU
+    has_bias: bool = True
+    arity = (10, 14)
+    composite = True
 
-    @property
-    def rot(self) -> int:
-        return self.n_rot or self.head_dim
+    def input_names(self) -> tuple[str, ...]:
+        return LAYER_INPUTS_BIAS if self.has_bias else LAYER_INPUTS_NO_BIAS
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        qkv, k_cache, v_cache, cos, sin, pos = ins
-        width = self.q_width + 2 * self.kv_width
-        need(qkv.rank == 2 and qkv.shape[1] == width, f"qkv must be [S, {width}], got {qkv}")
-        for cache in (k_cache, v_cache):
-            need(cache.rank == 2 and cache.shape[1] == self.kv_width and cache.dtype == qkv.dtype,
-                 f"caches must be [L, {self.kv_width}] {qkv.dtype}, got {cache}")
-        need(self.q_width % self.head_dim == 0 and self.kv_width % self.head_dim == 0,
-             f"widths {self.q_width}/{self.kv_width} are not multiples of head_dim {self.head_dim}")
-        need(self.rot % 2 == 0 and self.rot <= self.head_dim, f"n_rot {self.rot} must be even, <= head_dim")
-        need(cos.shape == sin.shape and cos.rank == 2 and cos.shape[1] == self.rot // 2,
-             f"cos/sin must be [max_pos, {self.rot // 2}], got {cos} and {sin}")
-        need(pos.shape == (1,) and pos.dtype in (DType.I32, DType.U32), f"pos must be i32[1], got {pos}")
-        return TensorType((qkv.shape[0], self.q_width), qkv.dtype)
+        names = self.input_names()
+        need(len(ins) == len(names),
+             f"takes {len(names)} inputs (has_bias={self.has_bias}): {', '.join(names)}")
+        t = dict(zip(names, ins))
+        batch, seq, embed = _check_attention_weights([t["hidden"], t["qkv_w"], t["out_w"]], self.num_heads,
+                                                     self.head_dim)
+        _check_mask(t["mask"], batch, self.num_heads, seq)
+        inner = self.intermediate_size
+        need(t["fc1_w"].shape == (embed, inner), f"fc1_w must be [{embed}, {inner}], got {t['fc1_w']}")
+        need(t["fc2_w"].shape == (inner, embed), f"fc2_w must be [{inner}, {embed}], got {t['fc2_w']}")
+        sizes = {"qkv_b": 3 * self.num_heads * self.head_dim, "out_b": embed, "fc1_b": inner, "fc2_b": embed,
+                 "ln1_g": embed, "ln1_b": embed, "ln2_g": embed, "ln2_b": embed}
+        for name, size in sizes.items():
+            if name in t:
+                _check_vector(t[name], size, name)
+        return t["hidden"]

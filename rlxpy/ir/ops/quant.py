@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.attention import RopeKvAppend
-from rlxpy.ir.ops.core import Op, TensorType, need
+from rlxpy.ir.ops.base import Op, TensorType, need
+from rlxpy.ir.ops.rope import RopeKvAppend
 
 #: GGML block geometry: type name -> (elements per block, bytes per block).
 GGUF_BLOCKS: dict[str, tuple[int, int]] = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
-from rlxpy.ir.ops.core import ActKind, BinaryOp
+from rlxpy.ir.ops.base import ActKind, BinaryOp
 
 GEMV = (ops.DequantMatMulGguf,)
 

@@ -13,7 +13,7 @@ pattern off (the tests check exactly that):
   writes s (for the residual stream) and the norm; with no other reader of s the catalogue's
   FusedResidualLN / FusedResidualRmsNorm (when the norm has beta) does it without storing s.
 
-Blocked results reach their readers as contiguous Narrow + Reshape views (see ir/ops/fused.py).
+Blocked results reach their readers as contiguous Narrow + Reshape views (ir/ops/norm.py).
 Nodes keep their names: a replaced node's name moves to the view that stands for it, and
 pass-made nodes get a ``:`` suffix, which builder names never use.
 """
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
-from rlxpy.ir.ops.core import BinaryOp
-from rlxpy.ir.ops.fused import bshd_layout
+from rlxpy.ir.ops.attention import bshd_layout
+from rlxpy.ir.ops.base import BinaryOp
 
 PATTERNS = ("split_qkv", "packed_attention", "residual_norm")
 

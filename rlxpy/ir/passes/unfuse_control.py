@@ -7,16 +7,15 @@ import numpy as np
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops import composite
-from rlxpy.ir.ops.core import BinaryOp, CmpOp
+from rlxpy.ir.ops.base import BinaryOp, CmpOp
 from rlxpy.ir.passes.unfuse import Unfuser, expands
 
 
-@expands(composite.If)
+@expands(ops.If)
 def expand_if(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """Both branches inlined on the captures, then ``Where(pred, then_out, else_out)``: both
     always run (a GPU schedule has no branches); pred broadcasts through Reshape + Expand."""
-    op: composite.If = node.op  # type: ignore[assignment]
+    op: ops.If = node.op  # type: ignore[assignment]
     pred, captures = args[0], args[1:]
     (then_out,) = unfuser.inline(op.then_branch, captures, f"{name}/then")
     (else_out,) = unfuser.inline(op.else_branch, captures, f"{name}/else")
@@ -35,13 +34,13 @@ def _flag(unfuser: Unfuser, pred: Node, step: str) -> Node:
     return unfuser.emit(ops.Cast(DType.F32), [truth], f"{step}/flag")
 
 
-@expands(composite.While)
+@expands(ops.While)
 def expand_while(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """Unrolled max_iterations times: ``active *= (cond(state) != 0)``, then
     ``state_j = Where(active, body(state)_j, state_j)``; once cond is false the state is frozen.
     The flags are multiplied as 0/1 (not the raw cond value) so a NaN cond cannot keep a loop
     alive after a later false one. Only state[0] is produced in the last iteration."""
-    op: composite.While = node.op  # type: ignore[assignment]
+    op: ops.While = node.op  # type: ignore[assignment]
     state = list(args)
     carried = len(op.body.outputs)
     total = op.max_iterations or 0

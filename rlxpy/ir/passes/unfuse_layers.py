@@ -9,8 +9,7 @@ import numpy as np
 from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops import composite
-from rlxpy.ir.ops.core import ActKind, BinaryOp, MaskKind
+from rlxpy.ir.ops.base import ActKind, BinaryOp, MaskKind
 from rlxpy.ir.passes.unfuse import Unfuser, expands
 from rlxpy.ir.shape import Dim, Sym, format_shape
 
@@ -26,11 +25,11 @@ def _product(dims: list[Dim], node: Node, what: str) -> Dim:
                      "bind the dynamic dims before unfusing")
 
 
-@expands(composite.DotGeneral)
+@expands(ops.DotGeneral)
 def expand_dot_general(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """lhs -> [batch, free, contracting], rhs -> [batch, contracting, free] (Transposes only when
     not the identity), flattened to [M,K]x[K,N] or [B,M,K]x[B,K,N], MatMul, Reshape to the output."""
-    op: composite.DotGeneral = node.op  # type: ignore[assignment]
+    op: ops.DotGeneral = node.op  # type: ignore[assignment]
     lhs, rhs = args
     lhs_free, rhs_free = op.free_dims(lhs.rank, rhs.rank)
     lhs_t = unfuser.transpose(lhs, op.lhs_batch + tuple(lhs_free) + op.lhs_contracting, f"{name}/lhs_t")
@@ -47,10 +46,10 @@ def expand_dot_general(unfuser: Unfuser, node: Node, args: list[Node], name: str
     return unfuser.reshape(product, node.shape, name, exact=True)
 
 
-@expands(composite.LoraMatMul)
+@expands(ops.LoraMatMul)
 def expand_lora(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """``x@w`` + scale (a scalar Constant, broadcast by Expand) · ``(x@a)@b``."""
-    op: composite.LoraMatMul = node.op  # type: ignore[assignment]
+    op: ops.LoraMatMul = node.op  # type: ignore[assignment]
     x, w, a, b = args
     base = unfuser.emit(ops.MatMul(), [x, w], f"{name}/base")
     down = unfuser.emit(ops.MatMul(), [x, a], f"{name}/down")
@@ -60,11 +59,11 @@ def expand_lora(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> No
     return unfuser.emit(ops.Binary(BinaryOp.ADD), [base, scaled], name, exact=True)
 
 
-@expands(composite.FusedSwiGLU)
+@expands(ops.FusedSwiGLU)
 def expand_swiglu(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """Two last-axis Narrows, ``up * Silu(gate)``, then Cast when cast_to changes the dtype;
     gate_first picks which half is the gate (the original always took the first half as up)."""
-    op: composite.FusedSwiGLU = node.op  # type: ignore[assignment]
+    op: ops.FusedSwiGLU = node.op  # type: ignore[assignment]
     (x,) = args
     axis, half = x.rank - 1, x.shape[-1] // 2  # type: ignore[operator]
     first_role, second_role = ("gate", "up") if op.gate_first else ("up", "gate")
@@ -103,9 +102,9 @@ def _self_attention(unfuser: Unfuser, name: str, hidden: Node, qkv_w: Node, mask
     return unfuser.emit(attention, [q, k, v, mask], f"{name}/attention")
 
 
-@expands(composite.FusedAttentionBlock)
+@expands(ops.FusedAttentionBlock)
 def expand_attention_block(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
-    op: composite.FusedAttentionBlock = node.op  # type: ignore[assignment]
+    op: ops.FusedAttentionBlock = node.op  # type: ignore[assignment]
     hidden, qkv_w, out_w, mask = args[:4]
     rest = list(args[4:])
     qkv_b, out_b = (rest.pop(0), rest.pop(0)) if op.has_bias else (None, None)
@@ -114,11 +113,11 @@ def expand_attention_block(unfuser: Unfuser, node: Node, args: list[Node], name:
     return _projection(unfuser, context, out_w, out_b, name, exact=True)
 
 
-@expands(composite.FusedTransformerLayer)
+@expands(ops.FusedTransformerLayer)
 def expand_transformer_layer(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """Attention -> out proj -> FusedResidualLN(attn, hidden) -> fc1 + activation -> fc2 ->
     FusedResidualLN(ffn, h1). The out/fc2 biases ride in the FusedResidualLN's bias input."""
-    op: composite.FusedTransformerLayer = node.op  # type: ignore[assignment]
+    op: ops.FusedTransformerLayer = node.op  # type: ignore[assignment]
     t = dict(zip(op.input_names(), args))
     context = _self_attention(unfuser, name, t["hidden"], t["qkv_w"], t["mask"], op.num_heads, op.head_dim,
                               t.get("qkv_b"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.ops.composite import subgraphs_of
+from rlxpy.ir.ops.control import subgraphs_of
 
 
 def verify(graph: Graph) -> Graph:

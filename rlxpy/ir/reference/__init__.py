@@ -1,9 +1,10 @@
 """The numpy reference interpreter: the executable spec of every op, and the test oracle.
 
-Each op family registers ``@reference(ops.X)`` functions ``fn(op, args, node) -> ndarray``;
-``run_reference`` walks a graph in order. Values are numpy arrays in the op's reference dtype
-(bf16 computed as f32, bool as numpy bool). Float math is done in float64 where cheap and cast
-back, so the reference is at least as accurate as any kernel it checks.
+Each op family (``reference/<family>.py``, named as in ``ir/ops``) registers ``@reference(ops.X)``
+functions ``fn(op, args, node) -> ndarray``; ``run_reference`` walks a graph in order. Values are
+numpy arrays in the op's reference dtype (bf16 computed as f32, bool as numpy bool). Float math is
+done in float64 where cheap and cast back, so the reference is at least as accurate as any kernel
+it checks.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 
 RefFn = Callable[[Any, list[np.ndarray], "Node"], np.ndarray]
 REFERENCE: dict[type[ops.Op], RefFn] = {}
-_FAMILIES = ["core", "nn", "kv", "quant", "extra", "composite", "fused"]
+#: Every op family except leaf (run_reference binds Input/Param/Constant itself).
+_FAMILIES = [family for family in ops.FAMILIES if family != "leaf"]
 
 
 def reference(op_type: type[ops.Op]) -> Callable[[RefFn], RefFn]:

@@ -1,8 +1,10 @@
-"""Reference semantics of the generic (non-GGUF) DequantMatMul schemes (op-catalog §1.3 table).
+"""Reference semantics of the quant family. Generic (non-GGUF) DequantMatMul schemes (op-catalog §1.3):
 
 W is [K, N] row-major: flat element ``e = kk*N + col``. 8-bit schemes store byte e; 4-bit
 schemes store element e in byte e//2, low nibble first. Scales (and zero points) run along K in
-blocks, one per column: ``scale[(kk // block) * N + col]``. The GGUF ops live in nn.py.
+blocks, one per column: ``scale[(kk // block) * N + col]``.
+
+GGUF block formats are decoded by gguf-py (the independent decoder).
 """
 
 from __future__ import annotations
@@ -10,14 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 from rlxpy.errors import GraphError, where
+from rlxpy.ir import ops
 from rlxpy.ir.ops import DequantMatMul
 from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.norm import rms_norm
+from rlxpy.ir.reference.shape import clamp_indices
 
 #: E2M1 (nvfp4) code -> value; codes 8..15 are the negatives of 0..7.
 FP4_E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
 FP4_E2M1_TABLE = np.concatenate([FP4_E2M1_VALUES, -FP4_E2M1_VALUES])
+
+
 NVFP4_GROUP = 16  # fixed by the format, whatever block_size says
+
+
 _NEEDS = {"int8": 3, "int8_asym": 4, "int4": 3, "fp8_e4m3": 2, "fp8_e5m2": 2, "nvfp4": 4}
+
+
 _INPUT_NAMES = {2: "x, w_q", 3: "x, w_q, scale", 4: "x, w_q, scale, zp"}
 
 
@@ -109,3 +122,63 @@ def ref_dequant_matmul(op: DequantMatMul, args, node):
     """``x @ dequant(W)`` in float64, f32 result."""
     weight = dequantize_weight(op, args, node)
     return (args[0].astype(np.float64) @ weight).astype(np.float32)
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64)
+
+
+# -- quantised ---------------------------------------------------------------------------------
+def gguf_dequantize(raw: np.ndarray, qtype: str, rows: int, cols: int) -> np.ndarray:
+    """Rows of GGML blocks -> f32 [rows, cols], via gguf-py (the independent decoder)."""
+    from gguf import GGMLQuantizationType, quants
+
+    values = quants.dequantize(np.ascontiguousarray(raw, dtype=np.uint8), GGMLQuantizationType[qtype])
+    return np.asarray(values, dtype=np.float32).reshape(rows, cols)
+
+
+@reference(ops.DequantMatMulGguf)
+def ref_dequant_matmul_gguf(op: ops.DequantMatMulGguf, args, node):
+    x, w = args
+    weight = gguf_dequantize(w, op.qtype, op.n, op.k)
+    return (_f64(x) @ _f64(weight).T).astype(np.float32)
+
+
+@reference(ops.DequantGroupedMatMul)
+def ref_dequant_grouped(op: ops.DequantGroupedMatMul, args, node):
+    x, w, idx = args
+    out = np.zeros(node.shape, dtype=np.float64)
+    experts = np.trunc(idx.astype(np.float64)).astype(np.int64)
+    for e in np.unique(experts):
+        if 0 <= e < w.shape[0]:
+            rows = experts == e
+            out[rows] = _f64(x[rows]) @ _f64(gguf_dequantize(w[e], op.qtype, op.n, op.k)).T
+    return out.astype(np.float32)
+
+
+@reference(ops.GatherGguf)
+def ref_gather_gguf(op: ops.GatherGguf, args, node):
+    table, idx = args
+    rows = clamp_indices(idx, table.shape[0]).ravel()
+    values = gguf_dequantize(table[rows], op.qtype, len(rows), op.k)
+    return values.reshape(node.shape)
+
+
+@reference(ops.FusedGgufMatMul)
+def ref_fused_gguf_matmul(op: ops.FusedGgufMatMul, args, node):
+    by_role = dict(zip(op.input_roles(), args))
+    h = by_role["x"]
+    if op.eps > 0:
+        h = rms_norm(h, by_role["gamma"], None, op.eps)
+    y = _f64(h) @ _f64(gguf_dequantize(by_role["w"], op.qtype, op.n, op.k)).T
+    if op.swiglu:
+        up = _f64(h) @ _f64(gguf_dequantize(by_role["w_up"], op.qtype, op.n, op.k)).T
+        y = (y / (1.0 + np.exp(-y))) * up
+    if op.has_residual:
+        y = y + _f64(by_role["residual"])
+    if op.rope is not None:  # the QKV block rounds to f32 first, as the unfused graph's GEMV output does
+        from rlxpy.ir.ops.quant import ROPE_ROLES
+        from rlxpy.ir.reference.rope import ref_rope_kv_append
+
+        return ref_rope_kv_append(op.rope, [y.astype(np.float32)] + [by_role[r] for r in ROPE_ROLES], node)
+    return y.astype(np.float32)

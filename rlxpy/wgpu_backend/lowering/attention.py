@@ -27,7 +27,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.attention import attention_layout
-from rlxpy.ir.ops.core import TensorType
+from rlxpy.ir.ops.base import TensorType
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, word_type
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers

@@ -12,8 +12,8 @@ from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp
-from rlxpy.ir.reference.core import cast_values
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.reference.elementwise import cast_values
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn, word_type
 from rlxpy.wgpu_backend.lowering.shape_ops import cast_half_steps, is_half_cast

@@ -11,40 +11,39 @@ import numpy as np
 
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops import extra
 from rlxpy.ir.reference import REFERENCE, _load_families
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers, not_lowered
 
 #: Ops lowered as host steps, with the reason each has no kernel yet.
 HOST_OPS: dict[type[ops.Op], str] = {
-    extra.RmsNormBackwardInput: "backward ops run on the host",
-    extra.RmsNormBackwardGamma: "backward op",
-    extra.RmsNormBackwardBeta: "backward op",
-    extra.LayerNormBackwardInput: "backward op",
-    extra.LayerNormBackwardGamma: "backward op",
-    extra.RopeBackward: "backward op",
-    extra.CumsumBackward: "backward op",
-    extra.GatherBackward: "backward op",
-    extra.AttentionBackward: "backward op",
-    extra.Conv: "no conv kernel yet",
-    extra.Pool: "no pool kernel yet",
-    extra.Im2Col: "im2col is a host op (as in the original)",
-    extra.Custom: "custom ops are host steps",
-    extra.ElementwiseRegion: "no region kernel yet",
-    extra.BatchElementwiseRegion: "no region kernel yet",
-    extra.SelectiveScan: "no scan kernel yet",
-    extra.GatedDeltaNet: "recurrent N×N state: host step",
-    extra.Fft: "no FFT kernel yet",
-    extra.WelchPeaks: "host step",
-    extra.LogMel: "host step",
-    extra.LogMelBackward: "host step",
+    ops.RmsNormBackwardInput: "backward ops run on the host",
+    ops.RmsNormBackwardGamma: "backward op",
+    ops.RmsNormBackwardBeta: "backward op",
+    ops.LayerNormBackwardInput: "backward op",
+    ops.LayerNormBackwardGamma: "backward op",
+    ops.RopeBackward: "backward op",
+    ops.CumsumBackward: "backward op",
+    ops.GatherBackward: "backward op",
+    ops.AttentionBackward: "backward op",
+    ops.Conv: "no conv kernel yet",
+    ops.Pool: "no pool kernel yet",
+    ops.Im2Col: "im2col is a host op (as in the original)",
+    ops.Custom: "custom ops are host steps",
+    ops.ElementwiseRegion: "no region kernel yet",
+    ops.BatchElementwiseRegion: "no region kernel yet",
+    ops.SelectiveScan: "no scan kernel yet",
+    ops.GatedDeltaNet: "recurrent N×N state: host step",
+    ops.Fft: "no FFT kernel yet",
+    ops.WelchPeaks: "host step",
+    ops.LogMel: "host step",
+    ops.LogMelBackward: "host step",
     ops.GroupedMatMul: "no grouped-matmul kernel yet",
 }
 
 
 def mutated_inputs(op: ops.Op) -> list[int]:
     """Inputs an op updates in place (its reference mutates them): written back to the arena."""
-    if isinstance(op, extra.GatedDeltaNet) and op.carry_state:
+    if isinstance(op, ops.GatedDeltaNet) and op.carry_state:
         return [5]
     return []
 
@@ -68,9 +67,9 @@ for _op in HOST_OPS:
     lowers(_op)(lower_on_host)
 
 for _op in (
-    extra.GaussianSplatRender,
-    extra.GaussianSplatRenderBackward,
-    extra.GaussianSplatPrepare,
-    extra.GaussianSplatRasterize,
+    ops.GaussianSplatRender,
+    ops.GaussianSplatRenderBackward,
+    ops.GaussianSplatPrepare,
+    ops.GaussianSplatRasterize,
 ):
     not_lowered(_op, "Gaussian splatting is not implemented (no rasteriser yet)")

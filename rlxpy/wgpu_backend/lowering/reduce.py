@@ -26,7 +26,7 @@ from rlxpy.errors import LimitError, UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops.core import ReduceOp
+from rlxpy.ir.ops.base import ReduceOp
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE

@@ -16,8 +16,8 @@ from typing import Any
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.basic import Activation, Binary, Cast, Compare, Where
-from rlxpy.ir.ops.core import ENUMS, ActKind, BinaryOp, CmpOp, Op, TensorType, need
+from rlxpy.ir.ops.base import ENUMS, ActKind, BinaryOp, CmpOp, Op, TensorType, need
+from rlxpy.ir.ops.elementwise import Activation, Binary, Cast, Compare, Where
 from rlxpy.ir.shape import Shape, format_shape, is_static
 
 MAX_REGION_INPUTS = 16

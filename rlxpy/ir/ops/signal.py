@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import FftNorm, Op, TensorType, need
+from rlxpy.ir.ops.base import FftNorm, Op, TensorType, need
 from rlxpy.ir.shape import Dim, Sym, format_shape
 
 #: Floor of the mel energy before log10, and the log dynamic range kept per frame.

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import TensorType
-from rlxpy.ir.ops.extra_region import (
+from rlxpy.ir.ops.base import TensorType
+from rlxpy.ir.ops.region import (
     MAX_REGION_INPUTS,
     BatchElementwiseRegion,
     ChainStep,
@@ -22,7 +22,7 @@ from rlxpy.ir.ops.extra_region import (
     RegionPrologue,
 )
 from rlxpy.ir.reference import REFERENCE, reference
-from rlxpy.ir.reference import core as _core  # noqa: F401  (the standalone ops' references)
+from rlxpy.ir.reference import elementwise as _elementwise  # noqa: F401  (the standalone ops' references)
 from rlxpy.ir.shape import Shape
 
 

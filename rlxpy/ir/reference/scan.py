@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlxpy.ir.ops.extra_sequence import GatedDeltaNet, SelectiveScan
+from rlxpy.ir.ops.scan import GatedDeltaNet, SelectiveScan
 from rlxpy.ir.reference import reference
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import Op, TensorType, need
+from rlxpy.ir.ops.base import Op, TensorType, need
 from rlxpy.ir.shape import Sym
 
 GROUP_LIMITED_GATE = "llada2.group_limited_gate"

@@ -11,9 +11,9 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.ir.ops.attention import Attention, Rope
-from rlxpy.ir.ops.basic import _axis
-from rlxpy.ir.ops.core import ENUMS, MaskKind, Op, TensorType, need
+from rlxpy.ir.ops.attention import Attention
+from rlxpy.ir.ops.base import ENUMS, MaskKind, Op, TensorType, _axis, need
+from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.shape import format_shape
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import FftNorm
-from rlxpy.ir.ops.extra_signal import (
+from rlxpy.ir.ops.base import FftNorm
+from rlxpy.ir.ops.signal import (
     LOG_MEL_MIN_ENERGY,
     LOG_MEL_RANGE,
     Fft,

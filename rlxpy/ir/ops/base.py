@@ -1,4 +1,5 @@
-"""The op base class, tensor types, and the small enums ops use as attributes.
+"""The op base class, tensor types, and the small enums ops use as attributes (no ops live here:
+each op family has its own module, see ops/__init__.py).
 
 An op is a frozen dataclass: its fields are the attributes. ``infer`` is the shape rule: it
 gets the inputs' types and returns the output's type, raising GraphError (without the node's
@@ -15,7 +16,7 @@ from typing import Any, ClassVar
 
 from rlxpy.errors import GraphError, RegistryError
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.shape import Shape, format_shape
+from rlxpy.ir.shape import Shape, format_shape, normalize_axis
 
 OP_TYPES: dict[str, type[Op]] = {}
 
@@ -151,3 +152,14 @@ def enum_value(kind: type[enum.IntEnum], value: object) -> enum.IntEnum:
     except KeyError:
         names = ", ".join(m.name.lower() for m in kind)
         raise GraphError(f"unknown {kind.__name__} {value!r}; expected one of: {names}") from None
+
+
+def _axis(axis: int, rank: int) -> int:
+    try:
+        return normalize_axis(axis, rank)
+    except ValueError as e:
+        raise GraphError(str(e)) from None
+
+
+def _static(shape: Sequence, what: str) -> None:
+    need(all(isinstance(d, int) for d in shape), f"{what} needs static dims, got {list(shape)}")

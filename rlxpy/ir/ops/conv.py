@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.ir.ops.core import Op, ReduceOp, TensorType, need
+from rlxpy.ir.ops.base import Op, ReduceOp, TensorType, need
 from rlxpy.ir.shape import Dim, format_shape
 
 Ints = tuple[int, ...]

@@ -10,8 +10,8 @@ import itertools
 
 import numpy as np
 
-from rlxpy.ir.ops.core import ReduceOp
-from rlxpy.ir.ops.extra_conv import Conv, Im2Col, Pool
+from rlxpy.ir.ops.base import ReduceOp
+from rlxpy.ir.ops.conv import Conv, Im2Col, Pool
 from rlxpy.ir.reference import reference
 
 

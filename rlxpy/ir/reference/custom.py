@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlxpy.errors import UnsupportedOpError, where
-from rlxpy.ir.ops.extra_custom import (
+from rlxpy.ir.ops.custom import (
     GROUP_LIMITED_GATE,
     Custom,
     GateParams,

@@ -7,8 +7,7 @@ import numpy as np
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops import TensorType
 from rlxpy.ir.ops.attention import attention_layout
-from rlxpy.ir.ops.core import MaskKind
-from rlxpy.ir.ops.extra_backward import (
+from rlxpy.ir.ops.backward import (
     AttentionBackward,
     AttentionWrt,
     CumsumBackward,
@@ -20,9 +19,11 @@ from rlxpy.ir.ops.extra_backward import (
     RmsNormBackwardInput,
     RopeBackward,
 )
+from rlxpy.ir.ops.base import MaskKind
 from rlxpy.ir.reference import reference
-from rlxpy.ir.reference.core import clamp_indices
-from rlxpy.ir.reference.nn import _mask_bhqk, attention_mask, from_bhsd, ref_rope, to_bhsd
+from rlxpy.ir.reference.attention import _mask_bhqk, attention_mask, from_bhsd, to_bhsd
+from rlxpy.ir.reference.rope import ref_rope
+from rlxpy.ir.reference.shape import clamp_indices
 from rlxpy.ir.shape import normalize_axis
 
 

@@ -1,4 +1,5 @@
-"""Leaves, views, element-wise and data-movement ops (op-catalog §1.1, §1.2, §1.6)."""
+"""Shape family: views and data movement (op-catalog §1.6): reshape, transpose, narrow, concat,
+expand, gather and scatter-add."""
 
 from __future__ import annotations
 
@@ -6,59 +7,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.errors import GraphError
-from rlxpy.ir.dtype import DType, promote
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, Op, TensorType, need
-from rlxpy.ir.shape import Dim, Shape, Sym, broadcast_shapes, format_shape, is_static, normalize_axis
-
-
-def _broadcast(ins: Sequence[TensorType]) -> Shape:
-    try:
-        return broadcast_shapes(*(t.shape for t in ins))
-    except ValueError as e:
-        raise GraphError(str(e)) from None
-
-
-@dataclass(frozen=True)
-class Input(Op):
-    """A graph input, uploaded by name on each run (skipped when its bytes did not change)."""
-
-    name: str
-    shape: Shape
-    dtype: DType = DType.F32
-    arity = (0, 0)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(self.shape, self.dtype)
-
-
-@dataclass(frozen=True)
-class Param(Op):
-    """A weight, set once with set_param / set_param_bytes; never shares arena space."""
-
-    name: str
-    shape: Shape
-    dtype: DType = DType.F32
-    arity = (0, 0)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(self.shape, self.dtype)
-
-
-@dataclass(frozen=True, eq=False)
-class Constant(Op):
-    """Bytes fixed at build time, in the arena storage format of ``dtype``."""
-
-    data: bytes
-    shape: Shape
-    dtype: DType = DType.F32
-    arity = (0, 0)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        need(is_static(self.shape), f"constant shape {format_shape(self.shape)} must be static")
-        size = math.prod(self.shape) * self.dtype.itemsize  # type: ignore[arg-type]
-        need(len(self.data) == size, f"constant has {len(self.data)} bytes, shape needs {size}")
-        return TensorType(self.shape, self.dtype)
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.base import Op, TensorType, _axis, need
+from rlxpy.ir.shape import Dim, Shape, Sym, format_shape, is_static
 
 
 @dataclass(frozen=True)
@@ -84,71 +35,6 @@ class Reshape(Op):
         need(math.prod(shape) == total,  # type: ignore[arg-type]
              f"cannot reshape {format_shape(x.shape)} ({total} elements) to {format_shape(self.new_shape)}")
         return TensorType(tuple(shape), x.dtype)
-
-
-@dataclass(frozen=True)
-class Cast(Op):
-    """Convert to ``to``. Float -> int truncates toward zero, saturates, NaN -> 0 (torch-like)."""
-
-    to: DType
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(ins[0].shape, self.to)
-
-
-@dataclass(frozen=True)
-class Copy(Op):
-    """An explicit copy into a fresh slot (same shape and dtype)."""
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return ins[0]
-
-
-@dataclass(frozen=True)
-class Activation(Op):
-    """``fn(x)`` per element (op-catalog §4.1). GELU is the exact erf form, Round is half away
-    from zero (like C's round(), unlike torch.round's half-to-even), NaN propagates."""
-
-    fn: ActKind
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        need(ins[0].dtype.is_float, f"activation {self.fn.name} needs a float input, got {ins[0]}")
-        return ins[0]
-
-
-@dataclass(frozen=True)
-class Binary(Op):
-    """``a op b`` with numpy broadcasting. Pow is IEEE pow (C's pow; torch.pow with a tensor
-    exponent): a negative base gives a real value for integral exponents, NaN otherwise, unlike
-    the original's GPU NaN; (-inf) ** 0.5 = +inf (not sqrt's NaN). Integer Div truncates toward
-    zero (torch.div(rounding_mode="trunc")); an integer x / 0 gives x."""
-
-    op: BinaryOp
-    arity = (2, 2)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(_broadcast(ins), promote(ins[0].dtype, ins[1].dtype))
-
-
-@dataclass(frozen=True)
-class Compare(Op):
-    """``a cmp b`` with broadcasting; bool result. NaN compares false except for NE."""
-
-    op: CmpOp
-    arity = (2, 2)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(_broadcast(ins), DType.BOOL)
-
-
-@dataclass(frozen=True)
-class Where(Op):
-    """``on_true if cond != 0 else on_false``, all three broadcast (like torch.where)."""
-
-    arity = (3, 3)
-
-    def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(_broadcast(ins), promote(ins[1].dtype, ins[2].dtype))
 
 
 @dataclass(frozen=True)
@@ -251,10 +137,3 @@ class ScatterAdd(Op):
         need(idx.rank == 1 and updates.rank >= 1 and idx.shape[0] == updates.shape[0],
              f"scatter_add wants updates [U, ...] and indices [U], got {updates} and {idx}")
         return TensorType((self.out_dim,) + tuple(updates.shape[1:]), updates.dtype)
-
-
-def _axis(axis: int, rank: int) -> int:
-    try:
-        return normalize_axis(axis, rank)
-    except ValueError as e:
-        raise GraphError(str(e)) from None

@@ -1,4 +1,5 @@
-"""Reference semantics: element-wise, views, data movement, reductions (numpy)."""
+"""Reference semantics of the element-wise family: activations, binary ops, comparisons, select,
+casts and copies."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ from scipy import special
 
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.core import ActKind, BinaryOp, CmpOp, ReduceOp
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference import reference
-from rlxpy.ir.shape import normalize_axis
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
@@ -126,109 +126,3 @@ def ref_cast(op: ops.Cast, args, node):
 @reference(ops.Copy)
 def ref_copy(op, args, node):
     return args[0].copy()
-
-
-@reference(ops.Reshape)
-def ref_reshape(op, args, node):
-    return args[0].reshape(node.shape)
-
-
-@reference(ops.Transpose)
-def ref_transpose(op: ops.Transpose, args, node):
-    return np.transpose(args[0], op.perm)
-
-
-@reference(ops.Narrow)
-def ref_narrow(op: ops.Narrow, args, node):
-    (x,) = args
-    axis = normalize_axis(op.axis, x.ndim)
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(op.start, op.start + op.length)
-    return x[tuple(index)]
-
-
-@reference(ops.Concat)
-def ref_concat(op: ops.Concat, args, node):
-    return np.concatenate(args, axis=normalize_axis(op.axis, args[0].ndim))
-
-
-@reference(ops.Expand)
-def ref_expand(op: ops.Expand, args, node):
-    return np.broadcast_to(args[0], node.shape).copy()
-
-
-def clamp_indices(idx: np.ndarray, dim: int) -> np.ndarray:
-    """The original's rule: truncate fractions, clamp into [0, dim-1]."""
-    return np.clip(np.trunc(idx.astype(np.float64)), 0, max(dim - 1, 0)).astype(np.int64)
-
-
-@reference(ops.Gather)
-def ref_gather(op: ops.Gather, args, node):
-    table, idx = args
-    axis = normalize_axis(op.axis, table.ndim)
-    return np.take(table, clamp_indices(idx, table.shape[axis]), axis=axis)
-
-
-@reference(ops.ScatterAdd)
-def ref_scatter_add(op: ops.ScatterAdd, args, node):
-    updates, idx = args
-    out = np.zeros(node.shape, dtype=updates.dtype)
-    rows = np.trunc(idx.astype(np.float64)).astype(np.int64)
-    keep = (rows >= 0) & (rows < op.out_dim)
-    np.add.at(out, rows[keep], updates[keep])
-    return out
-
-
-REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.MEAN: np.mean, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min,
-          ReduceOp.PROD: np.prod}
-
-
-@reference(ops.Reduce)
-def ref_reduce(op: ops.Reduce, args, node):
-    (x,) = args
-    axes = tuple(sorted({normalize_axis(a, x.ndim) for a in op.axes}))
-    if x.size == 0 and op.op in (ReduceOp.MAX, ReduceOp.MIN):
-        raise ValueError("max/min over an empty axis")
-    wide = x.astype(np.float64) if x.dtype.kind == "f" else x
-    return REDUCE[op.op](wide, axis=axes, keepdims=op.keep_dim).astype(x.dtype)
-
-
-@reference(ops.Softmax)
-def ref_softmax(op: ops.Softmax, args, node):
-    x = args[0].astype(np.float64)
-    axis = normalize_axis(op.axis, x.ndim)
-    with np.errstate(all="ignore"):
-        shifted = x - np.max(x, axis=axis, keepdims=True)
-        e = np.exp(shifted)
-        return (e / np.sum(e, axis=axis, keepdims=True)).astype(args[0].dtype)
-
-
-@reference(ops.Cumsum)
-def ref_cumsum(op: ops.Cumsum, args, node):
-    x = args[0]
-    axis = normalize_axis(op.axis, x.ndim)
-    total = np.cumsum(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=axis)
-    if op.exclusive:
-        # shift by one instead of subtracting x: inf - inf and NaN - NaN would poison y[i]
-        leading = np.zeros_like(np.take(total, [0], axis=axis)) if x.shape[axis] else total
-        total = np.concatenate([leading, np.take(total, range(x.shape[axis] - 1), axis=axis)], axis=axis)
-    return total.astype(x.dtype)
-
-
-@reference(ops.TopK)
-def ref_topk(op: ops.TopK, args, node):
-    (x,) = args
-    # NaN first (torch.topk counts NaN as the largest), then by value descending; lexsort is
-    # stable, so ties keep the smaller index first. NaN must outrank +inf, hence two keys.
-    is_nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, dtype=bool)
-    value_key = np.where(is_nan, 0.0, -x.astype(np.float64))
-    order = np.lexsort((value_key, ~is_nan), axis=-1)
-    return order[..., : op.k].astype(np.int32)
-
-
-@reference(ops.Argmax)
-def ref_argmax(op, args, node):
-    (x,) = args
-    has_nan = np.isnan(x)
-    first_nan = np.argmax(has_nan, axis=-1)
-    return np.where(has_nan.any(axis=-1), first_nan, np.argmax(x, axis=-1)).astype(np.int32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.ir.ops.core import Op, TensorType, need
+from rlxpy.ir.ops.base import Op, TensorType, need
 from rlxpy.ir.shape import format_shape
 
 MAX_SCAN_STATE = 256
