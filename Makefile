@@ -37,7 +37,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -x --durations=15 tests
 	@if $(BIN)/python -m rlxpy.wgpu_backend.device --has OpenGL 2>/dev/null; then \
 		echo "op suite on the GL adapter"; \
-		RLX_WGPU_ADAPTER=OpenGL RLX_TEST_KERNELS=gpu $(BIN)/python -m pytest -x tests/ops; \
+		RLX_WGPU_ADAPTER=OpenGL RLXPY_TEST_KERNELS=gpu $(BIN)/python -m pytest -x tests/ops; \
 	elif [ -n "$$CI" ]; then echo "CI: no GL adapter for the op suite"; exit 1; fi
 
 bench: $(STAMP)

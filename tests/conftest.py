@@ -27,10 +27,10 @@ def device():
         pytest.fail(f"no WebGPU adapter ({e}); `make test` installs mesa-vulkan-drivers (lavapipe)")
 
 
-#: Kernel variants the variant-parametrised tests run (RLX_TEST_KERNELS, default both). `make test`
+#: Kernel variants the variant-parametrised tests run (RLXPY_TEST_KERNELS, default both). `make test`
 #: reruns the op suite on llvmpipe's GL with "gpu" only: a GL adapter that is a real GPU runs the
 #: workgroup-cooperative variants, and the CPU variants are covered on lavapipe.
-KERNEL_VARIANTS = os.environ.get("RLX_TEST_KERNELS", "gpu,cpu").split(",")
+KERNEL_VARIANTS = os.environ.get("RLXPY_TEST_KERNELS", "gpu,cpu").split(",")
 
 
 @pytest.fixture(params=KERNEL_VARIANTS)
