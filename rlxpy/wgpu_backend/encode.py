@@ -69,7 +69,7 @@ class Encoder:
         )
         layout = device.bind_group_layout(record)
         self.bind_group = device.device.create_bind_group(
-            label="rlx_arena_window",
+            label=f"rlx_arena_window@{steps[0].window[0] if steps else 0}+{window_size}",
             layout=layout,
             entries=[
                 {"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
@@ -139,11 +139,18 @@ class Encoder:
         self._entries.clear()
         self._prepared.clear()
 
+    def _pass_label(self, segment: Segment) -> str:
+        """The pass's first and last step, so that wgpu's errors name the nodes."""
+        first, last = segment.dispatches[0][2], segment.dispatches[-1][2]
+        name = self.steps[first].label + (f"..{self.steps[last].label}" if last != first else "")
+        return f"rlx_pass:{name}"
+
     def _encode_pass(self, encoder: Any, segment: Segment, timestamps: dict | None = None) -> None:
+        label = self._pass_label(segment) if segment.dispatches else "rlx_pass"
         if timestamps is not None:
-            cpass = encoder.begin_compute_pass(label="rlx_pass", timestamp_writes=timestamps)
+            cpass = encoder.begin_compute_pass(label=label, timestamp_writes=timestamps)
         else:
-            cpass = encoder.begin_compute_pass(label="rlx_pass")
+            cpass = encoder.begin_compute_pass(label=label)
         if self.raw and timestamps is None:  # raw entries are cached per segment: not for one-off ones
             lib, internal, bg = self._lib, cpass._internal, self._raw_bind_group
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
