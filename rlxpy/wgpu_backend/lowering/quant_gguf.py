@@ -188,12 +188,39 @@ def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
                          f"allows {ctx.facts.max_workgroup_storage}")
 
 
+def _epilogue_subs(qtype: str, grouped: bool, fused: dict[str, Node], rope: ops.RopeKvAppend | None,
+                   idx: Node | None) -> dict[str, object]:
+    """The WGSL constants both GEMV variants share: decoder, mode and fused epilogues."""
+    flag = {True: "true", False: "false"}
+    return {"DECODE": decode_source(qtype), "GROUPED": flag[grouped], "NORM": flag["gamma" in fused],
+            "SWIGLU": flag["w_up" in fused], "RESIDUAL": flag["residual" in fused],
+            "ROPE": flag[rope is not None], "RD": rope.head_dim if rope else 2,
+            "ROT": rope.rot if rope else 2, "INTERLEAVED": flag[bool(rope and rope.interleaved)],
+            "EXPERT": EXPERT_LOADS[idx.dtype] if idx is not None else "return 0;"}
+
+
+def _gemv_fields(ctx: LowerCtx, qtype: str, x: Node, w: Node, node: Node, m: int, n: int, k: int,
+                 idx: Node | None, experts: int, fused: dict[str, Node], eps: float,
+                 rope: ops.RopeKvAppend | None) -> dict[str, float | int]:
+    """QuantGgufGemvParams of both variants, less the work split (tpr, rows_per_wg)."""
+    offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
+    if rope is not None:
+        offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
+                       max_pos=fused["cos"].shape[0])
+    row_bytes = gguf_row_bytes(qtype, k)
+    return dict(m=m, n=n, k=k, x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
+                row_bytes=row_bytes, units=math.ceil(k / UNIT), w_stride=n * row_bytes,
+                idx=ctx.offset(idx) if idx is not None else 0, experts=experts, eps=eps,
+                **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
+
+
 def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
               idx: Node | None = None, experts: int = 0, fused: dict[str, Node] | None = None,
               eps: float = 0.0, rope: ops.RopeKvAppend | None = None) -> Step:
     """The GEMV dispatch: ``m`` x rows together, or (``idx`` given) one grid row per x row.
     ``fused`` holds FusedGgufMatMul's extra inputs by role (w_up, gamma, residual, and with
-    ``rope`` the RopeKvAppend inputs k_cache, v_cache, cos, sin, pos)."""
+    ``rope`` the RopeKvAppend inputs k_cache, v_cache, cos, sin, pos). A CPU adapter gets the
+    rows variant (``rows_step``)."""
     grouped = idx is not None
     fused = fused or {}
     if ctx.facts.cpu and rows_step_fits(n, rope):
@@ -204,37 +231,22 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     if blocks > 1 and (fused or rope is not None):
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     kc = chunk_elems(rows_in_wg, k)
-    units = math.ceil(k / UNIT)
-    lanes, teams, team_rows = gemv_plan(units, n, rows_in_wg)
+    lanes, teams, team_rows = gemv_plan(math.ceil(k / UNIT), n, rows_in_wg)
     if rope is not None:
         lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node))
     xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS * (2 if swiglu else 1))
     ys_floats = rows_in_wg * teams * team_rows if rope is not None else 1
     _check(node, ctx, x, 4 * (xs_floats + ys_floats))
-    row_bytes = gguf_row_bytes(qtype, k)
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
-    flag = {True: "true", False: "false"}
-    subs = {"DECODE": decode_source(qtype), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
+    subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
-            "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu),
-            "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag[swiglu],
-            "RESIDUAL": flag["residual" in fused], "ROPE": flag[rope is not None], "YS": ys_floats,
-            "RD": rope.head_dim if rope else 2, "ROT": rope.rot if rope else 2,
-            "INTERLEAVED": flag[bool(rope and rope.interleaved)],
-            "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
-    offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
-    if rope is not None:
-        offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
-                       max_pos=fused["cos"].shape[0])
+            "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats}
     # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
     # blocks (a block's rows would not follow a rescaled m)
     scalable = rope is None and blocks == 1
-    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=scalable, m=m, n=n, k=k,
-                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node), row_bytes=row_bytes,
-                        units=units, tpr=lanes, rows_per_wg=teams, w_stride=n * row_bytes,
-                        idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
-                        **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
+    return ctx.dispatch(QUANT_GGUF_GEMV, node, grid, subs, scalable=scalable, tpr=lanes, rows_per_wg=teams,
+                        **_gemv_fields(ctx, qtype, x, w, node, m, n, k, idx, experts, fused, eps, rope))
 
 
 def rows_step_fits(n: int, rope: ops.RopeKvAppend | None) -> bool:
@@ -245,8 +257,8 @@ def rows_step_fits(n: int, rope: ops.RopeKvAppend | None) -> bool:
 def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int,
               idx: Node | None, experts: int, fused: dict[str, Node], eps: float,
               rope: ops.RopeKvAppend | None) -> Step:
-    """gemv_step's CPU variant (quant_gguf_rows.wgsl): one invocation per output row (per RoPE pair),
-    all of k, no workgroup memory; same params and epilogues."""
+    """gemv_step's CPU variant (quant_gguf_rows.wgsl): one invocation per group of output rows
+    (RoPE pairs with RoPE), all of k, no workgroup memory; same params and epilogues."""
     grouped = idx is not None
     epilogue = bool(fused) or rope is not None  # a fused epilogue needs all its rows in one block
     rows_in_inv = 1 if grouped else min(m, GEMV_MAX_ROWS if epilogue else ROWS_X_MAX)
@@ -258,25 +270,12 @@ def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     rr //= 2 if "w_up" in fused else 1
     groups = math.ceil(math.ceil(n / rr) / ROWS_WG)
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
-    flag = {True: "true", False: "false"}
-    subs = {"DECODE": decode_source(qtype), "MR": rows_in_inv, "RR": rr, "K_TAIL": flag[k % UNIT != 0],
-            "ACCUMULATE": rows_accumulate_source(rows_in_inv, rr, "w_up" in fused),
-            "GROUPED": flag[grouped], "NORM": flag["gamma" in fused], "SWIGLU": flag["w_up" in fused],
-            "RESIDUAL": flag["residual" in fused], "ROPE": flag[rope is not None],
-            "RD": rope.head_dim if rope else 2, "ROT": rope.rot if rope else 2,
-            "INTERLEAVED": flag[bool(rope and rope.interleaved)],
-            "EXPERT": EXPERT_LOADS[idx.dtype] if grouped else "return 0;"}
-    offsets = {role: ctx.offset(t) * (4 if role == "w_up" else 1) for role, t in fused.items()}
-    if rope is not None:
-        offsets.update(q_width=rope.q_width, kv_width=rope.kv_width, capacity=fused["k_cache"].shape[0],
-                       max_pos=fused["cos"].shape[0])
-    scalable = rope is None and blocks == 1
-    return ctx.dispatch(QUANT_GGUF_ROWS, node, grid, subs, scalable=scalable, m=m, n=n, k=k,
-                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
-                        row_bytes=gguf_row_bytes(qtype, k), units=math.ceil(k / UNIT), tpr=1,
-                        rows_per_wg=ROWS_WG, w_stride=n * gguf_row_bytes(qtype, k),
-                        idx=ctx.offset(idx) if grouped else 0, experts=experts, eps=eps,
-                        **{role: offsets.get(role, 0) for role in FUSED_FIELDS})
+    subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_inv, "RR": rr,
+            "K_TAIL": "true" if k % UNIT else "false",
+            "ACCUMULATE": rows_accumulate_source(rows_in_inv, rr, "w_up" in fused)}
+    return ctx.dispatch(QUANT_GGUF_ROWS, node, grid, subs, scalable=rope is None and blocks == 1, tpr=1,
+                        rows_per_wg=ROWS_WG,
+                        **_gemv_fields(ctx, qtype, x, w, node, m, n, k, idx, experts, fused, eps, rope))
 
 
 def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
