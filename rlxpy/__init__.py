@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 def compile(graph: Graph, bindings: dict[str, int] | None = None, **options):  # noqa: A001
     """Compile ``graph`` for the WebGPU device; returns an Executable (lazy if dims are symbolic)."""
-    from rlxpy.wgpu_backend.executable import compile_graph
+    from rlxpy.wgpu_backend.compile import compile_graph
     return compile_graph(graph, bindings=bindings, **options)
 
 

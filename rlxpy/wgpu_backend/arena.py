@@ -15,7 +15,9 @@ import numpy as np
 from rlxpy.errors import LimitError
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
+from rlxpy.wgpu_backend.device import wgpu_module
 from rlxpy.wgpu_backend.memplan import Buffer, Plan, align_up, place
+from rlxpy.wgpu_backend.windows import shift
 
 SCRATCH_MIN = 1 << 16
 SYNC_SLOT = 2  # the readback slot of Arena.read (never one a pre-encoded run may be writing)
@@ -79,8 +81,6 @@ class ArenaPlan:
     def with_gaps(self, gaps: dict[int, int]) -> ArenaPlan:
         """The same plan with empty regions of ``gaps`` {cut offset: bytes} inserted at cut points
         (offsets no buffer straddles): everything at or past a cut moves up by its gap."""
-        from rlxpy.wgpu_backend.windows import shift
-
         order = sorted(gaps.items())
         moved = {key: shift(offset, order) for key, offset in self.plan.offsets.items()}
         plan = Plan(moved, shift(self.plan.size, order), self.plan.total_requested, self.plan.alignment)
@@ -128,8 +128,7 @@ class Arena:
     """The one storage buffer (plus pooled readback staging)."""
 
     def __init__(self, device: Any, size: int, label: str = "rlx_arena") -> None:
-        import wgpu
-
+        wgpu = wgpu_module()
         if size > device.max_buffer:
             raise LimitError(
                 f"arena of {size / 2**20:.1f} MiB exceeds the device's max buffer "
@@ -161,8 +160,7 @@ class Arena:
 
     def gpu_copies(self, encoder: Any, copies: list[tuple[int, int, int]] | tuple) -> None:
         """Arena-to-arena copies through a transfer buffer (wgpu refuses a copy within one buffer)."""
-        import wgpu
-
+        wgpu = wgpu_module()
         total = sum(align_up(n, 4) for _, _, n in copies)
         if self._transfer is None or self._transfer.size < total:
             # no destroy(): copies already recorded in this encoder may still use the old buffer;
@@ -184,8 +182,7 @@ class Arena:
     def staging(self, size: int, slot: int = 0) -> Any:
         """A MAP_READ buffer of at least ``size`` bytes, reused across runs. Two slots let one
         run's readback be mapped while the next run's copies into the other are recorded."""
-        import wgpu
-
+        wgpu = wgpu_module()
         if self._stagings[slot] is None or self._stagings[slot].size < size:
             # no destroy(): a pre-encoded run may still copy into the old buffer; dropping our
             # reference frees it once no command buffer holds it
@@ -209,8 +206,7 @@ class Arena:
         """Map and copy out ``size`` bytes of a readback buffer: ``staging`` when given (the one a
         command buffer recorded into: a slot's buffer may have been replaced by a larger one since),
         else the slot's current buffer."""
-        import wgpu
-
+        wgpu = wgpu_module()
         staging = staging if staging is not None else self._stagings[slot]
         staging.map_sync(wgpu.MapMode.READ, 0, align_up(size, 8))
         try:

@@ -9,6 +9,7 @@ state the run saw.
 
 from __future__ import annotations
 
+import re
 import sys
 import weakref
 from collections import Counter
@@ -140,12 +141,10 @@ def say_once(text: str) -> None:
 
 def twin_of(exe: WgpuExecutable) -> WgpuExecutable:
     """The keep-all twin of ``exe`` (compiled at the first use, kept while ``exe`` lives)."""
-    from rlxpy.wgpu_backend.executable import WgpuExecutable
-
     twin = _TWINS.get(exe)
     if twin is None:
         with env.override(RLX_DISPATCH_REPORT=0, RLX_WGPU_SCHEDULE=0):
-            twin = WgpuExecutable(exe.source_graph, exe.device, keep_all=True, f16_weights=exe.shadowed)
+            twin = exe.keep_all_twin()
         _TWINS[exe] = twin
     return twin
 
@@ -183,11 +182,24 @@ def _bad(value: np.ndarray) -> bool:
     return value.dtype.kind == "f" and not np.isfinite(value).all()
 
 
+_LAYER_PART = re.compile(r"(?:l|layer|h|blk|block)?(\d+)")
+
+
+def layer_of(name: str) -> int | None:
+    """The layer index in a node name: the first part, not the last, that is a number or ``l3``
+    (``decode.3.attn_norm``, ``transformer_h_0_attn``, ``/h.0/attn/MatMul``, BERT's ``l3.qkv``;
+    not ``add_12``, whose number only counts nodes)."""
+    parts = [p for p in re.split(r"[._/:]+", name) if p]
+    for part in parts[:-1]:
+        match = _LAYER_PART.fullmatch(part)
+        if match:
+            return int(match.group(1))
+    return None
+
+
 def nan_nodes(values: NodeValues) -> list[dict[str, Any]]:
     """Every computed node whose output holds NaN/Inf, in schedule order; sources (params,
     inputs) are not listed themselves but named as the bad inputs of the node that reads them."""
-    from rlxpy.wgpu_backend.profile import layer_of
-
     found = []
     for node in values.nodes:
         if _is_source(node) or not _bad(values[node.id]):

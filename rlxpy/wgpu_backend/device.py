@@ -19,7 +19,9 @@ from rlxpy.errors import KernelError, LimitError, UnsupportedOpError
 WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes")
 
 
-def _wgpu() -> Any:
+def wgpu_module() -> Any:
+    """The wgpu package, imported on first use: loading wgpu-native is slow, and the pure modules
+    (the planner in arena.py, lowering) and the CLI's help must not need it."""
     import wgpu
 
     return wgpu
@@ -82,7 +84,7 @@ class Device:
 
     def bind_group_layout(self, uniform_size: int) -> Any:
         """The one layout every step uses (per uniform record size)."""
-        wgpu = _wgpu()
+        wgpu = wgpu_module()
         with self._lock:
             if uniform_size not in self._layouts:
                 compute = wgpu.ShaderStage.COMPUTE
@@ -169,7 +171,7 @@ def _pick_adapter(wgpu: Any) -> tuple[Any, str]:
 @functools.cache
 def get_device() -> Device:
     """The shared device. Raises UnsupportedOpError when wgpu finds no adapter."""
-    wgpu = _wgpu()
+    wgpu = wgpu_module()
     try:
         adapter, reason = _pick_adapter(wgpu)
     except Exception as e:
@@ -196,10 +198,10 @@ def main(argv: list[str]) -> int:
     ``--has TEXT``: exit 0 when an adapter's description contains TEXT (``make test`` asks for GL)."""
     if "--has" in argv:  # --has TEXT: exit 0 when some adapter's description contains TEXT
         text = argv[argv.index("--has") + 1].lower()
-        infos = [dict(a.info) for a in _wgpu().gpu.enumerate_adapters_sync()]
+        infos = [dict(a.info) for a in wgpu_module().gpu.enumerate_adapters_sync()]
         return 0 if any(text in " ".join(map(str, i.values())).lower() for i in infos) else 1
     if "--needs-driver" in argv:
-        infos = [dict(a.info) for a in _wgpu().gpu.enumerate_adapters_sync()]
+        infos = [dict(a.info) for a in wgpu_module().gpu.enumerate_adapters_sync()]
         usable = [i for i in infos if i.get("adapter_type") != "CPU" or i.get("backend_type") in _NATIVE]
         return 1 if usable else 0
     if "--probe" in argv:

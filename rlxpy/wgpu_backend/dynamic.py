@@ -14,6 +14,7 @@ import numpy as np
 from rlxpy.errors import InputError
 from rlxpy.ir.graph import Graph
 from rlxpy.ir.passes.dynamic import bind_graph, check_binding, infer_binding
+from rlxpy.wgpu_backend.executable import WgpuExecutable
 
 
 class DeferredExecutable:
@@ -32,8 +33,6 @@ class DeferredExecutable:
             self._activate(dict(bindings))
 
     def _activate(self, binding: dict[str, int]) -> Any:
-        from rlxpy.wgpu_backend.executable import WgpuExecutable
-
         key = tuple(sorted(binding.items()))
         if key not in self._compiled:
             exe = WgpuExecutable(bind_graph(self.graph, binding), **self.options)

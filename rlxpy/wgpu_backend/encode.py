@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import wgpu
+from wgpu.backends.wgpu_native._ffi import ffi, lib  # the raw path: three C calls per dispatch
+
 from rlxpy.errors import KernelError
 from rlxpy.wgpu_backend.arena import Arena
 from rlxpy.wgpu_backend.device import Device
@@ -52,8 +55,6 @@ class Encoder:
     def __init__(
         self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int, raw: bool = True
     ) -> None:
-        import wgpu
-
         self.device = device
         self.arena = arena
         self.steps = list(steps)
@@ -112,8 +113,6 @@ class Encoder:
     def _setup_raw(self) -> None:
         if not self.raw:
             return
-        from wgpu.backends.wgpu_native._ffi import ffi, lib
-
         self._lib = lib
         self._c_offsets = ffi.new("uint32_t[]", self.offsets or [0, 0])
         self._raw_bind_group = self.bind_group._internal
@@ -283,8 +282,6 @@ class Encoder:
 
     def _key_staging(self, key: tuple, size: int) -> tuple[int, Any]:
         """(slot, buffer): the next of ``key``'s two readback buffers, grown to ``size`` bytes."""
-        import wgpu
-
         pair = self._key_stagings.setdefault(key, [None, None, 0])
         slot = pair[2] = pair[2] ^ 1
         if pair[slot] is None or pair[slot].size < size:

@@ -20,11 +20,12 @@ from rlxpy.ir.dtype import DType, from_storage, to_storage
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.reference import check_value
 from rlxpy.ir.shape import format_shape
-from rlxpy.wgpu_backend import shadow
+from rlxpy.wgpu_backend import debug, profile, shadow
 from rlxpy.wgpu_backend.arena import Arena, tensor_bytes
 from rlxpy.wgpu_backend.compiler import CompiledSchedule, lower_graph, prepare
 from rlxpy.wgpu_backend.device import Device, get_device
 from rlxpy.wgpu_backend.encode import Encoder
+from rlxpy.wgpu_backend.extent import apply_extent
 from rlxpy.wgpu_backend.memplan import align_up
 from rlxpy.wgpu_backend.schedule import DeviceFacts
 
@@ -91,8 +92,7 @@ class WgpuExecutable:
         self.active_extent: tuple[int, int] | None = None
         self._needed_cache: dict[tuple[int, ...], tuple[set[int], frozenset[int]]] = {}
         if env.report_level() >= 1:
-            from rlxpy.wgpu_backend.debug import print_report
-            print_report(self)
+            debug.print_report(self)
 
     # -- parameters -----------------------------------------------------------------------------
     def param_names(self) -> list[str]:
@@ -193,8 +193,6 @@ class WgpuExecutable:
                        feeds: Mapping[str, GpuHandle] | None) -> dict[str, np.ndarray]:
         """One run under the debug flags: synchronous, so the next run (say the next decode step)
         starts after this one is explained."""
-        from rlxpy.wgpu_backend import debug, profile
-
         flags = env.run_debug_flags()
         debug.say_once(f"rlxpy: {', '.join(flags)} on: every run is read back and explained before the "
                        "next one starts (decode steps are not pipelined)")
@@ -212,11 +210,9 @@ class WgpuExecutable:
     def timed_run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                   feeds: Mapping[str, GpuHandle] | None = None) -> tuple[dict[str, np.ndarray], Any]:
         """``run`` with every step timed: (outputs, profile.Profile)."""
-        from rlxpy.wgpu_backend.profile import StepTimer, build_profile
-
-        timer = StepTimer(self.device)
+        timer = profile.StepTimer(self.device)
         out = self._submit(inputs, outputs, feeds, timer)()
-        return out, build_profile(self, timer.collect())
+        return out, profile.build_profile(self, timer.collect())
 
     def needed_nodes(self, outputs: Iterable[str] | None = None) -> list[Node]:
         """The nodes a run of ``outputs`` (None: every output) computes or reads, in schedule order."""
@@ -230,6 +226,10 @@ class WgpuExecutable:
         if outputs is None:
             return list(range(len(self.schedule.steps)))
         return sorted(self._needed(self._resolve_outputs(outputs), True)[1])  # type: ignore[arg-type]
+
+    def keep_all_twin(self) -> WgpuExecutable:
+        """A fresh executable of the same graph with every tensor kept alive (debug re-runs)."""
+        return WgpuExecutable(self.source_graph, self.device, keep_all=True, f16_weights=self.shadowed)
 
     def copy_params_to(self, other: WgpuExecutable) -> None:
         """Copy every set param into ``other`` (compiled from the same graph) on the GPU."""
@@ -311,7 +311,6 @@ class WgpuExecutable:
         """Run the next runs on the first ``actual`` of ``upper`` leading rows (None: full).
 
         Returns how many steps scale. No recompile; uniforms are rewritten only on change."""
-        from rlxpy.wgpu_backend.extent import apply_extent
 
         actual, upper = extent if extent is not None else (1, 1)
         if extent is None:
@@ -358,8 +357,7 @@ class WgpuExecutable:
     def first_nan_node(self, inputs: Mapping[str, Any], outputs: Iterable[str] | None = None
                        ) -> dict[str, Any] | None:
         """Run with every tensor kept alive; the first node (in order) whose output is not finite."""
-        from rlxpy.wgpu_backend.debug import first_nan_node
-        return first_nan_node(self, inputs, outputs)
+        return debug.first_nan_node(self, inputs, outputs)
 
     def profile(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                 feeds: Mapping[str, GpuHandle] | None = None) -> Any:
@@ -369,8 +367,7 @@ class WgpuExecutable:
         return self.timed_run(inputs, outputs, feeds)[1]
 
     def report(self) -> Any:
-        from rlxpy.wgpu_backend.debug import build_report
-        return build_report(self)
+        return debug.build_report(self)
 
     def destroy(self) -> None:
         self.arena.destroy()
@@ -416,16 +413,8 @@ def to_shadow(name: str, array: np.ndarray) -> np.ndarray:
     return half
 
 
-def compile_graph(graph: Graph, bindings: Mapping[str, int] | None = None, **options: Any) -> Any:
-    """Static graphs compile now; graphs with symbolic dims compile per binding (see dynamic.py)."""
-    if bindings or not graph.is_static():
-        from rlxpy.wgpu_backend.dynamic import DeferredExecutable
-        return DeferredExecutable(graph, bindings, **options)
-    return WgpuExecutable(graph, **options)
-
-
 def output_bytes(node: Node) -> int:
     return tensor_bytes(node)
 
 
-__all__ = ["DType", "HostIO", "WgpuExecutable", "compile_graph", "format_shape"]
+__all__ = ["DType", "HostIO", "WgpuExecutable", "format_shape"]

@@ -11,7 +11,6 @@ which Perfetto and chrome://tracing open) are views of it.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,10 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import wgpu
+from wgpu.backends.wgpu_native._ffi import lib  # the queue's timestamp period has no wrapper
 
 from rlxpy import env
 from rlxpy.errors import UnsupportedOpError
-from rlxpy.wgpu_backend.debug import Report, build_report
+from rlxpy.wgpu_backend.debug import Report, build_report, layer_of  # noqa: F401  (layer_of: re-exported)
 
 if TYPE_CHECKING:
     from rlxpy.wgpu_backend.executable import GpuHandle, WgpuExecutable
@@ -32,8 +33,6 @@ MAX_QUERIES = 4096  # per query set (WebGPU limit)
 
 def _timestamp_period(device: Any) -> float:
     try:
-        from wgpu.backends.wgpu_native._ffi import lib
-
         return float(lib.wgpuQueueGetTimestampPeriod(device.queue._internal)) or 1.0
     except (ImportError, AttributeError):
         return 1.0
@@ -47,8 +46,6 @@ def _need_timestamps(dev: Any) -> None:
 def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
     """GPU milliseconds of every GPU step (by step index), one pass per step, replaying the
     whole schedule on the arena as it is (benches; ``profile`` times a real run instead)."""
-    import wgpu
-
     dev = exe.device
     _need_timestamps(dev)
     encoder = exe.encoder
@@ -143,8 +140,6 @@ class StepTimer:
 
     def resolve(self, encoder: Any) -> None:
         """Record the query resolution into the run's last encoder (its readback waits for it)."""
-        import wgpu
-
         if not self._sets:
             return
         size = 8 * MAX_QUERIES * len(self._sets)
@@ -161,8 +156,6 @@ class StepTimer:
 
     def collect(self) -> list[Span]:
         """The spans with their milliseconds (after the run was read back)."""
-        import wgpu
-
         if self._readback is None:
             return self.spans
         self._readback.map_sync(wgpu.MapMode.READ)
@@ -174,21 +167,6 @@ class StepTimer:
             if span.kind != "host":
                 span.ms = max(0.0, ticks[2 * k + 1] - ticks[2 * k]) * period / 1e6
         return self.spans
-
-
-_LAYER_PART = re.compile(r"(?:l|layer|h|blk|block)?(\d+)")
-
-
-def layer_of(name: str) -> int | None:
-    """The layer index in a node name: the first part, not the last, that is a number or ``l3``
-    (``decode.3.attn_norm``, ``transformer_h_0_attn``, ``/h.0/attn/MatMul``, BERT's ``l3.qkv``;
-    not ``add_12``, whose number only counts nodes)."""
-    parts = [p for p in re.split(r"[._/:]+", name) if p]
-    for part in parts[:-1]:
-        match = _LAYER_PART.fullmatch(part)
-        if match:
-            return int(match.group(1))
-    return None
 
 
 @dataclass
