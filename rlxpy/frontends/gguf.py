@@ -246,8 +246,7 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
     total = 0
     for name in exe.param_names():
         if name.endswith(("k_cache", "v_cache")):
-            node = exe._params[name]
-            exe.set_param_bytes(name, bytes(node.nbytes))
+            exe.set_param_bytes(name, bytes(exe.param_nbytes(name)))
             continue
         sources = param_sources(name)
         for source in sources:

@@ -57,7 +57,7 @@ def load_into(exe: Any, weights: Mapping[str, np.ndarray]) -> None:
     """Set every param of a llama executable from GGML-named f32 arrays; zero the KV caches."""
     for name in exe.param_names():
         if name.endswith(("k_cache", "v_cache")):
-            exe.set_param_bytes(name, bytes(exe._params[name].nbytes))
+            exe.set_param_bytes(name, bytes(exe.param_nbytes(name)))
         else:
             parts = [np.ascontiguousarray(weights[source], np.float32) for source in param_sources(name)]
             exe.set_param_bytes(name, np.concatenate(parts).tobytes())

@@ -103,7 +103,7 @@ def build_report(exe: WgpuExecutable) -> Report:
         "device": exe.device.name,
         "host_steps": kinds.get("H", 0),
         "shadow_params": len(exe.shadowed),
-        "shadow_mib": sum(exe._params[name].nbytes for name in exe.shadowed) / 2**20,
+        "shadow_mib": sum(exe.param_nbytes(name) for name in exe.shadowed) / 2**20,
         "host_kernels": dict(Counter(s.kernel for s in steps if s.kind == "host")),
     }
     return Report(summary, rows)

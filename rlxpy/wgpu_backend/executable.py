@@ -98,6 +98,10 @@ class WgpuExecutable:
     def param_names(self) -> list[str]:
         return list(self._params)
 
+    def param_nbytes(self, name: str) -> int:
+        """Bytes param ``name`` takes in the arena (what set_param_bytes expects)."""
+        return self._param(name).nbytes
+
     def set_param(self, name: str, value: Any) -> None:
         """Upload a param's values; an f16-shadowed f32 param is rounded to f16 (nearest even)."""
         node = self._param(name)
