@@ -4,8 +4,8 @@ Bind windows (the math is in windows.py): when the arena fits one binding every 
 whole. Otherwise each node gets a window of W = cap bytes; a node whose tensors do not fit one
 window has some staged into free bytes inside it (copy in before, copy back after), and when no
 window has room the plan gets a gap (a staging region) beside the node's largest tensor and is
-planned again. A staging copy whose ends fit one window is a ``copy_words`` dispatch; a longer one
-is a "copy" step that the encoder runs through a transfer buffer (copy_buffer_to_buffer refuses a
+planned again. A staging copy whose ends fit one window is an ``elementwise_copy_words`` dispatch; a
+longer one is a "copy" step that the encoder runs through a transfer buffer (copy_buffer_to_buffer refuses a
 copy inside one buffer). Both carry ``Step.copy`` so the report counts staged bytes.
 """
 
@@ -227,8 +227,9 @@ def _lower_windowed(node: Node, ctx: LowerCtx, plan: WindowPlan, alignment: int)
 
 def _copy_step(node: Node, ctx: LowerCtx, src: int, dst: int, nbytes: int, label: str,
                alignment: int) -> Step:
-    """One staging copy: a copy_words dispatch when a window covers both ends, else a "copy" step."""
-    from rlxpy.wgpu_backend.lowering.elementwise import COPY_WORDS
+    """One staging copy: an elementwise_copy_words dispatch when a window covers both ends, else a
+    "copy" step."""
+    from rlxpy.wgpu_backend.lowering.elementwise import ELEMENTWISE_COPY_WORDS
 
     base = windows.copy_window(src, dst, nbytes, ctx.arena_size, ctx.window_size, alignment)
     shape = f"{nbytes} B"
@@ -236,7 +237,7 @@ def _copy_step(node: Node, ctx: LowerCtx, src: int, dst: int, nbytes: int, label
         return Step("copy", f"{label}:{node.name}", node.name, "copy_2hop", out_shape=shape,
                     copy=(src, dst, nbytes))
     words = math.ceil(nbytes / 4)
-    step = ctx.dispatch(COPY_WORDS, node, ctx.grid_1d(words), scalable=False, n=words,
+    step = ctx.dispatch(ELEMENTWISE_COPY_WORDS, node, ctx.grid_1d(words), scalable=False, n=words,
                         x=(src - base) // 4, y=(dst - base) // 4)
     return dataclasses.replace(step, label=f"{label}:{node.name}", window=(base, ctx.window_size),
                                out_shape=shape, copy=(src, dst, nbytes))

@@ -374,7 +374,7 @@ def shift(offset: int, gaps: Sequence[tuple[int, int]]) -> int:
 
 # -- copies ------------------------------------------------------------------------------------------
 def copy_window(src: int, dst: int, nbytes: int, arena_size: int, window: int, alignment: int) -> int | None:
-    """Base of a window covering both ends of a copy (one copy_words dispatch), or None: then the
+    """Base of a window covering both ends of a copy (one elementwise_copy_words dispatch), or None: then the
     copy goes through a transfer buffer (two copy_buffer_to_buffer hops)."""
     return cover_base(min(src, dst), max(src, dst) + nbytes, arena_size, window, alignment)
 

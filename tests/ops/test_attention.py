@@ -107,7 +107,7 @@ def build(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="none",
 
 @pytest.fixture(autouse=True, params=KERNEL_VARIANTS)
 def kernel_variant(request):
-    """Every test runs under both attention variants: workgroup-cooperative and CPU (attn_rows)."""
+    """Every test runs under both attention variants: workgroup-cooperative and CPU (attention_rows)."""
     with env.override(RLX_WGPU_KERNELS=request.param):
         yield request.param
 
@@ -141,17 +141,17 @@ def run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="non
 
 # (layout of q, layout of k/v, batch, heads, kv heads, S_q, S_k, head_dim, mask kind, kernels)
 CASES = [
-    ("bhsd", "bhsd", 2, 2, 2, 7, 7, 64, "causal", ["attn_flash"]),
-    ("bshd", "bshd", 1, 3, 1, 129, 129, 7, "causal", ["attn_flash"]),
-    ("bs(hd)", "bs(hd)", 2, 8, 1, 7, 129, 80, "none", ["attn_flash"]),
-    ("hsd", "hsd", 2, 3, 3, 1, 129, 1, "none", ["attn_decode", "attn_combine"]),
-    ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attn_decode"]),
-    ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attn_flash"]),  # S_q > S_k: dead rows
-    ("hsd", "hsd", 1, 3, 3, 17, 129, 128, "sliding_window", ["attn_flash"]),
-    ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attn_decode", "attn_combine"]),
-    ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attn_flash"]),
-    ("bs(hd)", "hsd", 1, 2, 2, 2, 300, 256, "sliding_window", ["attn_decode", "attn_combine"]),
-    ("bhsd", "bhsd", 2, 6, 2, 4, 9, 17, "causal", ["attn_decode"]),  # 3 heads x 4 queries per kv head
+    ("bhsd", "bhsd", 2, 2, 2, 7, 7, 64, "causal", ["attention_flash"]),
+    ("bshd", "bshd", 1, 3, 1, 129, 129, 7, "causal", ["attention_flash"]),
+    ("bs(hd)", "bs(hd)", 2, 8, 1, 7, 129, 80, "none", ["attention_flash"]),
+    ("hsd", "hsd", 2, 3, 3, 1, 129, 1, "none", ["attention_decode", "attention_combine"]),
+    ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attention_decode"]),
+    ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attention_flash"]),  # S_q > S_k: dead rows
+    ("hsd", "hsd", 1, 3, 3, 17, 129, 128, "sliding_window", ["attention_flash"]),
+    ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attention_decode", "attention_combine"]),
+    ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attention_flash"]),
+    ("bs(hd)", "hsd", 1, 2, 2, 2, 300, 256, "sliding_window", ["attention_decode", "attention_combine"]),
+    ("bhsd", "bhsd", 2, 6, 2, 4, 9, 17, "causal", ["attention_decode"]),  # 3 heads x 4 queries per kv head
 ]
 
 
@@ -159,8 +159,8 @@ CASES = [
                                                        f"{c[8]}")
 def test_attention_matches_torch_sdpa(device, case, kernel_variant):
     layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, kernels = case
-    if kernel_variant == "cpu" and kernels[0] == "attn_decode":
-        kernels = ["attn_rows"]
+    if kernel_variant == "cpu" and kernels[0] == "attention_decode":
+        kernels = ["attention_rows"]
     run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, window=5, expect_kernels=kernels)
 
 
@@ -232,7 +232,7 @@ def test_kv_len_limits_the_keys_and_aligns_causal(device, s_q, kind):
     g, y = build("bshd", "bshd", 1, heads, kv_heads, s_q, s_k, dim, kind, window=6)
     exe = rlxpy.compile(g)
     assert all("kv_len" in s.scales for s in exe.schedule.steps if s.kernel.startswith("attn_") and
-               s.kernel != "attn_combine")
+               s.kernel != "attention_combine")
     set_kv_len(exe, kv_len)
     feeds = feeds_for(g, 2)
     feeds["k"][:, kv_len:] = np.nan  # an unfilled cache: never read
@@ -275,17 +275,17 @@ def test_bad_attention_inputs_are_named_errors(device):
 
 def test_lowering_is_pure_and_checks_workgroup_memory():
     """Lowering needs no device: decode splits the keys (capped by the arena's scratch), and a device
-    with too little workgroup memory for attn_flash gets a LimitError naming the node."""
+    with too little workgroup memory for attention_flash gets a LimitError naming the node."""
     from rlxpy.wgpu_backend.compiler import lower_graph, prepare
-    from rlxpy.wgpu_backend.lowering.attention import ATTN_DECODE, scratch_bytes
+    from rlxpy.wgpu_backend.lowering.attention import ATTENTION_DECODE, scratch_bytes
     from rlxpy.wgpu_backend.schedule import DeviceFacts
 
     g, y = build("bhsd", "bhsd", 1, 32, 8, 1, 4096, 128, "causal")
     steps = lower_graph(prepare(g), DeviceFacts()).steps
-    assert [s.kernel for s in steps] == ["attn_decode", "attn_combine"]
-    fields = ATTN_DECODE.params.unpack(steps[0].uniforms)
+    assert [s.kernel for s in steps] == ["attention_decode", "attention_combine"]
+    fields = ATTENTION_DECODE.params.unpack(steps[0].uniforms)
     assert fields["splits"] == steps[0].grid[0] > 1 and fields["kv_len"] == 4096
     assert scratch_bytes(y, g) == 4 * 32 * 32 * (128 + 2)  # what 32 splits would need
     g, _ = build("bhsd", "bhsd", 1, 2, 2, 65, 65, 64)
-    with pytest.raises(LimitError, match=r"attention_0 \(Attention\): attn_flash needs 14976 B"):
+    with pytest.raises(LimitError, match=r"attention_0 \(Attention\): attention_flash needs 14976 B"):
         lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192))

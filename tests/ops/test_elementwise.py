@@ -1,6 +1,7 @@
-"""Element-wise kernels (ew_unary, ew_binary, ew_compare, ew_where, ew_cast) against torch: all 17
-activations with NaN/inf, the 7 binary ops over f32/i32/mixed dtypes with explicit broadcasting,
-pow and division edge cases, compares with NaN, where, and casts between f32, i32, u32 and bool."""
+"""Element-wise kernels (elementwise_unary, elementwise_binary, elementwise_compare, elementwise_where,
+elementwise_cast) against torch: all 17 activations with NaN/inf, the 7 binary ops over f32/i32/mixed
+dtypes with explicit broadcasting, pow and division edge cases, compares with NaN, where, and casts
+between f32, i32, u32 and bool."""
 
 from __future__ import annotations
 
@@ -337,6 +338,7 @@ def test_elementwise_steps_are_one_dispatch_each(device):
     g.output(out)
     exe = rlxpy.compile(g)
     kernels = [s.kernel for s in exe.schedule.steps]
-    assert kernels == ["ew_compare", "ew_unary", "ew_cast", "ew_cast", "ew_where"]
+    assert kernels == ["elementwise_compare", "elementwise_unary", "elementwise_cast", "elementwise_cast",
+                       "elementwise_where"]
     feeds = {"x": rand((17, 5), 1), "y": rand((17, 5), 2)}
     assert_close(exe.run(feeds)[out.name], run_reference(g, feeds)[out.name], *TOL["transcendental"])

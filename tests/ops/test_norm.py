@@ -30,13 +30,13 @@ def t(array: np.ndarray) -> torch.Tensor:
 
 SOFTMAX_CASES = [
     # (shape, {axis: expected kernel})
-    (ODD_SHAPES[0], {0: "softmax_lines"}),
-    (ODD_SHAPES[1], {-1: "softmax_lines"}),
-    (ODD_SHAPES[2], {0: "softmax_lines", 1: "softmax_lines"}),
-    (ODD_SHAPES[3], {0: "softmax_lines", -1: "softmax_rows"}),
-    (ODD_SHAPES[4], {0: "softmax_lines", 1: "softmax_lines", 2: "softmax_rows"}),
-    ((3, 1000), {-1: "softmax_rows", 0: "softmax_lines"}),
-    ((2, 4097), {1: "softmax_rows"}),
+    (ODD_SHAPES[0], {0: "norm_softmax_lines"}),
+    (ODD_SHAPES[1], {-1: "norm_softmax_lines"}),
+    (ODD_SHAPES[2], {0: "norm_softmax_lines", 1: "norm_softmax_lines"}),
+    (ODD_SHAPES[3], {0: "norm_softmax_lines", -1: "norm_softmax_rows"}),
+    (ODD_SHAPES[4], {0: "norm_softmax_lines", 1: "norm_softmax_lines", 2: "norm_softmax_rows"}),
+    ((3, 1000), {-1: "norm_softmax_rows", 0: "norm_softmax_lines"}),
+    ((2, 4097), {1: "norm_softmax_rows"}),
 ]
 
 
@@ -84,7 +84,8 @@ def test_softmax_on_lines_longer_than_lavapipe_loop_limit(device):
     """Two passes over a 40000-long line exceed lavapipe's 65535 loop steps per thread: chunked."""
     shape = (40000, 3)
     g, exe, outs = softmax_graph(shape, [0])
-    assert [s.kernel for s in exe.schedule.steps] == ["softmax_lines"] * 4  # 2 statistics + 2 output chunks
+    # 2 statistics + 2 output chunks
+    assert [s.kernel for s in exe.schedule.steps] == ["norm_softmax_lines"] * 4
     x = rand(shape, seed=6, low=-8, high=8)
     x[5, 0], x[39999, 1], x[:, 2] = np.nan, np.inf, -np.inf
     got = exe.run({"x": x})[outs[0].name]
@@ -218,7 +219,7 @@ def test_norm_beyond_the_loop_budget_is_a_limit_error(device, monkeypatch):
 
 
 def test_norm_family_uniform_structs_match_layouts():
-    for name in ("softmax_rows", "softmax_lines", "norm_rows"):
+    for name in ("norm_softmax_rows", "norm_softmax_lines", "norm_rows"):
         layout = KERNELS[name].params
         structs = parse_wgsl_structs((KERNEL_DIR / f"{name}.wgsl").read_text())
         assert structs[layout.name] == layout.fields, name

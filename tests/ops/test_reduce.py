@@ -121,10 +121,12 @@ def test_reduce_rejects_max_of_empty_axis_and_int_input(device):
 # -- cumsum ------------------------------------------------------------------------------------
 
 CUMSUM_CASES = [
-    (ODD_SHAPES[0], 0, "scan_lines"), (ODD_SHAPES[1], 0, "scan_lines"), (ODD_SHAPES[2], 0, "scan_lines"),
-    (ODD_SHAPES[2], -1, "scan_lines"), (ODD_SHAPES[3], 0, "scan_lines"), (ODD_SHAPES[3], 1, "scan_lines"),
-    (ODD_SHAPES[4], 1, "scan_lines"), (ODD_SHAPES[4], 2, "scan_rows"), ((3, 1000), 1, "scan_rows"),
-    ((2, 4097), -1, "scan_rows"), ((1000, 3), 0, "scan_lines"),
+    (ODD_SHAPES[0], 0, "reduce_cumsum_lines"), (ODD_SHAPES[1], 0, "reduce_cumsum_lines"),
+    (ODD_SHAPES[2], 0, "reduce_cumsum_lines"), (ODD_SHAPES[2], -1, "reduce_cumsum_lines"),
+    (ODD_SHAPES[3], 0, "reduce_cumsum_lines"), (ODD_SHAPES[3], 1, "reduce_cumsum_lines"),
+    (ODD_SHAPES[4], 1, "reduce_cumsum_lines"), (ODD_SHAPES[4], 2, "reduce_cumsum_rows"),
+    ((3, 1000), 1, "reduce_cumsum_rows"), ((2, 4097), -1, "reduce_cumsum_rows"),
+    ((1000, 3), 0, "reduce_cumsum_lines"),
 ]
 
 
@@ -212,7 +214,7 @@ def test_argmax_and_topk_match_torch(device, shape):
     g, exe, outs = compile_graph(shape, lambda g, x: {"argmax": g.argmax(x), **{k: g.topk(x, k) for k in ks}})
     kernels = kernels_of(exe)
     for k in ks:
-        assert kernels[outs[k].name] == ("select_topk" if k <= 64 else "select_rank")
+        assert kernels[outs[k].name] == ("reduce_topk" if k <= 64 else "reduce_rank")
     for what, x in select_inputs(shape, seed=cols).items():
         got = exe.run({"x": x})
         want_argmax = torch.argmax(torch.from_numpy(x), dim=-1).numpy()
@@ -230,7 +232,7 @@ def test_argmax_and_topk_match_torch(device, shape):
 def test_topk_large_k_uses_rank_and_matches_reference(device):
     shape = (3, 1000)
     g, exe, outs = compile_graph(shape, lambda g, x: {k: g.topk(x, k) for k in (300, 1000)})
-    assert set(kernels_of(exe).values()) == {"select_rank"}
+    assert set(kernels_of(exe).values()) == {"reduce_rank"}
     x = rand(shape, seed=9, dtype=np.int32, low=-50, high=50).astype(np.float32)
     x[0, 17] = np.nan
     got = exe.run({"x": x})
@@ -248,8 +250,8 @@ def test_select_rejects_int_input(device):
 
 
 def test_reduce_family_uniform_structs_match_layouts():
-    for name in ("reduce_serial", "reduce_tree", "reduce_tile", "scan_lines", "scan_rows", "select_topk",
-                 "select_rank"):
+    for name in ("reduce_serial", "reduce_tree", "reduce_tile", "reduce_cumsum_lines", "reduce_cumsum_rows",
+                 "reduce_topk", "reduce_rank"):
         layout = KERNELS[name].params
         structs = parse_wgsl_structs((KERNEL_DIR / f"{name}.wgsl").read_text())
         assert structs[layout.name] == layout.fields, name
@@ -262,7 +264,7 @@ def test_cumsum_longer_than_lavapipe_loop_limit(device):
     shape = (70000, 2)
     g, exe, outs = compile_graph(shape, lambda g, x: both_cumsums(g, x, 0))
     for node in outs.values():
-        assert [s.kernel for s in exe.schedule.steps if s.node == node.name] == ["scan_lines"] * 3
+        assert [s.kernel for s in exe.schedule.steps if s.node == node.name] == ["reduce_cumsum_lines"] * 3
     x = rand(shape, seed=8)
     got = exe.run({"x": x})
     atol = float(cumsum_atol(x, 0).max())

@@ -45,7 +45,7 @@ def check_windows(exe, cap: int, staged: bool = True) -> dict:
     assert summary["windows"] > 1
     if staged:
         assert summary["staged_mib"] > 0 and summary["steps_by_kind"].get("C", 0) + sum(
-            s.kernel == "copy_words" for s in schedule.steps) > 0
+            s.kernel == "elementwise_copy_words" for s in schedule.steps) > 0
         assert "staged" in exe.report().text(2)
     return summary
 

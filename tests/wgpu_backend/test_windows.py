@@ -199,8 +199,9 @@ def test_liveness_frees_dead_buffers_only():
 
 
 # -- whole schedules on a CPU simulator -------------------------------------------------------------------
-INPUT_FIELDS = {"ew_unary": ("x",), "ew_binary": ("a", "b"), "matmul_tiled": ("a", "w", "bias"),
-                "matmul_skinny": ("a", "w", "bias"), "copy_words": ("x",)}
+INPUT_FIELDS = {"elementwise_unary": ("x",), "elementwise_binary": ("a", "b"),
+                "matmul_tiled": ("a", "w", "bias"), "matmul_skinny": ("a", "w", "bias"),
+                "elementwise_copy_words": ("x",)}
 
 
 def simulate(schedule, feeds: dict[int, np.ndarray], seed: int) -> np.ndarray:
@@ -221,7 +222,7 @@ def simulate(schedule, feeds: dict[int, np.ndarray], seed: int) -> np.ndarray:
         assert base % ALIGN == 0 and base + size <= schedule.arena.size
         fields = KERNELS[step.kernel].params.unpack(step.uniforms)
         node = graph[step.node]
-        if step.kernel == "copy_words":
+        if step.kernel == "elementwise_copy_words":
             assert step.copy is not None
             data = window_view(arena, step, fields["x"], fields["n"]).copy()
             window_view(arena, step, fields["y"], fields["n"])[:] = data

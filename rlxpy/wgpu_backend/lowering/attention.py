@@ -1,16 +1,15 @@
-"""Attention family: Attention (attn_flash for prefill, attn_decode + attn_combine for few queries);
-Rope and Sample live in rope.py and sample.py, imported at the bottom so that importing this module
-registers all three.
+"""Attention family: Attention (attention_flash for prefill, attention_decode + attention_combine for
+few queries) and PackedAttention (the same kernels, reading q, k and v in place from one parent).
 
 Every layout of ``attention_layout`` is read in place through (batch, head, seq) strides in the
 uniform record; the head dim is contiguous. Both kernels keep an online softmax (running max and
 sum per query row, f32) and never materialise the S_q x S_k score matrix:
 
-* S_q > DECODE_MAX_Q: attn_flash, one workgroup per (64 queries, head, batch); Q/K/V tiles go
+* S_q > DECODE_MAX_Q: attention_flash, one workgroup per (64 queries, head, batch); Q/K/V tiles go
   through workgroup memory, each thread holds a 4 x 2 block of scores and 4 rows of its output dims.
-* S_q <= DECODE_MAX_Q: attn_decode, one workgroup per (key split, kv head x row chunk, batch): the
+* S_q <= DECODE_MAX_Q: attention_decode, one workgroup per (key split, kv head x row chunk, batch): the
   query rows that share a kv head (GQA heads x S_q) read each K/V row together, the keys of a tile
-  are spread over the threads, and key splits of long caches are merged by attn_combine (split-K).
+  are spread over the threads, and key splits of long caches are merged by attention_combine (split-K).
 
 ``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
 keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i. With
@@ -35,14 +34,14 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MAX_HEAD_DIM = 256
 DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
 DECODE_WG = 256
-DECODE_KEYS = 64  # keys per attn_decode tile (4 threads per key in the score phase)
+DECODE_KEYS = 64  # keys per attention_decode tile (4 threads per key in the score phase)
 DECODE_BATCH = 32  # most loads one thread issues before using them
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
 SPLIT_MAX = 32
 # KV-cache decoding (dynamic_kv) of caches up to this many keys runs unsplit: every dispatch costs
 # ~7 µs of host encoding (benches/RESULTS.md), more than a one-workgroup-per-kv-head pass over a
-# few thousand keys costs the GPU, and an unsplit pass needs no attn_combine dispatch.
+# few thousand keys costs the GPU, and an unsplit pass needs no attention_combine dispatch.
 UNSPLIT_CACHE_KEYS = 4096
 COMBINE_WG = 64
 
@@ -75,23 +74,24 @@ _COMMON = dict(
     kv_pos=U32,
     kv_dyn=U32,
 )
-ATTN_FLASH = kernel(
-    "attn_flash", params("AttnFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1), shared_bytes=14976
+ATTENTION_FLASH = kernel(
+    "attention_flash", params("AttentionFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1),
+    shared_bytes=14976,
 )
-FLASH_SHARED_BYTES = ATTN_FLASH.shared_bytes  # the two workgroup arrays of attn_flash.wgsl
-FLASH_QUERIES = 64  # queries per attn_flash workgroup
-ATTN_DECODE = kernel(
-    "attn_decode",
-    params("AttnDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
+FLASH_SHARED_BYTES = ATTENTION_FLASH.shared_bytes  # the two workgroup arrays of attention_flash.wgsl
+FLASH_QUERIES = 64  # queries per attention_flash workgroup
+ATTENTION_DECODE = kernel(
+    "attention_decode",
+    params("AttentionDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
     workgroup=(DECODE_WG, 1, 1),
     shared_bytes=14336,
 )
-ATTN_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
-ATTN_ROWS = kernel("attn_rows", ATTN_DECODE.params, workgroup=(ATTN_ROWS_WG, 1, 1))
-ATTN_COMBINE = kernel(
-    "attn_combine",
+ATTENTION_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
+ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, workgroup=(ATTENTION_ROWS_WG, 1, 1))
+ATTENTION_COMBINE = kernel(
+    "attention_combine",
     params(
-        "AttnCombineParams",
+        "AttentionCombineParams",
         rows=U32,
         heads=U32,
         s_q=U32,
@@ -107,7 +107,7 @@ ATTN_COMBINE = kernel(
 
 
 def flash_tiles(head_dim: int) -> dict[str, int]:
-    """attn_flash's per-head-dim constants: UD = ceil(D / 16) output dims per thread and row; KC = keys
+    """attention_flash's per-head-dim constants: UD = ceil(D / 16) output dims per thread and row; KC = keys
     per V chunk, the largest power of two <= 32 whose chunk (KC x D, rows padded to D + 1, read up to
     16 * UD columns wide) fits the 1632-float tile area and 4 loads per thread."""
     units = math.ceil(head_dim / 16)
@@ -165,7 +165,7 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
 
 
 def decode_batches(head_dim: int, rows: int) -> dict[str, str]:
-    """attn_decode's straight-line load batches (WGSL text). Each thread issues all the loads of a
+    """attention_decode's straight-line load batches (WGSL text). Each thread issues all the loads of a
     batch before using any: written out, not looped, so the shader compiler cannot serialise them
     into one load round trip per element (what made a looped version latency-bound on an H100)."""
     score, pv = [], []
@@ -192,7 +192,7 @@ def decode_batches(head_dim: int, rows: int) -> dict[str, str]:
 
 
 def decode_blocks(heads: int, group: int, s_q: int, head_dim: int) -> tuple[int, int]:
-    """(query rows per attn_decode workgroup, row chunks per kv head): the GQA group's heads x S_q rows
+    """(query rows per attention_decode workgroup, row chunks per kv head): the GQA group's heads x S_q rows
     go 4 or 8 at a time (8 only while their queries fit 4 KiB of workgroup memory)."""
     rows_per_kv = group * s_q
     row_block = 4 if rows_per_kv <= 4 or head_dim > 128 else 8
@@ -207,7 +207,7 @@ def wanted_splits(groups: int, s_k: int) -> int:
 
 def scratch_bytes(node: Node, graph: Graph) -> int:
     """Scratch an Attention node's split-K partial records want ([acc[D], m, l] per query row and
-    split); 0 when it runs attn_flash. The lowerer uses what ``ctx.scratch`` offers and splits less
+    split); 0 when it runs attention_flash. The lowerer uses what ``ctx.scratch`` offers and splits less
     when it is smaller, so a compiler sizing the arena's scratch as the max over nodes makes decode
     use its full split (the default 64 KiB allows ~3 splits for 32 heads of dim 128)."""
     op: ops.Attention = node.op  # type: ignore[assignment]
@@ -337,29 +337,30 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
     )
     subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q and ctx.facts.cpu:
-        grid = (math.ceil(heads * s_q / ATTN_ROWS_WG), 1, batch)
-        return [ctx.dispatch(ATTN_ROWS, node, grid, subs, **fields, heads=heads, splits=1, part=0)]
+        grid = (math.ceil(heads * s_q / ATTENTION_ROWS_WG), 1, batch)
+        return [ctx.dispatch(ATTENTION_ROWS, node, grid, subs, **fields, heads=heads, splits=1, part=0)]
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
     if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:
         raise LimitError(
-            f"{where(node)}: attn_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
+            f"{where(node)}: attention_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
             f"256 threads; the device allows {ctx.facts.max_workgroup_storage} B / "
             f"{ctx.facts.max_invocations}"
         )
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
-    return [ctx.dispatch(ATTN_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
+    return [ctx.dispatch(ATTENTION_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
 
 
 def _lower_decode(
     node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int, head_dim: int
 ) -> list[Step]:
-    """attn_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
-    head's group (GQA heads x S_q) through each K/V row once; partial records need attn_combine."""
-    if DECODE_WG > ctx.facts.max_invocations or ATTN_DECODE.shared_bytes > ctx.facts.max_workgroup_storage:
+    """attention_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
+    head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine."""
+    shared = ATTENTION_DECODE.shared_bytes
+    if DECODE_WG > ctx.facts.max_invocations or shared > ctx.facts.max_workgroup_storage:
         raise LimitError(
-            f"{where(node)}: attn_decode needs {DECODE_WG} threads and "
-            f"{ATTN_DECODE.shared_bytes} B of workgroup memory; the device allows "
+            f"{where(node)}: attention_decode needs {DECODE_WG} threads and "
+            f"{ATTENTION_DECODE.shared_bytes} B of workgroup memory; the device allows "
             f"{ctx.facts.max_invocations} / {ctx.facts.max_workgroup_storage} B"
         )
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
@@ -380,7 +381,7 @@ def _lower_decode(
     }
     steps = [
         ctx.dispatch(
-            ATTN_DECODE,
+            ATTENTION_DECODE,
             node,
             (splits, kv_heads * chunks, batch),
             decode_subs,
@@ -394,7 +395,7 @@ def _lower_decode(
         combine_subs = {"PRELUDE": PRELUDE, "D": head_dim}
         steps.append(
             ctx.dispatch(
-                ATTN_COMBINE,
+                ATTENTION_COMBINE,
                 node,
                 ctx.grid_rows(rows),
                 combine_subs,
@@ -411,6 +412,3 @@ def _lower_decode(
         )
     return steps
 
-
-# Rope and Sample register their lowerers on import (lowering/__init__.py imports this module).
-from rlxpy.wgpu_backend.lowering import rope, sample  # noqa: E402, F401

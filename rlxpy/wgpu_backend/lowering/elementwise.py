@@ -1,7 +1,8 @@
 """Element-wise family: activations, binary, compare, where, cast, copy.
 
 Operands already have the output's element count (unfuse made broadcasting explicit). Word
-dtypes (f32/i32/u32/bool) run on the GPU; other dtypes fall back to host steps for casts.
+dtypes (f32/i32/u32/bool) run on the GPU; casts to or from f16/bf16 run elementwise_cast_half (at the
+end of this module); other dtypes fall back to host steps for casts.
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference.elementwise import cast_values
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn, word_type
-from rlxpy.wgpu_backend.lowering.shape_ops import cast_half_steps, is_half_cast
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-EW_UNARY = kernel("ew_unary", params("EwUnaryParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
-EW_BINARY = kernel("ew_binary", params("EwBinaryParams", ("n",), n=U32, a=U32, b=U32, y=U32), extent_axis=0)
-EW_COMPARE = kernel("ew_compare", params("EwCompareParams", ("n",), n=U32, a=U32, b=U32, y=U32),
-                   extent_axis=0)
-EW_WHERE = kernel("ew_where", params("EwWhereParams", ("n",), n=U32, c=U32, a=U32, b=U32, y=U32),
-                   extent_axis=0)
-EW_CAST = kernel("ew_cast", params("EwCastParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
-COPY_WORDS = kernel("copy_words", params("CopyWordsParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
+_WORDS_1 = {"x": U32, "y": U32}  # one input word offset, one output
+ELEMENTWISE_UNARY = kernel("elementwise_unary", params("ElementwiseUnaryParams", ("n",), n=U32, **_WORDS_1),
+                           extent_axis=0)
+ELEMENTWISE_BINARY = kernel("elementwise_binary", params("ElementwiseBinaryParams", ("n",), n=U32, a=U32,
+                                                         b=U32, y=U32), extent_axis=0)
+ELEMENTWISE_COMPARE = kernel("elementwise_compare", params("ElementwiseCompareParams", ("n",), n=U32, a=U32,
+                                                           b=U32, y=U32), extent_axis=0)
+ELEMENTWISE_WHERE = kernel("elementwise_where", params("ElementwiseWhereParams", ("n",), n=U32, c=U32, a=U32,
+                                                       b=U32, y=U32), extent_axis=0)
+ELEMENTWISE_CAST = kernel("elementwise_cast", params("ElementwiseCastParams", ("n",), n=U32, **_WORDS_1),
+                          extent_axis=0)
+ELEMENTWISE_COPY_WORDS = kernel("elementwise_copy_words", params("ElementwiseCopyWordsParams", ("n",), n=U32,
+                                                                 **_WORDS_1), extent_axis=0)
+ELEMENTWISE_CAST_HALF = kernel("elementwise_cast_half", params("ElementwiseCastHalfParams", ("n",), n=U32,
+                                                               **_WORDS_1), extent_axis=0)
 
 #: WGSL expression of each activation on ``v`` (f32), matching the reference's formulas.
 ACTIVATION_WGSL = {
@@ -102,7 +109,7 @@ def lower_activation(node: Node, ctx: LowerCtx) -> list[Step]:
     if x.dtype is not DType.F32:
         raise UnsupportedOpError(f"{where(node)}: activations are lowered for f32 only, got {x.dtype}")
     expr = ACTIVATION_WGSL[node.op.fn]
-    return [ctx.dispatch(EW_UNARY, node, ctx.grid_1d(node.numel), {"PRELUDE": PRELUDE, "EXPR": expr},
+    return [ctx.dispatch(ELEMENTWISE_UNARY, node, ctx.grid_1d(node.numel), {"PRELUDE": PRELUDE, "EXPR": expr},
                          n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
 
 
@@ -117,7 +124,7 @@ def lower_binary(node: Node, ctx: LowerCtx) -> list[Step]:
             "STORE": store_fn(node.dtype), "EXPR": table[node.op.op].replace("{T}", compute)}
     if node.dtype is DType.BOOL:  # bool is stored 0/1: True + True must not store 2
         subs["EXPR"] = f"select(0u, 1u, ({subs['EXPR']}) != 0u)"
-    return [ctx.dispatch(EW_BINARY, node, ctx.grid_1d(node.numel), subs,
+    return [ctx.dispatch(ELEMENTWISE_BINARY, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
 
@@ -156,7 +163,7 @@ def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
                      "LOAD_A": keys[_compute_type(node, a.dtype)],
                      "LOAD_B": keys[_compute_type(node, b.dtype)],
                      "EXPR": _COMPARE[node.op.op].replace(" b", " 0").replace("a ", "order(a, b) ")})
-    return [ctx.dispatch(EW_COMPARE, node, ctx.grid_1d(node.numel), subs,
+    return [ctx.dispatch(ELEMENTWISE_COMPARE, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
 
@@ -169,8 +176,8 @@ def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
             "COND_MASK": "0x7fffffffu" if cond_type == "f32" else "0xffffffffu",
             "LOAD_A": word_type(a.dtype, where(node))[1],
             "LOAD_B": word_type(b.dtype, where(node))[1], "STORE": store_fn(node.dtype)}
-    return [ctx.dispatch(EW_WHERE, node, ctx.grid_1d(node.numel), subs, n=node.numel, c=ctx.offset(c),
-                         a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
+    return [ctx.dispatch(ELEMENTWISE_WHERE, node, ctx.grid_1d(node.numel), subs, n=node.numel,
+                         c=ctx.offset(c), a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
 
 def _cast_expr(src: DType, dst: DType) -> str:
@@ -191,7 +198,7 @@ def lower_cast(node: Node, ctx: LowerCtx) -> list[Step]:
         subs = {"PRELUDE": PRELUDE, "TX": WORD_TYPES[x.dtype][0], "TY": WORD_TYPES[node.dtype][0],
                 "LOAD_X": WORD_TYPES[x.dtype][1], "STORE": store_fn(node.dtype),
                 "EXPR": _cast_expr(x.dtype, node.dtype)}
-        return [ctx.dispatch(EW_CAST, node, ctx.grid_1d(node.numel), subs,
+        return [ctx.dispatch(ELEMENTWISE_CAST, node, ctx.grid_1d(node.numel), subs,
                              n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
     if is_half_cast(x.dtype, node.dtype):  # f16/bf16 <-> f32/i32/u32/bool: two elements per thread
         return cast_half_steps(node, ctx)
@@ -213,7 +220,57 @@ def lower_copy(node: Node, ctx: LowerCtx) -> list[Step]:
 def copy_step(node: Node, ctx: LowerCtx, src: Node | int, dst: Node | int, nbytes: int,
               src_extra: int = 0, dst_extra: int = 0) -> Step:
     """Copy ``nbytes`` (rounded up to words) from ``src`` (+ byte offset) to ``dst`` (+ byte offset)."""
-    assert src_extra % 4 == 0 and dst_extra % 4 == 0, "copy_words moves whole words"
+    assert src_extra % 4 == 0 and dst_extra % 4 == 0, "elementwise_copy_words moves whole words"
     words = (nbytes + 3) // 4
-    return ctx.dispatch(COPY_WORDS, node, ctx.grid_1d(words), n=words,
+    return ctx.dispatch(ELEMENTWISE_COPY_WORDS, node, ctx.grid_1d(words), n=words,
                         x=ctx.offset(src) + src_extra // 4, y=ctx.offset(dst) + dst_extra // 4)
+
+
+# -- f16 / bf16 casts (called by lower_cast) ----------------------------------------
+HALF_TYPES = (DType.F16, DType.BF16)
+
+#: Source element e as f32 (elementwise_cast_half.wgsl's ``load``).
+_HALF_LOAD = {
+    DType.F16: "f16_to_f32(half_at(e))",
+    DType.BF16: "bf16_to_f32(half_at(e))",
+    DType.F32: "ld_f32(p.x + e)",
+    DType.I32: "f32(ld_i32(p.x + e))",
+    DType.U32: "f32(ld_u32(p.x + e))",
+    DType.BOOL: "select(0.0, 1.0, ld_u32(p.x + e) != 0u)",
+}
+
+#: f32 value v -> destination word type: float -> int through the prelude's saturating conversions
+#: (truncate, saturate, NaN -> 0), exactly like elementwise_cast.
+_FROM_F32 = {
+    DType.F32: "{v}",
+    DType.I32: "sat_i32({v})",
+    DType.U32: "sat_u32({v})",
+    DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
+}
+
+
+def is_half_cast(src: DType, dst: DType) -> bool:
+    """Casts this module runs on the GPU: f16/bf16 on one side, f16/bf16/f32/i32/u32/bool on the other."""
+    return src != dst and (src in HALF_TYPES or dst in HALF_TYPES) and {src, dst} <= set(_HALF_LOAD)
+
+
+def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Cast through f32. f32 -> f16 / bf16 rounds to nearest even with overflow to inf, exactly as
+    torch's ``.to(torch.float16 / torch.bfloat16)``; f16 / bf16 -> f32 is exact."""
+    (x,) = ctx.inputs(node)
+    if not is_half_cast(x.dtype, node.dtype):
+        raise UnsupportedOpError(f"{where(node)}: cast {x.dtype} -> {node.dtype} is not a half cast")
+    if node.numel == 0:
+        return []
+    dst = node.dtype
+    if dst in HALF_TYPES:
+        pack = "f32_to_f16" if dst is DType.F16 else "f32_to_bf16"
+        store = f"buf[p.y + t] = {pack}(a) | ({pack}(b) << 16u);"
+    else:
+        write, first, second = store_fn(dst), _FROM_F32[dst].format(v="a"), _FROM_F32[dst].format(v="b")
+        store = (f"{write}(p.y + 2u * t, {first});\n"
+                 f"    if (has_b) {{\n        {write}(p.y + 2u * t + 1u, {second});\n    }}")
+    subs = {"PRELUDE": PRELUDE, "LOAD": _HALF_LOAD[x.dtype], "STORE": store}
+    pairs = -(-node.numel // 2)
+    return [ctx.dispatch(ELEMENTWISE_CAST_HALF, node, ctx.grid_1d(pairs), subs, n=node.numel, x=ctx.offset(x),
+                         y=ctx.offset(node))]

@@ -16,6 +16,7 @@ from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import GEMM_Y_INDEX, PRELUDE
 from rlxpy.wgpu_backend.lowering import matmul_skinny
@@ -176,7 +177,7 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
 def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
          splits: tuple[int, int] | None = None) -> list[Step]:
     """Few rows on a 2-D weight (or an f16 weight): the skinny GEMM; otherwise the tiled one. ``splits``
-    = (split1, split2) stores the columns as three blocks (SplitMatMul, lowered in fused.py)."""
+    = (split1, split2) stores the columns as three blocks (SplitMatMul, lowered below)."""
     if matmul_skinny.applies(a, w, bias):
         return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, act, splits)
     return tiled_gemm(node, ctx, a, w, bias, act, splits)
@@ -192,3 +193,27 @@ def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
 def lower_fused_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w, bias = ctx.inputs(node)
     return gemm(node, ctx, a, w, bias, node.op.activation)
+
+
+@lowers(ops.SplitMatMul)
+def lower_split_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
+    """One GEMM whose epilogue stores column part p as its own [rows, width_p] block."""
+    op: ops.SplitMatMul = node.op  # type: ignore[assignment]
+    a, w, *bias = ctx.inputs(node)
+    if len(op.widths) > 3:
+        raise UnsupportedOpError(f"{where(node)}: the GEMM epilogue stores at most 3 column blocks, "
+                                 f"got widths {op.widths}")
+    bounds = [sum(op.widths[: i + 1]) for i in range(len(op.widths))]
+    splits = (bounds[0], bounds[1] if len(bounds) > 2 else bounds[-1])
+    return gemm(node, ctx, a, w, bias[0] if bias else None, op.activation, splits)
+
+
+#: Ops lowered as host steps, with the reason each has no kernel yet.
+HOST_OPS: dict[type[ops.Op], str] = {
+    ops.GroupedMatMul: "no grouped-matmul kernel yet",
+}
+
+
+@lowers(*HOST_OPS)
+def lower_matmul_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
+    return host_steps(node, ctx)

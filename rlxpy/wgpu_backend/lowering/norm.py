@@ -1,8 +1,8 @@
 """Norm family: Softmax (any axis), LayerNorm, RmsNorm, FusedResidualLN, FusedResidualRmsNorm on f32.
 
-Softmax on contiguous rows longer than 32 runs one workgroup per row (softmax_rows: an online
+Softmax on contiguous rows longer than 32 runs one workgroup per row (norm_softmax_rows: an online
 max/sum pass, then a write pass); other axes and short rows run one thread per line
-(softmax_lines; lines too long for the loop budget of reduce.py go in chunked dispatches). The
+(norm_softmax_lines; lines too long for the loop budget of reduce.py go in chunked dispatches). The
 four norms share norm_rows: one workgroup per last-axis row, the fused residual sum recomputed in
 each pass, LayerNorm with a centred two-pass variance.
 """
@@ -21,10 +21,11 @@ from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.lowering.reduce import chunks, row_lanes, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-SOFTMAX_ROWS = kernel("softmax_rows", params(
-    "SoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8, extent_axis=0)
-SOFTMAX_LINES = kernel("softmax_lines", params(
-    "SoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, phase=U32,
+NORM_SOFTMAX_ROWS = kernel("norm_softmax_rows", params(
+    "NormSoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8,
+    extent_axis=0)
+NORM_SOFTMAX_LINES = kernel("norm_softmax_lines", params(
+    "NormSoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, phase=U32,
     x=U32, y=U32), extent_axis=0)
 NORM_ROWS = kernel("norm_rows", params(
     "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32,
@@ -34,7 +35,7 @@ NORM_ROWS = kernel("norm_rows", params(
 
 #: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
 SOFTMAX_LINE_MAX_COLS = 32
-#: softmax_lines phases: both passes in one dispatch / statistics of one chunk / outputs of one chunk.
+#: norm_softmax_lines phases: both passes in one dispatch / statistics of one chunk / outputs of one chunk.
 BOTH_PASSES, STATISTICS, OUTPUTS = 0, 1, 2
 
 
@@ -59,7 +60,7 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
         lanes = row_lanes(axis_dim)
         steps_per_dispatch(node, 2 * math.ceil(axis_dim / lanes), 32, "Softmax")
         subs = {"PRELUDE": PRELUDE, "WG": lanes}
-        return [ctx.dispatch(SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
+        return [ctx.dispatch(NORM_SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
                              cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
     lines = outer * inner
     per_dispatch = steps_per_dispatch(node, 1, 16, "Softmax")
@@ -70,8 +71,8 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
         # first, so the chunk holding that state overwrites it only after reading it
         pieces = chunks(axis_dim, max(2, per_dispatch))
         order = [(STATISTICS, piece) for piece in pieces] + [(OUTPUTS, piece) for piece in reversed(pieces)]
-    return [ctx.dispatch(SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable, lines=lines,
-                         axis_dim=axis_dim, inner=inner, start=start, count=count, phase=phase,
+    return [ctx.dispatch(NORM_SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable,
+                         lines=lines, axis_dim=axis_dim, inner=inner, start=start, count=count, phase=phase,
                          x=ctx.offset(x), y=ctx.offset(node))
             for phase, (start, count) in order]
 
@@ -136,3 +137,12 @@ def lower_fused_residual_rms_norm(node: Node, ctx: LowerCtx) -> list[Step]:
     """RmsNorm(x + residual (+ bias)) * gamma + beta in one dispatch."""
     x, residual, bias, gamma, beta = _residual_inputs(node, ctx)
     return norm_rows(node, ctx, False, x, residual, bias, gamma, beta, node.op.eps, "FusedResidualRmsNorm")
+
+
+@lowers(ops.ResidualNormTee)
+def lower_residual_norm_tee(node: Node, ctx: LowerCtx) -> list[Step]:
+    """norm_rows over x + residual, storing the sum in part 0 of the output and the norm in part 1."""
+    op: ops.ResidualNormTee = node.op  # type: ignore[assignment]
+    x, residual, gamma, *beta = ctx.inputs(node)
+    return norm_rows(node, ctx, not op.rms, x, residual, None, gamma, beta[0] if beta else None, op.eps,
+                     "ResidualNormTee", tee=ctx.offset(node))

@@ -6,9 +6,9 @@ merge into one ``n``). Kernel choice:
 * Reduce: ``n <= 64`` -> one thread per output (reduce_serial); ``inner == 1`` -> one workgroup
   per row with a tree (reduce_tree); otherwise a 16x16 workgroup per 16 adjacent outputs, reading
   coalesced along ``inner`` (reduce_tile).
-* Cumsum: long contiguous rows -> one workgroup per row (scan_rows), else one thread per line.
-* Argmax / TopK (last axis): one workgroup per row picking k times (select_topk); for large k,
-  where k passes over the row would cost more than ranking every element, select_rank.
+* Cumsum: long contiguous rows -> one workgroup per row (reduce_cumsum_rows), else one thread per line.
+* Argmax / TopK (last axis): one workgroup per row picking k times (reduce_topk); for large k,
+  where k passes over the row would cost more than ranking every element, reduce_rank.
 
 Loop budget: lavapipe (llvmpipe) silently stops a shader invocation after 65535 loop iterations
 in total, over all its loops (LP_MAX_TGSI_LOOP_ITERATIONS; measured: a 70000-step loop writes
@@ -41,17 +41,17 @@ REDUCE_TREE = kernel("reduce_tree", params(
 REDUCE_TILE = kernel("reduce_tile", params(
     "ReduceTileParams", ("groups",), groups=U32, tiles=U32, reduce_dim=U32, inner=U32, start=U32, count=U32,
     accumulate=U32, x=U32, y=U32, divisor=F32), workgroup=(16, 16, 1), shared_bytes=256 * 4, extent_axis=0)
-SCAN_LINES = kernel("scan_lines", params(
-    "ScanLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, x=U32, y=U32,
-    exclusive=U32), extent_axis=0)
-SCAN_ROWS = kernel("scan_rows", params(
-    "ScanRowsParams", ("rows",), rows=U32, cols=U32, start=U32, count=U32, x=U32, y=U32, exclusive=U32),
-    shared_bytes=256 * 4, extent_axis=0)
-SELECT_TOPK = kernel("select_topk", params(
-    "SelectTopkParams", ("rows",), rows=U32, cols=U32, k=U32, round_start=U32, round_count=U32, x=U32,
+REDUCE_CUMSUM_LINES = kernel("reduce_cumsum_lines", params(
+    "ReduceCumsumLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, x=U32,
+    y=U32, exclusive=U32), extent_axis=0)
+REDUCE_CUMSUM_ROWS = kernel("reduce_cumsum_rows", params(
+    "ReduceCumsumRowsParams", ("rows",), rows=U32, cols=U32, start=U32, count=U32, x=U32, y=U32,
+    exclusive=U32), shared_bytes=256 * 4, extent_axis=0)
+REDUCE_TOPK = kernel("reduce_topk", params(
+    "ReduceTopkParams", ("rows",), rows=U32, cols=U32, k=U32, round_start=U32, round_count=U32, x=U32,
     y=U32), shared_bytes=256 * 8, extent_axis=0)
-SELECT_RANK = kernel("select_rank", params(
-    "SelectRankParams", ("groups",), groups=U32, tiles=U32, cols=U32, k=U32, x=U32, y=U32),
+REDUCE_RANK = kernel("reduce_rank", params(
+    "ReduceRankParams", ("groups",), groups=U32, tiles=U32, cols=U32, k=U32, x=U32, y=U32),
     shared_bytes=256 * 4, extent_axis=0)
 
 #: Reductions up to this length run one thread per output (the catalogue's split).
@@ -164,12 +164,12 @@ def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
         # per block of `lanes` values: 1 + log2(lanes) loop steps (the Hillis-Steele scan)
         blocks = steps_per_dispatch(node, 1 + int(math.log2(lanes)), 16, "Cumsum")
         subs = {"PRELUDE": PRELUDE, "WG": lanes}
-        return [ctx.dispatch(SCAN_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer, cols=axis_dim,
-                             start=start, count=count, **fields)
+        return [ctx.dispatch(REDUCE_CUMSUM_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
+                             cols=axis_dim, start=start, count=count, **fields)
                 for start, count in chunks(axis_dim, blocks * lanes)]
     lines = outer * inner
-    return [ctx.dispatch(SCAN_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable, lines=lines,
-                         axis_dim=axis_dim, inner=inner, start=start, count=count, **fields)
+    return [ctx.dispatch(REDUCE_CUMSUM_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable,
+                         lines=lines, axis_dim=axis_dim, inner=inner, start=start, count=count, **fields)
             for start, count in chunks(axis_dim, steps_per_dispatch(node, 1, 16, "Cumsum"))]
 
 
@@ -189,11 +189,11 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
         per_round = math.ceil(cols / lanes) + int(math.log2(lanes)) + 1
         rounds = steps_per_dispatch(node, per_round, 16, what)
         subs = {"PRELUDE": PRELUDE, "WG": lanes}
-        return [ctx.dispatch(SELECT_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, round_start=start,
+        return [ctx.dispatch(REDUCE_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, round_start=start,
                              round_count=count, **fields)
                 for start, count in chunks(k, rounds)]
-    tiles = math.ceil(cols / SELECT_RANK.workgroup[0])
-    return [ctx.dispatch(SELECT_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
+    tiles = math.ceil(cols / REDUCE_RANK.workgroup[0])
+    return [ctx.dispatch(REDUCE_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
                          groups=rows * tiles, tiles=tiles, **fields)]
 
 

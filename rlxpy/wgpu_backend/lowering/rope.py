@@ -1,4 +1,7 @@
-"""Rope lowering (registered through lowering/attention.py): one rope_rotate dispatch.
+"""Rope family: Rope is one rope_rotate dispatch; RopeKvAppend (rotate q and k, append k and v to
+the KV caches) one rope_kv_append dispatch.
+
+Rope:
 
 x is [..., S, L] with L = heads * head_dim and the sequence on the second-to-last axis; the
 cos/sin tables are [max_pos, n_rot/2]. The position of row s is s + position_offset, plus the
@@ -45,3 +48,65 @@ def lower_rope(node: Node, ctx: LowerCtx) -> list[Step]:
                          max_pos=max_pos, offset=op.position_offset,
                          pos_input=ctx.offset(position) if position is not None else 0,
                          has_pos=int(position is not None))]
+
+
+ROPE_KV_APPEND = kernel(
+    "rope_kv_append",
+    params(
+        "RopeKvAppendParams",
+        (),
+        n=U32,
+        rows=U32,
+        q_width=U32,
+        kv_width=U32,
+        head_dim=U32,
+        n_rot=U32,
+        interleaved=U32,
+        capacity=U32,
+        max_pos=U32,
+        qkv=U32,
+        k_cache=U32,
+        v_cache=U32,
+        cos=U32,
+        sin=U32,
+        pos=U32,
+        q_out=U32,
+    ),
+)
+
+
+@lowers(ops.RopeKvAppend)
+def lower_rope_kv_append(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.RopeKvAppend = node.op  # type: ignore[assignment]
+    qkv, k_cache, v_cache, cos, sin, pos = ctx.inputs(node)
+    for t in (qkv, k_cache, v_cache, cos, sin):
+        if t.dtype.itemsize != 4 or not t.dtype.is_float:
+            raise UnsupportedOpError(f"{where(node)}: f32 tensors only, got {t.type}")
+    rows = qkv.shape[0]
+    n = rows * (op.q_width + 2 * op.kv_width)
+    # writes the caches too: never extent-scaled (the node's leading dim is S, but the cache rows
+    # it appends must all land for later positions to see them)
+    return [
+        ctx.dispatch(
+            ROPE_KV_APPEND,
+            node,
+            ctx.grid_1d(n),
+            scalable=False,
+            n=n,
+            rows=rows,
+            q_width=op.q_width,
+            kv_width=op.kv_width,
+            head_dim=op.head_dim,
+            n_rot=op.rot,
+            interleaved=int(op.interleaved),
+            capacity=k_cache.shape[0],
+            max_pos=cos.shape[0],
+            qkv=ctx.offset(qkv),
+            k_cache=ctx.offset(k_cache),
+            v_cache=ctx.offset(v_cache),
+            cos=ctx.offset(cos),
+            sin=ctx.offset(sin),
+            pos=ctx.offset(pos),
+            q_out=ctx.offset(node),
+        )
+    ]

@@ -14,7 +14,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.kernels.params import KERNELS
-from rlxpy.wgpu_backend.lowering.shape_ops import Axis, coalesce
+from rlxpy.wgpu_backend.lowering.shape import Axis, coalesce
 from rlxpy.wgpu_backend.schedule import DeviceFacts
 
 #: Every storage width: 1 (u8), 2 (f16, bf16), 4 (f32, i32, bool) and 8 (i64) bytes per element.
@@ -134,7 +134,7 @@ def test_copy_moves_every_dtype(device, dtype):
     x = sample((3, 5), dtype, seed=2)  # 15 elements: an odd number of 2-byte and 1-byte values
     exe, (gpu,), _ = run_graph(lambda g, a: g.copy(a), [(x, dtype)])
     assert_moved(gpu, x, dtype, "copy")
-    assert kernels_of(exe) == ["copy_words"]
+    assert kernels_of(exe) == ["elementwise_copy_words"]
 
 
 def test_transpose_with_a_bad_perm_is_a_graph_error():
@@ -265,7 +265,7 @@ def test_implicit_broadcast_runs_through_unfuse_expand(device):
     x, y = sample((3, 1), DType.F32, 1), sample((1, 4), DType.F32, 2)
     exe, (gpu,), _ = run_graph(lambda g, a, b: g.add(a, b), [(x, DType.F32), (y, DType.F32)])
     np.testing.assert_array_equal(gpu, (torch.from_numpy(x) + torch.from_numpy(y)).numpy())
-    assert kernels_of(exe) == ["shape_strided", "shape_strided", "ew_binary"]
+    assert kernels_of(exe) == ["shape_strided", "shape_strided", "elementwise_binary"]
 
 
 # -- Gather -------------------------------------------------------------------------------------
@@ -449,7 +449,7 @@ def test_f32_to_half_rounds_to_nearest_even_like_torch(device, dst, torch_dtype)
     gpu, exe = cast_on_gpu(x, DType.F32, dst)
     expected = from_torch(torch.from_numpy(x).to(torch_dtype))
     assert_same_floats(gpu, expected, f"f32 -> {dst}")
-    assert kernels_of(exe) == ["cast_half"], "the cast runs on the GPU, not as a host step"
+    assert kernels_of(exe) == ["elementwise_cast_half"], "the cast runs on the GPU, not as a host step"
 
 
 @pytest.mark.parametrize("src", [DType.F16, DType.BF16], ids=str)
@@ -463,7 +463,7 @@ def test_every_half_value_widens_exactly(device, src):
         expected = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
     gpu, exe = cast_on_gpu(x, src, DType.F32)
     assert_same_floats(gpu, expected, f"{src} -> f32")
-    assert kernels_of(exe) == ["cast_half"]
+    assert kernels_of(exe) == ["elementwise_cast_half"]
 
 
 CAST_PAIRS = [
@@ -489,7 +489,7 @@ def test_half_casts_on_odd_lengths_match_torch(device, shape, src, dst):
         x = rng.random(shape) < 0.5
     else:
         x = sample(shape, src, seed=sum(shape))
-        if dst in (DType.I32, DType.U32):  # NaN/inf -> int differs in torch; covered by ew_cast's rule
+        if dst in (DType.I32, DType.U32):  # NaN/inf -> int differs in torch; see elementwise_cast's rule
             x = np.where(np.isfinite(x), x, 7).astype(x.dtype)
     gpu, exe = cast_on_gpu(x, src, dst)
     source = torch.from_numpy(x.astype(np.int64) if src is DType.U32 else x)
@@ -503,7 +503,7 @@ def test_half_casts_on_odd_lengths_match_torch(device, shape, src, dst):
         assert_same_floats(gpu, expected, f"{src} -> {dst}")
     else:
         np.testing.assert_array_equal(gpu, expected)
-    assert kernels_of(exe) == ["cast_half"]
+    assert kernels_of(exe) == ["elementwise_cast_half"]
 
 
 def test_active_extent_scales_gather_and_cast_but_not_strided_copies(device):

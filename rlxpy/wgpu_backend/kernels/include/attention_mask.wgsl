@@ -1,4 +1,4 @@
-// Attention score semantics shared by the attention kernels (#include "attn_mask.wgsl"): needs the
+// Attention score semantics shared by the attention kernels (#include "attention_mask.wgsl"): needs the
 // params fields scale, softcap, window, mask, m_sb/m_sh/m_sq/m_sk, the constant MASK_KIND, the
 // LOAD_MASK loader and the prelude's tanh_safe. Mask kinds: MaskKind (ir/ops/core.py); the order of
 // scale, softcap and mask follows ref_attention (ir/reference/nn.py).

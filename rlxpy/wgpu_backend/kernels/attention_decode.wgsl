@@ -1,9 +1,9 @@
 // Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, ROWS at a
 // time) read each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch); per 64-key
 // tile, thread (key t / 4, part t % 4) loads dims part + 4n of its key in one batch, then thread
-// (g = t / D, d = t % D) loads v of keys g + DG n in one batch; split partials go to attn_combine.
-// Bindings: 0 = arena window (u32 words), 1 = AttnDecodeParams.
-struct AttnDecodeParams {
+// (g = t / D, d = t % D) loads v of keys g + DG n in one batch; split partials go to attention_combine.
+// Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
+struct AttentionDecodeParams {
     s_q: u32,
     s_k: u32,
     kv_len: u32,
@@ -37,7 +37,7 @@ struct AttnDecodeParams {
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttnDecodeParams;
+@group(0) @binding(1) var<uniform> p: AttentionDecodeParams;
 
 {{PRELUDE}}
 
@@ -56,7 +56,7 @@ var<workgroup> red_hi: array<vec4<f32>, 256>;  // the same for rows 4-7
 var<workgroup> ps_lo: array<vec4<f32>, 64>;  // the tile's scores, then probabilities, rows 0-3
 var<workgroup> ps_hi: array<vec4<f32>, 64>;
 
-#include "attn_mask.wgsl"
+#include "attention_mask.wgsl"
 
 // head of row rr of the kv head's group (rows enumerate (head in group, query))
 fn row_head(hk: u32, rr: u32) -> u32 {

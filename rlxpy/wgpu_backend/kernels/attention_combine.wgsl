@@ -1,7 +1,7 @@
 // Split-K attention combine, f32: out = sum_s acc_s * e^(m_s - m) / sum_s l_s * e^(m_s - m), m = max_s m_s.
 // One workgroup per query row (b, h, i), grid folded into y past 65535; thread t owns dims t, t + WG, ...
-// Bindings: 0 = arena window (u32 words), 1 = AttnCombineParams (part = partial records [acc[D], m, l]).
-struct AttnCombineParams {
+// Bindings: 0 = arena window (u32 words), 1 = AttentionCombineParams (part = partial records [acc[D], m, l]).
+struct AttentionCombineParams {
     rows: u32,
     heads: u32,
     s_q: u32,
@@ -14,7 +14,7 @@ struct AttnCombineParams {
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttnCombineParams;
+@group(0) @binding(1) var<uniform> p: AttentionCombineParams;
 
 {{PRELUDE}}
 

@@ -1,8 +1,8 @@
-// Attention for few queries on CPU adapters: attn_decode's semantics and params, one invocation per
+// Attention for few queries on CPU adapters: attention_decode's semantics and params, one invocation per
 // (query row, head, batch) walking its keys with an online softmax; no workgroup memory, no barriers
 // (lavapipe/llvmpipe run workgroups as SIMD batches, where barriers and shared memory are costly).
-// Bindings: 0 = arena window (u32 words), 1 = AttnDecodeParams.
-struct AttnDecodeParams {
+// Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
+struct AttentionDecodeParams {
     s_q: u32,
     s_k: u32,
     kv_len: u32,
@@ -36,14 +36,14 @@ struct AttnDecodeParams {
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttnDecodeParams;
+@group(0) @binding(1) var<uniform> p: AttentionDecodeParams;
 
 {{PRELUDE}}
 
 const D: u32 = {{D}}u;  // head_dim
 const MASK_KIND: u32 = {{MASK_KIND}}u;
 
-#include "attn_mask.wgsl"
+#include "attention_mask.wgsl"
 
 var<private> q: array<f32, D>;
 var<private> acc: array<f32, D>;

@@ -1,4 +1,4 @@
-"""Data-movement family: Transpose, Narrow, Expand, Concat, Gather, ScatterAdd, and f16/bf16 casts.
+"""Shape family: Transpose, Narrow, Expand, Concat, Gather, ScatterAdd (Reshape is a view: no step).
 
 Transpose, Narrow, Expand and each Concat stripe are one strided copy (``shape_strided``): an index
 space of at most 6 dims (after merging dims that are contiguous on both sides) with a source and a
@@ -19,7 +19,6 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, store_fn
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_RANK = 6
@@ -38,7 +37,6 @@ SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", ("n", "words")
                       extent_axis=0)
 SHAPE_SCATTER_ADD = kernel("shape_scatter_add", params("ShapeScatterAddParams", width=U32, count=U32,
                                                         out_dim=U32, x=U32, idx=U32, y=U32))
-CAST_HALF = kernel("cast_half", params("CastHalfParams", ("n",), n=U32, x=U32, y=U32), extent_axis=0)
 
 #: Largest element index the kernels address (0xffffffff is their "skip" marker).
 MAX_ELEMENTS = (1 << 32) - 2
@@ -288,55 +286,4 @@ def lower_scatter_add(node: Node, ctx: LowerCtx) -> list[Step]:
                          y=ctx.offset(node))]
 
 
-# -- f16 / bf16 casts (called by elementwise.lower_cast) ----------------------------------------
-HALF_TYPES = (DType.F16, DType.BF16)
-
-#: Source element e as f32 (cast_half.wgsl's ``load``).
-_HALF_LOAD = {
-    DType.F16: "f16_to_f32(half_at(e))",
-    DType.BF16: "bf16_to_f32(half_at(e))",
-    DType.F32: "ld_f32(p.x + e)",
-    DType.I32: "f32(ld_i32(p.x + e))",
-    DType.U32: "f32(ld_u32(p.x + e))",
-    DType.BOOL: "select(0.0, 1.0, ld_u32(p.x + e) != 0u)",
-}
-
-#: f32 value v -> destination word type: float -> int through the prelude's saturating conversions
-#: (truncate, saturate, NaN -> 0), exactly like ew_cast.
-_FROM_F32 = {
-    DType.F32: "{v}",
-    DType.I32: "sat_i32({v})",
-    DType.U32: "sat_u32({v})",
-    DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
-}
-
-
-def is_half_cast(src: DType, dst: DType) -> bool:
-    """Casts this module runs on the GPU: f16/bf16 on one side, f16/bf16/f32/i32/u32/bool on the other."""
-    return src != dst and (src in HALF_TYPES or dst in HALF_TYPES) and {src, dst} <= set(_HALF_LOAD)
-
-
-def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
-    """Cast through f32. f32 -> f16 / bf16 rounds to nearest even with overflow to inf, exactly as
-    torch's ``.to(torch.float16 / torch.bfloat16)``; f16 / bf16 -> f32 is exact."""
-    (x,) = ctx.inputs(node)
-    if not is_half_cast(x.dtype, node.dtype):
-        raise UnsupportedOpError(f"{where(node)}: cast {x.dtype} -> {node.dtype} is not a half cast")
-    if node.numel == 0:
-        return []
-    dst = node.dtype
-    if dst in HALF_TYPES:
-        pack = "f32_to_f16" if dst is DType.F16 else "f32_to_bf16"
-        store = f"buf[p.y + t] = {pack}(a) | ({pack}(b) << 16u);"
-    else:
-        write, first, second = store_fn(dst), _FROM_F32[dst].format(v="a"), _FROM_F32[dst].format(v="b")
-        store = (f"{write}(p.y + 2u * t, {first});\n"
-                 f"    if (has_b) {{\n        {write}(p.y + 2u * t + 1u, {second});\n    }}")
-    subs = {"PRELUDE": PRELUDE, "LOAD": _HALF_LOAD[x.dtype], "STORE": store}
-    pairs = -(-node.numel // 2)
-    return [ctx.dispatch(CAST_HALF, node, ctx.grid_1d(pairs), subs, n=node.numel, x=ctx.offset(x),
-                         y=ctx.offset(node))]
-
-
-__all__ = ["Axis", "HALF_TYPES", "cast_half_steps", "coalesce", "contiguous_strides",
-           "is_half_cast", "strided_step"]
+__all__ = ["Axis", "coalesce", "contiguous_strides", "strided_step"]

@@ -1,8 +1,8 @@
 // Flash attention, f32: out = softmax(mask(softcap(scale * q k^T))) v, online softmax over K/V tiles.
 // Workgroup = (block of 64 queries, head, batch), threads 16 x 16: thread (ty, tx) owns query rows ty + 16a
 // (a < 4, the lanes of its vec4s), keys tx + 16c (c < 2) of each 32-key tile, output dims tx + 16u.
-// Bindings: 0 = arena window (u32 words), 1 = AttnFlashParams.
-struct AttnFlashParams {
+// Bindings: 0 = arena window (u32 words), 1 = AttentionFlashParams.
+struct AttentionFlashParams {
     s_q: u32,
     s_k: u32,
     kv_len: u32,
@@ -33,7 +33,7 @@ struct AttnFlashParams {
 }
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttnFlashParams;
+@group(0) @binding(1) var<uniform> p: AttentionFlashParams;
 
 {{PRELUDE}}
 
@@ -53,7 +53,7 @@ var<workgroup> tiles: array<f32, 1632>;
 // probabilities [BQ][PS]; before that, the per-thread row maxima [BQ][16]
 var<workgroup> ps: array<f32, 2112>;
 
-#include "attn_mask.wgsl"
+#include "attention_mask.wgsl"
 
 // element (row, col) of a rows x cols block at (row0, col0) of a tensor; 0 outside [0, rows_end) x [0, D)
 fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {

@@ -1,0 +1,26 @@
+"""Scan family: SelectiveScan and GatedDeltaNet run as host steps (their numpy references)."""
+
+from __future__ import annotations
+
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+#: Ops lowered as host steps, with the reason each has no kernel yet.
+HOST_OPS: dict[type[ops.Op], str] = {
+    ops.SelectiveScan: "no scan kernel yet",
+    ops.GatedDeltaNet: "recurrent N×N state: host step",
+}
+
+
+def mutated_inputs(op: ops.Op) -> list[int]:
+    """Inputs the op updates in place (its reference mutates them): written back to the arena."""
+    if isinstance(op, ops.GatedDeltaNet) and op.carry_state:
+        return [5]
+    return []
+
+
+@lowers(*HOST_OPS)
+def lower_scan_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
+    return host_steps(node, ctx, mutated_inputs(node.op))
