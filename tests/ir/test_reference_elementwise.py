@@ -1,5 +1,5 @@
-"""The numpy reference (rlxpy.ir.reference.core) against torch: element-wise ops, casts, data
-movement, reductions, scans and selection, on odd shapes and NaN/inf edge values."""
+"""The numpy reference of the elementwise family against torch: activations, binary ops,
+compares, where and casts, on odd shapes and NaN/inf edge values."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from rlxpy.ir import DType, Graph
-from rlxpy.ir.ops import ActKind, BinaryOp, CmpOp, ReduceOp
+from rlxpy.ir.ops import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference import run_reference
 
 ODD_SHAPES = [(1,), (3,), (17, 5), (255, 33), (2, 3, 257)]
+
+
 EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1e-30, 88.0, -88.0],
                  dtype=np.float32)
 
@@ -104,6 +106,8 @@ TORCH_BINARY = {
     BinaryOp.ADD: torch.add, BinaryOp.SUB: torch.sub, BinaryOp.MUL: torch.mul, BinaryOp.DIV: torch.div,
     BinaryOp.MAX: torch.maximum, BinaryOp.MIN: torch.minimum, BinaryOp.POW: torch.pow,
 }
+
+
 BROADCAST_PAIRS = [((17, 5), (5,)), ((3, 1, 4), (1, 5, 1)), ((255,), (1,)), ((1,), (1,)),
                    ((2, 3, 257), (3, 1))]
 
@@ -286,216 +290,6 @@ def test_cast_int_to_narrower_int_wraps_like_torch():
     np.testing.assert_array_equal(run(lambda g, a: g.cast(a, "i8"), x=x), t(x).to(torch.int8).numpy())
 
 
-# -- views and data movement -------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,new_shape", [((255, 33), (-1, 11)), ((2, 3, 257), (6, -1)), ((1,), (-1,)),
-                                             ((17, 5), (5, 1, -1)), ((3,), (1, 3, 1))])
-def test_reshape_matches_torch(shape, new_shape):
-    x = rand(shape, seed=14)
-    out = run(lambda g, a: g.reshape(a, new_shape), x=x)
-    np.testing.assert_array_equal(out, t(x).reshape(new_shape).numpy())
-
-
-@pytest.mark.parametrize("shape,perm", [((17, 5), (1, 0)), ((2, 3, 257), (2, 0, 1)),
-                                        ((1, 3, 17, 5), (0, 2, 1, 3)), ((3,), (0,))])
-def test_transpose_matches_torch_permute(shape, perm):
-    x = rand(shape, seed=15)
-    np.testing.assert_array_equal(run(lambda g, a: g.transpose(a, perm), x=x), t(x).permute(perm).numpy())
-
-
-@pytest.mark.parametrize("shape,axis,start,length", [((255, 33), 0, 17, 100), ((255, 33), 1, 32, 1),
-                                                     ((2, 3, 257), -1, 0, 255), ((3,), 0, 1, 2),
-                                                     ((17, 5), 1, 5, 0)])
-def test_narrow_matches_torch(shape, axis, start, length):
-    x = rand(shape, seed=16)
-    out = run(lambda g, a: g.narrow(a, axis, start, length), x=x)
-    np.testing.assert_array_equal(out, t(x).narrow(axis, start, length).numpy())
-
-
-@pytest.mark.parametrize("axis", [0, 1, -1])
-def test_concat_matches_torch_cat(axis):
-    shapes = {0: [(1, 3, 5), (17, 3, 5), (3, 3, 5)], 1: [(2, 1, 5), (2, 17, 5)], -1: [(2, 3, 1), (2, 3, 255)]}
-    arrays = {f"x{i}": rand(s, seed=17 + i) for i, s in enumerate(shapes[axis])}
-    out = run(lambda g, *xs: g.concat(xs, axis), **arrays)
-    np.testing.assert_array_equal(out, torch.cat([t(a) for a in arrays.values()], axis).numpy())
-
-
-@pytest.mark.parametrize("shape,target", [((1,), (255,)), ((17, 1), (3, 17, 5)), ((5,), (2, 3, 5)),
-                                          ((3, 1), (3, 17))])
-def test_expand_matches_torch(shape, target):
-    x = rand(shape, seed=20)
-    out = run(lambda g, a: g.expand(a, target), x=x)
-    np.testing.assert_array_equal(out, t(x).expand(target).numpy())
-
-
 def test_copy_is_a_fresh_equal_array():
     x = rand((17, 5), seed=21)
     np.testing.assert_array_equal(run(lambda g, a: g.copy(a), x=x), x)
-
-
-def _torch_gather(table: torch.Tensor, idx: np.ndarray, axis: int) -> torch.Tensor:
-    """Clamp into [0, dim-1] (truncating fractions), index_select, reshape like numpy.take."""
-    dim = table.shape[axis]
-    clamped = torch.from_numpy(np.trunc(idx.astype(np.float64))).long().clamp(0, dim - 1)
-    picked = torch.index_select(table, axis, clamped.reshape(-1))
-    return picked.reshape(table.shape[:axis] + tuple(idx.shape) + table.shape[axis + 1:])
-
-
-@pytest.mark.parametrize("axis,table_shape,idx_shape", [(0, (255, 33), (17,)), (0, (3, 5), (2, 4)),
-                                                        (1, (3, 17, 5), (6,)), (2, (2, 3, 257), (3, 1)),
-                                                        (-1, (17, 5), (1,))])
-@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64, np.float32])
-def test_gather_matches_torch_index_select_with_clamping(axis, table_shape, idx_shape, idx_dtype):
-    table = rand(table_shape, seed=22)
-    dim = table_shape[axis]
-    rng = np.random.default_rng(23)
-    idx = rng.integers(-3, dim + 3, idx_shape).astype(idx_dtype)  # out-of-range both sides: clamped
-    if idx_dtype is np.float32:
-        idx = idx + np.float32(0.75) * np.sign(idx)  # fractions truncate toward zero
-    out = run(lambda g, a, i: g.gather(a, i, axis), table=table, idx=idx)
-    np.testing.assert_array_equal(out, _torch_gather(t(table), idx, axis % len(table_shape)).numpy())
-
-
-@pytest.mark.parametrize("updates_shape,out_dim", [((17, 5), 3), ((255,), 17), ((1, 3, 2), 1), ((33, 4), 40)])
-def test_scatter_add_matches_torch_index_add(updates_shape, out_dim):
-    updates = rand(updates_shape, seed=24, edges=False)
-    rng = np.random.default_rng(25)
-    idx = rng.integers(-2, out_dim + 2, updates_shape[0]).astype(np.int32)  # rows outside are skipped
-    out = run(lambda g, u, i: g.scatter_add(u, i, out_dim), updates=updates, idx=idx)
-    keep = (idx >= 0) & (idx < out_dim)
-    expected = torch.zeros((out_dim,) + updates_shape[1:], dtype=torch.float64)
-    expected.index_add_(0, t(idx[keep]).long(), t(updates[keep]).double())
-    close(out, expected.float())
-
-
-# -- reductions ------------------------------------------------------------------------------------------
-def _torch_reduce(x: torch.Tensor, op: ReduceOp, axes: tuple[int, ...], keep_dim: bool) -> torch.Tensor:
-    axes = tuple(sorted(a % x.ndim for a in axes))
-    if op is ReduceOp.PROD:  # torch.prod takes one dim: merge the contiguous axes first
-        merged = x.reshape(x.shape[:axes[0]] + (-1,) + x.shape[axes[-1] + 1:])
-        out = merged.prod(axes[0], keepdim=keep_dim)
-        if keep_dim:
-            out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-        return out
-    fn = {ReduceOp.SUM: torch.sum, ReduceOp.MEAN: torch.mean, ReduceOp.MAX: torch.amax,
-          ReduceOp.MIN: torch.amin}
-    return fn[op](x, dim=axes, keepdim=keep_dim)
-
-
-@pytest.mark.parametrize("keep_dim", [False, True])
-@pytest.mark.parametrize("axes", [(0,), (1,), (2,), (-1,), (0, 1), (1, 2), (-2, -1), (0, 1, 2)], ids=str)
-@pytest.mark.parametrize("op", list(ReduceOp), ids=lambda k: k.name)
-def test_reduce_matches_torch(op, axes, keep_dim):
-    x = rand((3, 17, 5), seed=26, scale=1.0, edges=False)
-    if op is ReduceOp.PROD:
-        x = np.float32(1.0) + x * np.float32(0.05)  # keep the product in range
-    out = run(lambda g, a: g.reduce(a, op, axes, keep_dim), x=x)
-    close(out, _torch_reduce(t(x).double(), op, axes, keep_dim).float(), rtol=2e-6)
-
-
-@pytest.mark.parametrize("op", list(ReduceOp), ids=lambda k: k.name)
-def test_reduce_propagates_nan_like_torch(op):
-    x = rand((17, 5), seed=27, edges=False)
-    x[3, 2] = np.nan
-    x[5, 0] = np.inf
-    out = run(lambda g, a: g.reduce(a, op, -1), x=x)
-    close(out, _torch_reduce(t(x).double(), op, (-1,), False).float(), rtol=2e-6)
-    assert np.isnan(out[3]) and not np.isnan(out[0])
-
-
-def test_reduce_over_255_elements_and_integer_sum():
-    x = rand((255,), seed=28, edges=False)
-    close(run(lambda g, a: g.sum(a, 0), x=x), t(x).double().sum().float(), rtol=2e-6)
-    ints = np.arange(-8, 9, dtype=np.int32).reshape(17, 1)
-    np.testing.assert_array_equal(run(lambda g, a: g.sum(a, (0, 1), keep_dim=True), x=ints), [[0]])
-
-
-# -- softmax, cumsum ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("axis", [0, 1, 2, -1])
-@pytest.mark.parametrize("shape", [(3, 17, 5), (1, 1, 255), (2, 3, 257)], ids=str)
-def test_softmax_matches_torch_on_any_axis(shape, axis):
-    x = rand(shape, seed=29, scale=10.0, edges=False)
-    close(run(lambda g, a: g.softmax(a, axis), x=x), torch.softmax(t(x).double(), axis).float())
-
-
-def test_softmax_rows_with_inf_and_nan_like_torch():
-    ninf, inf, nan = -np.inf, np.inf, np.nan
-    x = np.array([[ninf, ninf, ninf, ninf],  # fully masked row: NaN, as torch
-                  [ninf, 0.0, 1.0, ninf],  # partly masked: zeros where -inf
-                  [1.0, inf, 2.0, 0.0],  # +inf: NaN (inf - inf), as torch
-                  [1.0, nan, 2.0, 0.0],  # NaN propagates to the whole row
-                  [1e4, -1e4, 0.0, 1e4]], dtype=np.float32)  # large values: max-subtracted, no overflow
-    out = run(lambda g, a: g.softmax(a), x=x)
-    close(out, torch.softmax(t(x), -1))
-    assert np.isnan(out[0]).all() and out[1, 0] == 0 and np.isnan(out[2]).all() and np.isnan(out[3]).all()
-    np.testing.assert_allclose(out[4], [0.5, 0, 0, 0.5])
-
-
-@pytest.mark.parametrize("axis", [0, 1, -1])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (255, 33)], ids=str)
-def test_cumsum_inclusive_matches_torch(shape, axis):
-    x = rand(shape, seed=30, edges=False)
-    close(run(lambda g, a: g.cumsum(a, axis), x=x), torch.cumsum(t(x).double(), axis).float(), atol=1e-5)
-
-
-def _torch_exclusive_cumsum(x: torch.Tensor, axis: int) -> torch.Tensor:
-    """y[0] = 0, y[i] = sum_{j<i} x[j]: pad one zero in front, drop the last element."""
-    zeros = torch.zeros_like(x.narrow(axis, 0, 1))
-    return torch.cumsum(torch.cat([zeros, x.narrow(axis, 0, x.shape[axis] - 1)], axis), axis)
-
-
-@pytest.mark.parametrize("axis", [0, -1])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (255, 33)], ids=str)
-def test_cumsum_exclusive_matches_shifted_torch_cumsum(shape, axis):
-    x = rand(shape, seed=31, edges=False)
-    out = run(lambda g, a: g.cumsum(a, axis, exclusive=True), x=x)
-    close(out, _torch_exclusive_cumsum(t(x).double(), axis).float(), atol=1e-5)
-
-
-def test_cumsum_exclusive_is_not_poisoned_by_inf_or_nan_at_its_own_position():
-    x = np.array([[1.0, np.inf, 2.0], [np.nan, 1.0, 2.0], [1e30, 1.0, -1e30]], dtype=np.float32)
-    out = run(lambda g, a: g.cumsum(a, exclusive=True), x=x)
-    close(out, _torch_exclusive_cumsum(t(x).double(), -1).float())
-    assert out[0, 1] == 1 and out[1, 0] == 0 and out[2, 1] == np.float32(1e30)
-
-
-def test_cumsum_on_integers():
-    x = np.arange(-8, 9, dtype=np.int32).reshape(1, 17)
-    np.testing.assert_array_equal(run(lambda g, a: g.cumsum(a), x=x), torch.cumsum(t(x), -1).numpy())
-
-
-# -- topk, argmax --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,k", [((1,), 1), ((3, 17), 5), ((255, 33), 33), ((2, 3, 257), 3)], ids=str)
-def test_topk_breaks_ties_toward_the_smaller_index(shape, k):
-    # few distinct values, so ties are everywhere; the oracle is a stable descending argsort
-    x = np.random.default_rng(32).integers(-3, 3, shape).astype(np.float32)
-    out = run(lambda g, a: g.topk(a, k), x=x)
-    assert out.dtype == np.int32
-    expected = torch.argsort(-t(x), dim=-1, stable=True)[..., :k]
-    np.testing.assert_array_equal(out, expected.numpy())
-    # and the picked values are torch.topk's values
-    np.testing.assert_array_equal(np.take_along_axis(x, out, -1), torch.topk(t(x), k).values.numpy())
-
-
-def test_topk_ranks_nan_above_inf_like_torch():
-    x = np.array([[1.0, np.inf, np.nan, -np.inf, np.nan, 2.0],
-                  [np.inf, 0.0, np.nan, 3.0, -1.0, np.inf]], dtype=np.float32)
-    out = run(lambda g, a: g.topk(a, 6), x=x)
-    assert out.tolist() == [[2, 4, 1, 5, 0, 3], [2, 0, 5, 3, 1, 4]]
-    values = np.take_along_axis(x, out, -1)
-    torch.testing.assert_close(t(values), torch.topk(t(x), 6).values, equal_nan=True)
-
-
-@pytest.mark.parametrize("shape", ODD_SHAPES, ids=str)
-def test_argmax_matches_torch(shape):
-    x = np.random.default_rng(33).integers(-5, 5, shape).astype(np.float32)  # ties -> first index
-    out = run(lambda g, a: g.argmax(a), x=x)
-    assert out.dtype == np.int32
-    np.testing.assert_array_equal(out, torch.argmax(t(x), -1).numpy())
-
-
-def test_argmax_picks_the_first_nan_like_torch():
-    x = np.array([[1.0, np.nan, 3.0, np.nan], [np.inf, 1.0, np.nan, np.inf], [2.0, 5.0, 5.0, -np.inf],
-                  [-np.inf, -np.inf, -np.inf, -np.inf]], dtype=np.float32)
-    out = run(lambda g, a: g.argmax(a), x=x)
-    assert out.tolist() == [1, 2, 1, 0]
-    np.testing.assert_array_equal(out, torch.argmax(t(x), -1).numpy())

@@ -1,0 +1,89 @@
+"""The numpy reference of the norm family against torch: LayerNorm, RmsNorm (plus beta) and the
+residual-fused norms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlxpy.ir import DType, Graph
+from rlxpy.ir.reference import run_reference
+
+
+def run(build, **arrays: np.ndarray) -> np.ndarray:
+    """One Input per keyword array, ``build(g, *inputs)`` -> node, evaluated by the reference."""
+    g = Graph("t")
+    nodes = [g.input(name, a.shape, DType.parse(a.dtype)) for name, a in arrays.items()]
+    out = build(g, *nodes)
+    g.output(out)
+    return run_reference(g, arrays)[out.name]
+
+
+def rand(shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def t(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def close(actual: np.ndarray, expected, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    expected = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != oracle {expected.shape}"
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                               equal_nan=True)
+
+
+# -- normalisation ----------------------------------------------------------------------------------
+NORM_SHAPES = [(1, 1), (3, 17), (255, 33), (2, 3, 257)]
+
+
+@pytest.mark.parametrize("with_beta", [False, True])
+@pytest.mark.parametrize("shape", NORM_SHAPES, ids=str)
+def test_layer_norm_matches_torch(shape, with_beta):
+    hidden = shape[-1]
+    x, gamma, beta = rand(shape, 10, 3.0) + 2, rand((hidden,), 11), rand((hidden,), 12)
+    if with_beta:
+        out = run(lambda g, a, b, c: g.layer_norm(a, b, c, eps=1e-5), x=x, gamma=gamma, beta=beta)
+    else:
+        out = run(lambda g, a, b: g.layer_norm(a, b, eps=1e-5), x=x, gamma=gamma)
+    expected = F.layer_norm(t(x).double(), (hidden,), t(gamma).double(),
+                            t(beta).double() if with_beta else None, eps=1e-5)
+    close(out, expected)
+
+
+@pytest.mark.parametrize("with_beta", [False, True])
+@pytest.mark.parametrize("shape", NORM_SHAPES, ids=str)
+def test_rms_norm_matches_torch_plus_beta(shape, with_beta):
+    hidden = shape[-1]
+    x, gamma, beta = rand(shape, 13, 3.0), rand((hidden,), 14), rand((hidden,), 15)
+    if with_beta:
+        out = run(lambda g, a, b, c: g.rms_norm(a, b, c, eps=1e-6), x=x, gamma=gamma, beta=beta)
+    else:
+        out = run(lambda g, a, b: g.rms_norm(a, b, eps=1e-6), x=x, gamma=gamma)
+    expected = F.rms_norm(t(x).double(), (hidden,), t(gamma).double(), eps=1e-6)
+    close(out, expected + (t(beta).double() if with_beta else 0))
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("shape", NORM_SHAPES[1:], ids=str)
+def test_fused_residual_norms_match_torch(shape, with_bias, kind):
+    hidden = shape[-1]
+    x, res = rand(shape, 16, 2.0), rand(shape, 17, 2.0)
+    bias, gamma, beta = rand((hidden,), 18), rand((hidden,), 19), rand((hidden,), 20)
+    arrays = dict(x=x, res=res, gamma=gamma, beta=beta) | ({"bias": bias} if with_bias else {})
+    method = "residual_layer_norm" if kind == "layer" else "residual_rms_norm"
+
+    def build(g, a, r, gm, bt, *b):
+        return getattr(g, method)(a, r, gm, bt, bias=b[0] if b else None)
+
+    out = run(build, **arrays)
+    total = (t(x).double() + t(res).double() + (t(bias).double() if with_bias else 0)).float().double()
+    if kind == "layer":
+        expected = F.layer_norm(total, (hidden,), t(gamma).double(), t(beta).double(), eps=1e-5)
+    else:
+        expected = F.rms_norm(total, (hidden,), t(gamma).double(), eps=1e-6) + t(beta).double()
+    close(out, expected)
