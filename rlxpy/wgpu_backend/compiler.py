@@ -18,13 +18,22 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from rlxpy import env
 from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
-from rlxpy.wgpu_backend import windows
+from rlxpy.ir.passes.patterns import fuse_gguf_decode
+from rlxpy.ir.passes.patterns_transformer import fuse_transformer
+from rlxpy.ir.passes.unfuse import unfuse
+from rlxpy.wgpu_backend import (
+    lowering,  # noqa: F401  (importing it registers every family's lowerers)
+    windows,
+)
 from rlxpy.wgpu_backend.arena import ArenaPlan, is_view, pinned, plan_arena, tensor_bytes
+from rlxpy.wgpu_backend.lowering.attention import scratch_bytes
+from rlxpy.wgpu_backend.lowering.elementwise import ELEMENTWISE_COPY_WORDS
 from rlxpy.wgpu_backend.memplan import align_up
-from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step, lower_node
+from rlxpy.wgpu_backend.schedule import LOWERERS, DeviceFacts, LowerCtx, Step, lower_node
 from rlxpy.wgpu_backend.windows import WindowPlan
 
 MAX_GAP_ROUNDS = 64  # each round fixes every node that failed in it, so a few rounds suffice
@@ -48,14 +57,6 @@ class CompiledSchedule:
 
 def prepare(graph: Graph) -> Graph:
     """verify -> unfuse -> pattern fusion (decode GEMVs, then transformer patterns) -> verify."""
-    from rlxpy import env
-    from rlxpy.ir import ops
-    from rlxpy.ir.passes.patterns import fuse_gguf_decode
-    from rlxpy.ir.passes.patterns_transformer import fuse_transformer
-    from rlxpy.ir.passes.unfuse import unfuse
-    from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the lowerers)
-    from rlxpy.wgpu_backend.schedule import LOWERERS
-
     graph.verify()
     if not graph.is_static():
         raise GraphError(f"graph {graph.name!r} has symbolic dims {sorted(graph.symbols())}: bind them first")
@@ -79,8 +80,6 @@ def choose_window(span: tuple[int, int], arena_size: int, window: int, alignment
 
 def lower_graph(graph: Graph, facts: DeviceFacts, keep_all: bool = False) -> CompiledSchedule:
     """Plan the arena and its bind windows, and lower every node of a prepared graph into Steps."""
-    from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers the lowerers)
-
     alignment = facts.storage_align
     nodes = [n for n in graph.nodes if not (pinned(n) or is_view(n, graph))]
     arena, plans, window = plan_windows(graph, nodes, plan_arena(graph, alignment, keep_all=keep_all,
@@ -229,8 +228,6 @@ def _copy_step(node: Node, ctx: LowerCtx, src: int, dst: int, nbytes: int, label
                alignment: int) -> Step:
     """One staging copy: an elementwise_copy_words dispatch when a window covers both ends, else a
     "copy" step."""
-    from rlxpy.wgpu_backend.lowering.elementwise import ELEMENTWISE_COPY_WORDS
-
     base = windows.copy_window(src, dst, nbytes, ctx.arena_size, ctx.window_size, alignment)
     shape = f"{nbytes} B"
     if base is None:
@@ -252,8 +249,6 @@ def _span(node: Node, graph: Graph, arena: ArenaPlan, alignment: int, window: in
 
 def scratch_needed(graph: Graph) -> int:
     """The largest scratch any node asks for (split-K attention's partial records)."""
-    from rlxpy.wgpu_backend.lowering.attention import scratch_bytes
-
     return max((scratch_bytes(n, graph) for n in graph.nodes if isinstance(n.op, ops.Attention)), default=0)
 
 
