@@ -14,15 +14,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlxpy.ir.graph import Node
-from rlxpy.ir.reference import REFERENCE, _load_families
+from rlxpy.ir.reference import reference_of
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step
 
 
-def host_steps(node: Node, ctx: LowerCtx, written_back: Sequence[int] = ()) -> list[Step]:
+def host_steps(node: Node, ctx: LowerCtx, written_back: Sequence[int] = (), name: str = "") -> list[Step]:
     """One host step running the op's reference; inputs listed in ``written_back`` are updated in
     place by the reference (e.g. a carried recurrent state) and written back to the arena too."""
-    _load_families()
-    reference = REFERENCE[type(node.op)]
+    reference = reference_of(type(node.op))
     op, input_ids, output_id = node.op, list(node.inputs), node.id
     written_back = list(written_back)
 
@@ -32,4 +31,4 @@ def host_steps(node: Node, ctx: LowerCtx, written_back: Sequence[int] = ()) -> l
         for index in written_back:
             io.write(input_ids[index], args[index])
 
-    return [ctx.host(node, f"host_{type(node.op).__name__}", run)]
+    return [ctx.host(node, name or f"host_{type(node.op).__name__}", run)]

@@ -48,6 +48,14 @@ def _load_families() -> None:
         importlib.import_module(f"rlxpy.ir.reference.{family}")
 
 
+def reference_of(op_type: type[ops.Op]) -> RefFn:
+    """The reference function of ``op_type`` (every family loaded first: the registry fills lazily)."""
+    _load_families()
+    if op_type not in REFERENCE:
+        raise UnsupportedOpError(f"{op_type.__name__} has no reference implementation")
+    return REFERENCE[op_type]
+
+
 def check_value(node: Node, value: Any, what: str) -> np.ndarray:
     """Validate a user-supplied input/param value against the node's static type."""
     array = np.asarray(value)

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
 from rlxpy.host_ops import gguf_matmul
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.quant import ROPE_ROLES, gguf_row_bytes
+from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, decode_source
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
@@ -373,18 +372,8 @@ def lower_fused_gguf_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
             raise UnsupportedOpError(f"{where(node)}: {role} must be f32, got {t.type}")
     if op.qtype in GPU_TYPES and m <= GEMV_MAX_ROWS:
         return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, fused=extra, eps=op.eps, rope=op.rope)]
-    # the pattern pass only fuses GEMV-sized rows; anything else is correct but on the host
-    from rlxpy.ir.reference import REFERENCE, _load_families
-
-    _load_families()  # the reference registry fills lazily
-    reference, input_ids, output_id = REFERENCE[ops.FusedGgufMatMul], list(node.inputs), node.id
+    # the pattern pass only fuses GEMV-sized rows; anything else is correct but on the host, where
+    # the RoPE epilogue's cache appends are written back too
     roles = op.input_roles()
-    updated = [roles.index("k_cache"), roles.index("v_cache")] if op.rope else []  # appended in place
-
-    def run(io) -> None:
-        args = [np.array(io.read(i)) for i in input_ids]
-        io.write(output_id, reference(op, args, node))
-        for index in updated:
-            io.write(input_ids[index], args[index])
-
-    return [ctx.host(node, "gguf_fused_matmul", run)]
+    updated = [roles.index("k_cache"), roles.index("v_cache")] if op.rope else []
+    return host_steps(node, ctx, updated, name="gguf_fused_matmul")
