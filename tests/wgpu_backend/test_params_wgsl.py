@@ -1,4 +1,4 @@
-"""Every uniform layout declared in Python matches the struct its .wgsl file writes out."""
+"""Every kernel's uniform struct is written from its Python layout (``#params``), never by hand."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from rlxpy.wgpu_backend.kernels.params import KERNEL_DIR, KERNELS, parse_wgsl_st
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_layout_matches_wgsl_struct(name):
+def test_layout_is_generated_into_the_wgsl(name):
     kernel = KERNELS[name]
-    structs = parse_wgsl_structs((KERNEL_DIR / f"{name}.wgsl").read_text())
-    assert kernel.params.name in structs, f"{name}.wgsl does not declare struct {kernel.params.name}"
-    assert structs[kernel.params.name] == kernel.params.fields, (
-        f"{name}.wgsl struct {kernel.params.name} differs from the Python layout")
+    text = (KERNEL_DIR / f"{name}.wgsl").read_text()
+    assert text.count("\n#params\n") == 1, f"{name}.wgsl must have one #params line"
+    assert not parse_wgsl_structs(text), f"{name}.wgsl writes a uniform struct by hand"
+    assert f"var<uniform> p: {kernel.params.name};" in text
+    # the generator writes exactly the layout's fields, in order
+    assert parse_wgsl_structs(kernel.params.wgsl_struct()) == {kernel.params.name: kernel.params.fields}
 
 
 def test_every_wgsl_file_is_a_declared_kernel():

@@ -1,17 +1,7 @@
 // Split-K attention combine, f32: out = sum_s acc_s * e^(m_s - m) / sum_s l_s * e^(m_s - m), m = max_s m_s.
 // One workgroup per query row (b, h, i), grid folded into y past 65535; thread t owns dims t, t + WG, ...
 // Bindings: 0 = arena window (u32 words), 1 = AttentionCombineParams (part = partial records [acc[D], m, l]).
-struct AttentionCombineParams {
-    rows: u32,
-    heads: u32,
-    s_q: u32,
-    splits: u32,
-    part: u32,
-    o: u32,
-    o_sb: u32,
-    o_sh: u32,
-    o_ss: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: AttentionCombineParams;

@@ -2,35 +2,7 @@
 // Workgroup = (block of 64 queries, head, batch), threads 16 x 16: thread (ty, tx) owns query rows ty + 16a
 // (a < 4, the lanes of its vec4s), keys tx + 16c (c < 2) of each 32-key tile, output dims tx + 16u.
 // Bindings: 0 = arena window (u32 words), 1 = AttentionFlashParams.
-struct AttentionFlashParams {
-    s_q: u32,
-    s_k: u32,
-    kv_len: u32,
-    group: u32,
-    q: u32,
-    k: u32,
-    v: u32,
-    o: u32,
-    mask: u32,
-    q_sb: u32,
-    q_sh: u32,
-    q_ss: u32,
-    o_sb: u32,
-    o_sh: u32,
-    o_ss: u32,
-    k_sb: u32,
-    k_sh: u32,
-    k_ss: u32,
-    m_sb: u32,
-    m_sh: u32,
-    m_sq: u32,
-    m_sk: u32,
-    scale: f32,
-    softcap: f32,
-    window: u32,
-    kv_pos: u32,
-    kv_dyn: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: AttentionFlashParams;

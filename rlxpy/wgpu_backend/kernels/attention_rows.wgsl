@@ -2,38 +2,7 @@
 // (query row, head, batch) walking its keys with an online softmax; no workgroup memory, no barriers
 // (lavapipe/llvmpipe run workgroups as SIMD batches, where barriers and shared memory are costly).
 // Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
-struct AttentionDecodeParams {
-    s_q: u32,
-    s_k: u32,
-    kv_len: u32,
-    group: u32,
-    q: u32,
-    k: u32,
-    v: u32,
-    o: u32,
-    mask: u32,
-    q_sb: u32,
-    q_sh: u32,
-    q_ss: u32,
-    o_sb: u32,
-    o_sh: u32,
-    o_ss: u32,
-    k_sb: u32,
-    k_sh: u32,
-    k_ss: u32,
-    m_sb: u32,
-    m_sh: u32,
-    m_sq: u32,
-    m_sk: u32,
-    scale: f32,
-    softcap: f32,
-    window: u32,
-    kv_pos: u32,
-    kv_dyn: u32,
-    heads: u32,
-    splits: u32,
-    part: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: AttentionDecodeParams;

@@ -1,12 +1,7 @@
 // y[i] = a[i] op b[i] on equal-length operands (broadcasting was made explicit by unfuse).
 // One thread per element; operands of any word dtype are converted to the compute type {{T}}.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseBinaryParams (element offsets in the window).
-struct ElementwiseBinaryParams {
-    n: u32,
-    a: u32,
-    b: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseBinaryParams;

@@ -1,11 +1,7 @@
 // y[i] = cast(x[i]) between word dtypes: float -> int truncates toward zero, saturates, NaN -> 0;
 // anything -> bool is (x != 0). One thread per element.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseCastParams (element offsets in the window).
-struct ElementwiseCastParams {
-    n: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseCastParams;

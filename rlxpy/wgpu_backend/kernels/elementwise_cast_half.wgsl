@@ -1,11 +1,7 @@
 // y = cast(x) where x or y is f16/bf16, through f32; f32 -> f16/bf16 rounds to nearest even like torch .to().
 // One thread per element pair (2t, 2t+1): a 2-byte output pair is one whole word, so no two threads share a word.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseCastHalfParams (n elements; x, y word offsets in the window).
-struct ElementwiseCastHalfParams {
-    n: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseCastHalfParams;

@@ -1,12 +1,7 @@
 // y[i] = (a[i] cmp b[i]) ? 1u : 0u, operands converted to the compute type {{T}}.
 // One thread per element; NaN compares false except for !=, as IEEE and torch.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseCompareParams (element offsets in the window).
-struct ElementwiseCompareParams {
-    n: u32,
-    a: u32,
-    b: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseCompareParams;

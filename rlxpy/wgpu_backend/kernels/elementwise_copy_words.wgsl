@@ -1,11 +1,7 @@
 // y[i] = x[i] for n 32-bit words: a plain copy inside the arena (copy_buffer_to_buffer refuses
 // a source and destination in the same buffer). One thread per word.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseCopyWordsParams (word offsets in the window).
-struct ElementwiseCopyWordsParams {
-    n: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseCopyWordsParams;

@@ -1,11 +1,7 @@
 // y[i] = act(x[i]) for one activation (the expression is filled in per use), f32 only.
 // One thread per element; 1-D grid folded into y past 65535 workgroups.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseUnaryParams (element offsets in the window).
-struct ElementwiseUnaryParams {
-    n: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseUnaryParams;

@@ -1,13 +1,7 @@
 // y[i] = c[i] != 0 ? a[i] : b[i] on equal-length operands (the condition of any word dtype; NaN is true).
 // One thread per element.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseWhereParams (element offsets in the window).
-struct ElementwiseWhereParams {
-    n: u32,
-    c: u32,
-    a: u32,
-    b: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ElementwiseWhereParams;

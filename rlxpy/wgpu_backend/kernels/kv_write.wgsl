@@ -1,14 +1,7 @@
 // cache[(pos + r) * width + c] = rows[r * width + c] for r < n_rows with pos read from the arena
 // at run time (a KV-cache append); rows past the capacity are dropped. One thread per word.
 // Bindings: 0 = arena window (u32 words), 1 = KvWriteParams (word offsets in the window).
-struct KvWriteParams {
-    n: u32,
-    width: u32,
-    capacity: u32,
-    cache: u32,
-    rows: u32,
-    pos: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: KvWriteParams;

@@ -2,19 +2,7 @@
 // Workgroup (32, WY): lane x owns output columns c, c + 1 (c = 2 * global x), lane y sums the rows
 // k = y, y + WY, ... of w; the WY partial sums meet in workgroup memory. w is {{W_TYPE}}, [k, n] row-major.
 // Bindings: 0 = arena window (u32 words), 1 = MatmulSkinnyParams (element offsets; w in w's own elements).
-struct MatmulSkinnyParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    a: u32,
-    w: u32,
-    y: u32,
-    bias: u32,
-    has_bias: u32,
-    split1: u32,
-    split2: u32,
-    block_rows: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: MatmulSkinnyParams;

@@ -3,22 +3,7 @@
 // each of its workgroup-memory reads is a vec4; the next K step is loaded into registers while this one
 // is summed, then stored to the other of two workgroup buffers (one barrier per step). Grid z = batch.
 // Bindings: 0 = arena window ({{BUF}}), 1 = MatmulTiledParams (element offsets, batch strides).
-struct MatmulTiledParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    a: u32,
-    w: u32,
-    y: u32,
-    bias: u32,
-    has_bias: u32,
-    stride_a: u32,
-    stride_w: u32,
-    stride_y: u32,
-    split1: u32,
-    split2: u32,
-    block_rows: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: {{BUF}};
 @group(0) @binding(1) var<uniform> p: MatmulTiledParams;

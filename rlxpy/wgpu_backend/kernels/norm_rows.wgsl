@@ -1,23 +1,7 @@
 // y = (s - mean) * rsqrt(var + eps) * gamma (+ beta) [center=1, LayerNorm], or s * rsqrt(mean(s^2) + eps)
 // * gamma (+ beta) [center=0, RmsNorm] on the last axis; s = x (+ residual) (+ bias); centred 2-pass var.
 // With has_tee the sum s is also stored at `tee`. One workgroup of {{WG}} lanes per row. Bindings: 0 = arena window (u32 words), 1 = NormRowsParams.
-struct NormRowsParams {
-    rows: u32,
-    cols: u32,
-    x: u32,
-    residual: u32,
-    bias: u32,
-    gamma: u32,
-    beta: u32,
-    y: u32,
-    has_residual: u32,
-    has_bias: u32,
-    has_beta: u32,
-    center: u32,
-    eps: f32,
-    tee: u32,
-    has_tee: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: NormRowsParams;

@@ -1,16 +1,7 @@
 // y[o, r, i] = exp(x[o, r, i] - m) / sum_j exp(x[o, j, i] - m), m = max_j x[o, j, i]; any axis. Bindings:
 // 0 = arena window, 1 = NormSoftmaxLinesParams. One thread per line t = o * inner + i: online (max, sum) pass,
 // then writes (phase 0); long lines go in r-chunks: phase 1 keeps (m, s) in y[o, 0..2, i], phase 2 writes.
-struct NormSoftmaxLinesParams {
-    lines: u32,
-    axis_dim: u32,
-    inner: u32,
-    start: u32,
-    count: u32,
-    phase: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: NormSoftmaxLinesParams;

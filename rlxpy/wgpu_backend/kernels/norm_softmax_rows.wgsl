@@ -1,12 +1,7 @@
 // y[row, c] = exp(x[row, c] - m) / sum_j exp(x[row, j] - m), m = max_j x[row, j]: softmax of contiguous rows.
 // One workgroup of {{WG}} lanes per row: pass 1 online (max, sum) per lane + tree merge, pass 2 writes.
 // Bindings: 0 = arena window (u32 words), 1 = NormSoftmaxRowsParams (element offsets in the window).
-struct NormSoftmaxRowsParams {
-    rows: u32,
-    cols: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: NormSoftmaxRowsParams;

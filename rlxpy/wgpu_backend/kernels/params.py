@@ -91,6 +91,8 @@ class Kernel:
 
     def source(self, **subs: object) -> str:
         text = include((KERNEL_DIR / f"{self.name}.wgsl").read_text())
+        # the uniform struct is written from the Python layout, so the two cannot disagree
+        text = _PARAMS_LINE.sub(lambda _: self.params.wgsl_struct(), text, count=1)
         values = {"WG": self.workgroup[0], **subs}
         for key, value in values.items():
             text = text.replace("{{" + key + "}}", str(value))
@@ -101,6 +103,7 @@ class Kernel:
 
 
 INCLUDE_DIR = KERNEL_DIR / "include"
+_PARAMS_LINE = re.compile(r"^#params$", re.MULTILINE)
 _INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 
 

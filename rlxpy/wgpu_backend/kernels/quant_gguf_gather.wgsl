@@ -1,15 +1,7 @@
 // y[i, :] = dequant(table[clamp(idx[i])]): embedding rows of a GGML table, dequantised exactly (gguf-py bits).
 // One workgroup per index (grid folded into y past 65535); threads stride over chunks of 4 elements.
 // Bindings: 0 = arena window (u32 words; idx, y word offsets, table a BYTE offset), 1 = QuantGgufGatherParams.
-struct QuantGgufGatherParams {
-    count: u32,
-    rows: u32,
-    k: u32,
-    table: u32,
-    idx: u32,
-    y: u32,
-    row_bytes: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: QuantGgufGatherParams;

@@ -1,34 +1,7 @@
 // y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add, or RoPE + KV-cache append of a QKV block (FusedGgufMatMul).
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
-struct QuantGgufGemvParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    x: u32,
-    w: u32,
-    y: u32,
-    row_bytes: u32,
-    units: u32,
-    tpr: u32,
-    rows_per_wg: u32,
-    w_stride: u32,
-    idx: u32,
-    experts: u32,
-    w_up: u32,
-    gamma: u32,
-    residual: u32,
-    eps: f32,
-    q_width: u32,
-    kv_width: u32,
-    capacity: u32,
-    max_pos: u32,
-    k_cache: u32,
-    v_cache: u32,
-    cos: u32,
-    sin: u32,
-    pos: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: QuantGgufGemvParams;

@@ -5,34 +5,7 @@
 // gamma are read at indices every invocation shares, which the CPU compiler loads once per batch.
 // RMSNorm: dot(W, x * gamma) and sum(x^2) accumulate in the same walk; 1/rms scales the dot at the end.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
-struct QuantGgufGemvParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    x: u32,
-    w: u32,
-    y: u32,
-    row_bytes: u32,
-    units: u32,
-    tpr: u32,
-    rows_per_wg: u32,
-    w_stride: u32,
-    idx: u32,
-    experts: u32,
-    w_up: u32,
-    gamma: u32,
-    residual: u32,
-    eps: f32,
-    q_width: u32,
-    kv_width: u32,
-    capacity: u32,
-    max_pos: u32,
-    k_cache: u32,
-    v_cache: u32,
-    cos: u32,
-    sin: u32,
-    pos: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: QuantGgufGemvParams;

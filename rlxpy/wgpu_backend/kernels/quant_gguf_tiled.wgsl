@@ -1,15 +1,7 @@
 // y[r, j] = sum_i x[r, i] * dequant(W)[j, i] for many x rows (prefill): W = GGML blocks read in place.
 // 16x16 threads own a 64x64 output tile (rows ty + 16a, cols tx + 16b); per K step of 16 each thread dequantises 4 weights into workgroup memory.
 // Bindings: 0 = arena window (u32 words; x, y word offsets, w a BYTE offset), 1 = QuantGgufTiledParams.
-struct QuantGgufTiledParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    x: u32,
-    w: u32,
-    y: u32,
-    row_bytes: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: QuantGgufTiledParams;

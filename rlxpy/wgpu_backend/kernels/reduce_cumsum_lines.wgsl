@@ -1,16 +1,7 @@
 // y[o, r, i] = sum_{j <= r} x[o, j, i] (inclusive) or sum_{j < r} (exclusive, y[o, 0, i] = 0), any axis.
 // One thread per line t = o * inner + i scanning r in order; neighbouring threads read neighbouring i.
 // Bindings: 0 = arena window, 1 = ReduceCumsumLinesParams (r in [start, start + count): y[start - 1] is the carry).
-struct ReduceCumsumLinesParams {
-    lines: u32,
-    axis_dim: u32,
-    inner: u32,
-    start: u32,
-    count: u32,
-    x: u32,
-    y: u32,
-    exclusive: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceCumsumLinesParams;

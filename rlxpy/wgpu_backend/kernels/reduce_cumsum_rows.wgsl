@@ -1,15 +1,7 @@
 // y[row, c] = sum_{j <= c} x[row, j] (inclusive) or sum_{j < c} (exclusive): cumsum of long contiguous rows.
 // One workgroup of {{WG}} lanes per row, chunks of {{WG}} elements: Hillis-Steele scan + running carry.
 // Bindings: 0 = arena window, 1 = ReduceCumsumRowsParams (c in [start, start + count): y[start - 1] is the carry).
-struct ReduceCumsumRowsParams {
-    rows: u32,
-    cols: u32,
-    start: u32,
-    count: u32,
-    x: u32,
-    y: u32,
-    exclusive: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceCumsumRowsParams;

@@ -1,14 +1,7 @@
 // y[row, rank(c)] = c when rank(c) < k; rank(c) = #elements ranked before x[row, c] (NaN largest, ties ->
 // smaller index): TopK for large k. One workgroup per {{WG}} elements of a row; the row streams through
 // workgroup memory in tiles. Bindings: 0 = arena window, 1 = ReduceRankParams (groups = rows * tiles).
-struct ReduceRankParams {
-    groups: u32,
-    tiles: u32,
-    cols: u32,
-    k: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceRankParams;

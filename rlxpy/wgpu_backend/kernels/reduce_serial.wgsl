@@ -1,14 +1,7 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for short reductions (reduce_dim <= 64).
 // One thread per output t = o * inner + i folding r in order; neighbouring threads read neighbouring i.
 // Bindings: 0 = arena window (u32 words), 1 = ReduceSerialParams (divisor = n for mean, else 1).
-struct ReduceSerialParams {
-    outputs: u32,
-    reduce_dim: u32,
-    inner: u32,
-    x: u32,
-    y: u32,
-    divisor: f32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceSerialParams;

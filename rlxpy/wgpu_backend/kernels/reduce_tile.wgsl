@@ -1,18 +1,7 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for strided reductions (inner > 1, reduce_dim > 64).
 // Workgroup 16x16 per (o, 16 columns): lid.x = column (coalesced reads), lid.y splits r; tree over lid.y.
 // Bindings: 0 = arena window, 1 = ReduceTileParams (groups = outer * tiles; chunking as in reduce_tree).
-struct ReduceTileParams {
-    groups: u32,
-    tiles: u32,
-    reduce_dim: u32,
-    inner: u32,
-    start: u32,
-    count: u32,
-    accumulate: u32,
-    x: u32,
-    y: u32,
-    divisor: f32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceTileParams;

@@ -1,15 +1,7 @@
 // y[row, j] = index of the j-th largest x[row, :], j < k (NaN largest, ties -> smaller index); Argmax: k=1.
 // One workgroup of {{WG}} lanes per row, k rounds: each picks the best element ranked after the last pick
 // (strided scan + workgroup tree). Bindings: 0 = arena window, 1 = ReduceTopkParams (rounds of one dispatch).
-struct ReduceTopkParams {
-    rows: u32,
-    cols: u32,
-    k: u32,
-    round_start: u32,
-    round_count: u32,
-    x: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceTopkParams;

@@ -1,16 +1,7 @@
 // y[row] = reduce_r x[row, r] (sum/mean/max/min/prod) over contiguous rows longer than 64 (inner == 1).
 // One workgroup of {{WG}} lanes per row: lane l folds r = l, l + {{WG}}, ...; then a workgroup-memory tree.
 // Bindings: 0 = arena window, 1 = ReduceTreeParams (r in [start, start + count); accumulate folds in y).
-struct ReduceTreeParams {
-    rows: u32,
-    reduce_dim: u32,
-    start: u32,
-    count: u32,
-    accumulate: u32,
-    x: u32,
-    y: u32,
-    divisor: f32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ReduceTreeParams;

@@ -1,24 +1,7 @@
 // Split a fused QKV row block; rotate q and k (RoPE at positions pos + row); write q to the output
 // and append k, v to the KV caches at row pos + row. One thread per element of a qkv row block.
 // Bindings: 0 = arena window (u32 words), 1 = RopeKvAppendParams (word offsets in the window).
-struct RopeKvAppendParams {
-    n: u32,
-    rows: u32,
-    q_width: u32,
-    kv_width: u32,
-    head_dim: u32,
-    n_rot: u32,
-    interleaved: u32,
-    capacity: u32,
-    max_pos: u32,
-    qkv: u32,
-    k_cache: u32,
-    v_cache: u32,
-    cos: u32,
-    sin: u32,
-    pos: u32,
-    q_out: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: RopeKvAppendParams;

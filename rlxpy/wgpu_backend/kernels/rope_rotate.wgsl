@@ -1,21 +1,7 @@
 // Rotary embedding, f32: per head, pair (a, b) -> (a c - b s, b c + a s); dims >= n_rot copied unchanged.
 // One thread per output element of x [..., S, L]; pairs are (i, i + n_rot/2) or, interleaved, (2i, 2i + 1).
 // Bindings: 0 = arena window (u32 words), 1 = RopeRotateParams (position = s + offset [+ pos input value]).
-struct RopeRotateParams {
-    n: u32,
-    seq: u32,
-    width: u32,
-    head_dim: u32,
-    n_rot: u32,
-    x: u32,
-    cos: u32,
-    sin: u32,
-    y: u32,
-    max_pos: u32,
-    offset: i32,
-    pos_input: u32,
-    has_pos: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: RopeRotateParams;

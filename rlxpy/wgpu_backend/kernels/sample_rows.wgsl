@@ -1,21 +1,7 @@
 // Token sampling, f32 logits -> i32 id per row: argmax (temperature 0) or softmax/top-k/top-p + Gumbel-max.
 // One workgroup per row (grid folded into y past 65535); thread t reads tokens t + WG n, eight per batch.
 // Bindings: 0 = arena window (u32 words), 1 = SampleRowsParams (seed from the uniforms or a u32[2] input).
-struct SampleRowsParams {
-    rows: u32,
-    vocab: u32,
-    x: u32,
-    y: u32,
-    greedy: u32,
-    temperature: f32,
-    top_k: u32,
-    top_p: f32,
-    filtered: u32,
-    seed_lo: u32,
-    seed_hi: u32,
-    seed_input: u32,
-    has_seed: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: SampleRowsParams;

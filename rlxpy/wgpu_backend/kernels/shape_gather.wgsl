@@ -1,17 +1,7 @@
 // y[o, k, t] = table[o, clamp(trunc(idx[k]), 0, dim-1), t]: numpy.take along one axis (embedding lookup at axis 0).
 // 4/8-byte elements: one thread per output word; 1/2-byte: one thread per packed output word (no shared words).
 // Bindings: 0 = arena window (u32 words), 1 = ShapeGatherParams (word offsets x, idx, y; inner/count/dim in elements).
-struct ShapeGatherParams {
-    n: u32,
-    words: u32,
-    x: u32,
-    idx: u32,
-    y: u32,
-    elem_bytes: u32,
-    inner: u32,
-    count: u32,
-    dim: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ShapeGatherParams;

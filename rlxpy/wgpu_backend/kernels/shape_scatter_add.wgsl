@@ -1,14 +1,7 @@
 // y = zeros([out_dim, width]); y[row(idx[u]), c] += updates[u, c] for u = 0..count-1 in order (numpy.add.at).
 // One thread per column c: it owns y[:, c], zeroes it, then accumulates sequentially, so the result is deterministic.
 // Bindings: 0 = arena window (u32 words), 1 = ShapeScatterAddParams (word offsets x, idx, y; rows outside skipped).
-struct ShapeScatterAddParams {
-    width: u32,
-    count: u32,
-    out_dim: u32,
-    x: u32,
-    idx: u32,
-    y: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ShapeScatterAddParams;

@@ -1,37 +1,7 @@
 // y[dst(e)] = x[src(e)] over a rank-6 index space, src/dst = base + sum(coord_k * stride_k) in elements.
 // 4/8-byte elements: one thread per output word; 1/2-byte: one thread per packed (contiguous) destination word.
 // Bindings: 0 = arena window (u32 words), 1 = ShapeStridedParams (x, y in words; dims, strides, bases in elements).
-struct ShapeStridedParams {
-    n: u32,
-    words: u32,
-    w0: u32,
-    x: u32,
-    y: u32,
-    elem_bytes: u32,
-    src_base: u32,
-    dst_base: u32,
-    keep_axis: u32,
-    keep_lo: u32,
-    keep_hi: u32,
-    d0: u32,
-    d1: u32,
-    d2: u32,
-    d3: u32,
-    d4: u32,
-    d5: u32,
-    s0: u32,
-    s1: u32,
-    s2: u32,
-    s3: u32,
-    s4: u32,
-    s5: u32,
-    t0: u32,
-    t1: u32,
-    t2: u32,
-    t3: u32,
-    t4: u32,
-    t5: u32,
-}
+#params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
 @group(0) @binding(1) var<uniform> p: ShapeStridedParams;
