@@ -38,6 +38,8 @@ fn expert_of(i: u32) -> i32 {
     {{EXPERT}}
 }
 
+#include "quant_gguf_block.wgsl"
+
 // (value = scale * q [+ offset]) summed against x, from the dot of the raw quants and the sum of x
 fn combine(sm: vec2<f32>, dq: f32, sx: f32) -> f32 {
     if (IS_FLOAT) {
@@ -104,32 +106,15 @@ fn rope_append(t: u32, first: u32, x_rows: u32) {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let t = lid.x;
-    var x_rows = p.m;
-    var x_base = p.x;
-    var y_base = p.y;
-    var w_base = p.w;
-    var valid = true;
-    if (GROUPED) {
-        let batch = wid.y + wid.z * 65535u;
-        if (batch >= p.m) {
-            return;
-        }
-        let e = expert_of(batch);
-        valid = e >= 0;
-        x_rows = 1u;
-        x_base = p.x + batch * p.k;
-        y_base = p.y + batch * p.n;
-        w_base = p.w + u32(max(e, 0)) * p.w_stride;
-    } else if (wid.y > 0u || p.m > MR) {
-        // more x rows than MR (a prefill chunk): grid y walks blocks of MR rows, each reading W once
-        let first = wid.y * MR;
-        if (first >= p.m) {
-            return;
-        }
-        x_rows = min(MR, p.m - first);
-        x_base = p.x + first * p.k;
-        y_base = p.y + first * p.n;
+    let blk = x_block(wid);
+    if (blk.skip) {
+        return;
     }
+    let x_rows = blk.rows;
+    let x_base = blk.x;
+    let y_base = blk.y;
+    let w_base = blk.w;
+    let valid = blk.valid;
     let team = t / p.tpr;  // once per thread, not in the loop
     let lane = t - team * p.tpr;
     let row0 = wid.x * p.rows_per_wg * RR + team;  // the team's rows: row0 + i * rows_per_wg

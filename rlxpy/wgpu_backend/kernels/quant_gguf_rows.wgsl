@@ -32,6 +32,8 @@ fn expert_of(i: u32) -> i32 {
     {{EXPERT}}
 }
 
+#include "quant_gguf_block.wgsl"
+
 // Output row i of invocation g. With RoPE, rows (2j, 2j + 1) of the invocation are rotation pair
 // g * RR / 2 + j of the q|k|v block: per head (2d, 2d + 1) interleaved, else (d, d + ROT/2) for
 // rotated dims and consecutive pairs of the unrotated ones.
@@ -102,31 +104,15 @@ fn half_sums(xq: array<vec4<f32>, 8>) -> vec2<f32> {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    var x_rows = p.m;
-    var x_base = p.x;
-    var y_base = p.y;
-    var w_base = p.w;
-    var valid = true;
-    if (GROUPED) {
-        let batch = wid.y + wid.z * 65535u;
-        if (batch >= p.m) {
-            return;
-        }
-        let e = expert_of(batch);
-        valid = e >= 0;
-        x_rows = 1u;
-        x_base = p.x + batch * p.k;
-        y_base = p.y + batch * p.n;
-        w_base = p.w + u32(max(e, 0)) * p.w_stride;
-    } else if (wid.y > 0u || p.m > MR) {
-        let first = wid.y * MR;
-        if (first >= p.m) {
-            return;
-        }
-        x_rows = min(MR, p.m - first);
-        x_base = p.x + first * p.k;
-        y_base = p.y + first * p.n;
+    let blk = x_block(wid);
+    if (blk.skip) {
+        return;
     }
+    let x_rows = blk.rows;
+    let x_base = blk.x;
+    let y_base = blk.y;
+    let w_base = blk.w;
+    let valid = blk.valid;
     // Invocations past the last rows recompute them and store nothing: the batch stays converged.
     let g_count = (p.n + RR - 1u) / RR;
     let live = gid.x < g_count;
