@@ -6,34 +6,11 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, quants
+from reference_helpers import close_loose as close
+from reference_helpers import rand_plain as rand
+from reference_helpers import run, t
 
-from rlxpy.ir import DType, Graph
 from rlxpy.ir.ops.quant import gguf_row_bytes
-from rlxpy.ir.reference import run_reference
-
-
-def run(build, **arrays: np.ndarray) -> np.ndarray:
-    """One Input per keyword array, ``build(g, *inputs)`` -> node, evaluated by the reference."""
-    g = Graph("t")
-    nodes = [g.input(name, a.shape, DType.parse(a.dtype)) for name, a in arrays.items()]
-    out = build(g, *nodes)
-    g.output(out)
-    return run_reference(g, arrays)[out.name]
-
-
-def rand(shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
-
-
-def t(x: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(x))
-
-
-def close(actual: np.ndarray, expected, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    expected = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
-    assert actual.shape == expected.shape, f"shape {actual.shape} != oracle {expected.shape}"
-    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
-                               equal_nan=True)
 
 
 # -- GGUF quantised ops ----------------------------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""Helpers of the reference-vs-torch tests (tests/ir/test_reference_<family>.py): build a one-node
+graph and run the numpy reference; random inputs with or without edge values; a closeness check
+that compares shapes first."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlxpy.ir import DType, Graph
+from rlxpy.ir.reference import run_reference
+
+EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1e-30, 88.0, -88.0],
+                 dtype=np.float32)
+
+def run(build, **arrays: np.ndarray) -> np.ndarray:
+    """One Input per keyword array, ``build(g, *inputs)`` -> node, evaluated by the reference."""
+    g = Graph("t")
+    nodes = [g.input(name, a.shape, DType.parse(a.dtype)) for name, a in arrays.items()]
+    out = build(g, *nodes)
+    g.output(out)
+    return run_reference(g, arrays)[out.name]
+
+
+def rand_edges(shape, seed: int = 0, scale: float = 3.0, edges: bool = True) -> np.ndarray:
+    """Normal values; with ``edges`` the first elements are NaN, +-inf, +-0, halves, tiny, large."""
+    x = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+    if edges:
+        flat = x.reshape(-1)
+        count = min(flat.size, EDGES.size)
+        flat[:count] = EDGES[:count]
+    return x
+
+
+def t(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def close_tight(actual: np.ndarray, expected, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    expected = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != oracle {expected.shape}"
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                               equal_nan=True)
+
+
+def rand_plain(shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def close_loose(actual: np.ndarray, expected, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    expected = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != oracle {expected.shape}"
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                               equal_nan=True)
