@@ -7,35 +7,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from reference_helpers import ATOL, RTOL, run_both, t64
+from reference_helpers import rand_plain_seeded as rand
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import DType, Graph
-from rlxpy.ir.passes import check_unfused, unfuse
+from rlxpy.ir.passes import unfuse
 from rlxpy.ir.reference import run_reference
-
-RTOL = 1e-5
-
-
-ATOL = 1e-5
-
-
-def rand(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def run_both(g: Graph, inputs: dict, params: dict | None = None) -> np.ndarray:
-    """The graph's single output by the direct reference; asserts the unfused graph agrees."""
-    (name,) = [g.nodes[o].name for o in g.outputs]
-    direct = run_reference(g, inputs, params)[name]
-    flat = unfuse(g)
-    check_unfused(flat)
-    unfused = run_reference(flat, inputs, params)[name]
-    np.testing.assert_allclose(unfused, direct, rtol=RTOL, atol=ATOL)
-    return direct
-
-
-def t64(x: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(x, dtype=np.float64))
 
 
 # -- DotGeneral ---------------------------------------------------------------------------------
