@@ -10,18 +10,7 @@
 
 var<workgroup> tile: array<f32, {{WG}}>;
 
-// Strict total order of (value, index): NaN first, then larger value, then smaller index.
-fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
-    let nan1 = is_nan(v1);
-    let nan2 = is_nan(v2);
-    if (nan1 != nan2) {
-        return nan1;
-    }
-    if (!nan1 && v1 != v2) {
-        return v1 > v2;
-    }
-    return i1 < i2;
-}
+#include "reduce_order.wgsl"
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -46,7 +35,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
         let count = min({{WG}}u, p.cols - start);
         for (var j = 0u; j < count; j = j + 1u) {
-            if (beats(tile[j], start + j, value, c)) {
+            if (ranks_before(tile[j], start + j, value, c)) {
                 rank = rank + 1u;
             }
         }

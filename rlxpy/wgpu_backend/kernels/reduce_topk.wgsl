@@ -13,7 +13,9 @@ const NONE: u32 = 0xffffffffu;
 var<workgroup> best_value: array<f32, {{WG}}>;
 var<workgroup> best_index: array<u32, {{WG}}>;
 
-// Strict total order of (value, index): NaN first, then larger value, then smaller index; NONE is last.
+#include "reduce_order.wgsl"
+
+// ranks_before, with NONE (no element) last
 fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
     if (i1 == NONE) {
         return false;
@@ -21,15 +23,7 @@ fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
     if (i2 == NONE) {
         return true;
     }
-    let nan1 = is_nan(v1);
-    let nan2 = is_nan(v2);
-    if (nan1 != nan2) {
-        return nan1;
-    }
-    if (!nan1 && v1 != v2) {
-        return v1 > v2;
-    }
-    return i1 < i2;
+    return ranks_before(v1, i1, v2, i2);
 }
 
 @compute @workgroup_size({{WG}})

@@ -1,0 +1,14 @@
+// The order TopK, Argmax and their rank kernel share (reduce_topk, reduce_rank): a strict total order
+// of (value, index) pairs: NaN first, then the larger value, then the smaller index (torch.topk's
+// order, with ties broken toward the first index). Needs the prelude's is_nan.
+fn ranks_before(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
+    let nan1 = is_nan(v1);
+    let nan2 = is_nan(v2);
+    if (nan1 != nan2) {
+        return nan1;
+    }
+    if (!nan1 && v1 != v2) {
+        return v1 > v2;
+    }
+    return i1 < i2;
+}
