@@ -79,7 +79,7 @@ DISPATCH_REPORT = flag(
     0,
     "print the schedule report: 1 summary line, 2 one line per step, 3 + each kernel's WGSL",
 )
-WGPU_SCHEDULE = flag("RLX_WGPU_SCHEDULE", int, 0, "alias of RLX_DISPATCH_REPORT (the original's name)")
+WGPU_SCHEDULE = flag("RLX_WGPU_SCHEDULE", int, 0, "alias of RLX_DISPATCH_REPORT (an older name)")
 NAN_TRACE = flag(
     "RLX_WGPU_NAN_TRACE",
     int,

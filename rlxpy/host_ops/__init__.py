@@ -1,4 +1,4 @@
-"""CPU steps run between GPU passes (ARCHITECTURE rule 6: host fallback is explicit).
+"""CPU steps run between GPU passes (host fallback is explicit: a host step in the schedule).
 
 Each module builds closures ``fn(io)`` for ``LowerCtx.host``: ``io.read(node_id)`` gives a node's
 arena contents as an array, ``io.write(node_id, array)`` stores a result. They do numpy math only

@@ -83,7 +83,7 @@ _NUMPY = {
 _STORAGE_NUMPY = {**_NUMPY, DType.BF16: "uint16", DType.BOOL: "uint32"}
 _BY_NAME = {d.value: d for d in DType}
 
-# Promotion rank, low to high (the IR's rule; see op-catalog §5.1).
+# Promotion rank, low to high (the IR's rule).
 _RANK = {
     DType.BOOL: 0, DType.U8: 1, DType.I8: 1, DType.I16: 2, DType.BF16: 2, DType.F16: 3,
     DType.U32: 4, DType.I32: 4, DType.I64: 5, DType.F32: 6, DType.F64: 7, DType.C64: 8,

@@ -152,7 +152,7 @@ class Arena:
             raw = bytes(raw) + b"\0" * (4 - len(raw) % 4)
         assert offset % 4 == 0 and offset + len(raw) <= self.size, (offset, len(raw), self.size)
         self.device.queue.write_buffer(self.buffer, offset, raw)
-        # write_buffer staging memory is only released at a submit (wgpu-py-notes §8)
+        # wgpu-py's write_buffer staging memory is only released at a submit
         self._pending_upload += len(raw)
         if self._pending_upload > 256 << 20:
             self.device.queue.submit([])

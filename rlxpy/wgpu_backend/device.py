@@ -1,7 +1,7 @@
 """The process-wide wgpu adapter/device, its limits and features, and the pipeline cache.
 
 All arena bindings use one bind-group layout: binding 0 = a read_write storage window of the
-arena, binding 1 = the step's uniform record; both with dynamic offsets (wgpu-py-notes §2).
+arena, binding 1 = the step's uniform record; both with dynamic offsets, so one bind group serves every step.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def get_device() -> Device:
     features = [f for f in WANTED_FEATURES if f in adapter.features]
     binding = adapter.limits["max-storage-buffer-binding-size"]
     cap = int(env.MAX_BINDING)
-    if 0 < cap < binding:  # wgpu then validates every binding against the cap (wgpu-py-notes §2)
+    if 0 < cap < binding:  # wgpu then validates every binding against the cap too
         binding = max(cap // 4 * 4, 4)
     limits = {
         "max_storage_buffer_binding_size": binding,

@@ -1,4 +1,4 @@
-"""Graphs with symbolic dims: compile per binding, lazily at the first run (ARCHITECTURE rule 8).
+"""Graphs with symbolic dims: compile per binding, lazily at the first run .
 
 Parameters set before the first compile are kept and replayed into each new executable, so a
 new binding (a recompile) keeps the weights. The same binding reuses the compiled executable.

@@ -4,8 +4,8 @@ Each step knows (from its kernel's layout) which uniform fields scale and which 
 shrinks, and the leading dim of its node. A step scales when that dim equals ``upper``: its
 scaled fields become ``min(full, ceil(full * actual / upper))`` and its grid shrinks the same
 way. Steps that declare nothing run in full, which is always correct for the first rows.
-Uniforms are rewritten only when a value changes (ARCHITECTURE rule 7; tinygrad's JIT patches
-only its symbolic vars the same way).
+Uniforms are rewritten only when a value changes (no recompile; tinygrad's JIT patches only its
+symbolic vars the same way).
 """
 
 from __future__ import annotations

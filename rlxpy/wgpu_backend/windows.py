@@ -3,7 +3,7 @@ node whose tensors lie far apart run in one slice. Pure math on byte offsets: no
 
 WebGPU caps one storage binding (``max_storage_buffer_binding_size``: 128 MiB on lavapipe, 2 GiB - 4
 on an H100) while the arena may hold several GiB. Every GPU step binds W = min(arena, cap) bytes at
-an aligned base (one bind group, dynamic offset; ARCHITECTURE rules 4 and 5):
+an aligned base (one bind group whose dynamic offset moves the window):
 
 1. A node whose tensors span at most W gets a window covering them all (``cover_base``).
 2. Otherwise its biggest *unit* (a tensor, or tensors sharing bytes such as a view and its root)

@@ -80,7 +80,7 @@ def test_promote_is_symmetric_and_idempotent(a, b):
     assert promote(a, a) is a
 
 
-# The IR's table (op-catalog §5.1), written out pair by pair.
+# The IR's table, written out pair by pair.
 PROMOTE_TABLE = [
     (DType.F16, DType.BF16, DType.F32),
     (DType.F16, DType.F32, DType.F32),

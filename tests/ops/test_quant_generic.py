@@ -1,4 +1,4 @@
-"""Generic DequantMatMul (int8 / int8_asym / int4 / fp8 / nvfp4, op-catalog §1.3) on the GPU.
+"""Generic DequantMatMul (int8 / int8_asym / int4 / fp8 / nvfp4) on the GPU.
 
 Oracle: a decoder written here independently of the reference (torch's float8 dtypes for the
 minifloats, bit tricks for the nibbles), then torch matmul in float64.

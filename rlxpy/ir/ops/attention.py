@@ -1,4 +1,4 @@
-"""Attention family (op-catalog §1.7): Attention; PackedAttention (made by the packed-BSHD
+"""Attention family: Attention; PackedAttention (made by the packed-BSHD
 pattern: it reads q, k and v in place from one parent); and the composites FusedAttentionBlock and
 FusedTransformerLayer, which the unfuse pass expands."""
 
@@ -196,7 +196,7 @@ class FusedAttentionBlock(Op):
 
 # Input order of FusedTransformerLayer. Without bias the four linear biases are dropped and the
 # LayerNorm betas stay (BERT's LayerNorms are affine whatever its linears do): 10 inputs, as the
-# IR declares. The original's expansion assumed 8 (no betas) and disagreed with its own IR.
+# op declares.
 LAYER_INPUTS_BIAS = ("hidden", "qkv_w", "qkv_b", "out_w", "out_b", "ln1_g", "ln1_b", "fc1_w", "fc1_b",
                      "fc2_w", "fc2_b", "ln2_g", "ln2_b", "mask")
 

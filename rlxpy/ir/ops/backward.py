@@ -1,8 +1,8 @@
-"""Backward ops (op-catalog §1.12 and §3): each is the exact gradient of rlxpy's forward op.
+"""Backward ops: each is the exact gradient of rlxpy's forward op.
 
-Where the original's backward disagrees with its own forward (RoPE table offsets, GatherBackward
-skipping indices the forward clamps, attention ignoring score_scale/softcap/GQA) we follow the
-forward, so torch autograd through the forward's reference semantics is the oracle.
+Each follows its forward exactly (RoPE table offsets, GatherBackward clamping indices like the
+forward, attention honouring score_scale/softcap/GQA), so torch autograd through the forward's
+reference semantics is the oracle.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rlxpy.ir.shape import format_shape
 
 
 class AttentionWrt(enum.IntEnum):
-    """Which input AttentionBackward differentiates (the original's ids)."""
+    """Which input AttentionBackward differentiates (the ids are serialised: keep them stable)."""
 
     QUERY = 0
     KEY = 1
@@ -148,7 +148,7 @@ class GatherBackward(Op):
 
     Inputs dy [table[:axis] + idx.shape + table[axis+1:]] and indices; ``axis_dim`` is the
     table's size along ``axis``. Indices are truncated and clamped like the forward, so this is
-    its exact adjoint (the original skipped out-of-range rows instead)."""
+    its exact adjoint (out-of-range indices add into the clamped row, not nowhere)."""
 
     axis_dim: int
     axis: int = 0

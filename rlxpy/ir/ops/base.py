@@ -76,7 +76,7 @@ def need(condition: bool, message: str) -> None:
 
 
 class ActKind(enum.IntEnum):
-    """Element-wise activations; values are the original's ids (op-catalog §4.1)."""
+    """Element-wise activations; the values are the serialised ids."""
 
     RELU = 0
     SIGMOID = 1

@@ -1,4 +1,4 @@
-"""Control family: If and While (op-catalog §5.4), composites expanded by ir/passes/unfuse_control.py.
+"""Control family: If and While, composites expanded by ir/passes/unfuse_control.py.
 
 If and While hold their branches as sub-graphs (rlxpy.ir.graph.Graph). A sub-graph's Inputs are
 bound positionally, in node order, to the op's inputs. Sub-graphs may not declare Params: an

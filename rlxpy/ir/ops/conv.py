@@ -1,4 +1,4 @@
-"""Convolution, pooling and im2col, channels-first (op-catalog §1.8).
+"""Convolution, pooling and im2col, channels-first.
 
 Windows are given per spatial dim as tuples; an empty tuple means the default (stride 1,
 padding 0, dilation 1). Output size per spatial dim: ``floor((in + 2p - d(k-1) - 1)/s) + 1``.
@@ -91,8 +91,8 @@ class Pool(Op):
     Padded taps contribute the reduction's identity (sum/mean 0, max -inf, min +inf, prod 1),
     and mean divides by the full kernel volume (padded taps included). So MAX matches
     torch's max_pool{1,2,3}d and MEAN torch's avg_pool{1,2,3}d(count_include_pad=True).
-    The original padded max/min with -/+3.4e38 instead of -/+inf; the results differ only when a
-    window holds nothing but padding and -inf (or +inf) values."""
+    Padding is -inf / +inf for max / min (not a large finite value), so a window of nothing but
+    padding and -inf (or +inf) values gives -inf (+inf), as torch does."""
 
     kind: ReduceOp
     kernel_size: tuple[int, ...]

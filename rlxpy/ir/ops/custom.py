@@ -1,4 +1,4 @@
-"""Named custom ops (op-catalog §1.11) and the Gaussian-splatting ops (§1.14, shape rules only)."""
+"""Named custom ops and the Gaussian-splatting ops (shape rules only)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class GateParams:
     @staticmethod
     def unpack(blob: bytes) -> GateParams:
         """Empty blob -> defaults; otherwise exactly 20 bytes ``u32 u32 u32 f32 u32`` (LE).
-        The original also fell back to the defaults for any shorter blob; we refuse a partial one."""
+        A partial blob is refused rather than padded with defaults."""
         if not blob:
             return GateParams()
         need(len(blob) == 20, f"{GROUP_LIMITED_GATE} attrs must be 0 or 20 bytes "
@@ -51,8 +51,8 @@ def knn_k(blob: bytes) -> int:
 class Custom(Op):
     """A named op outside the core set; only ``llada2.group_limited_gate`` and ``umap.knn`` exist.
 
-    The attribute blob is ``attr_bytes`` (the original called it ``attrs``, which would shadow
-    Op.attrs()). Output f32, shape from the name:
+    The attribute blob is ``attr_bytes`` (not ``attrs``, which would shadow Op.attrs()).
+    Output f32, shape from the name:
     * group_limited_gate(sig [rows, E], route [rows, E]) -> [rows, 2*top_k]: DeepSeek-V3 style
       group-limited routing: top_k expert indices, then their weights.
     * umap.knn(pairwise [n, n]) -> [n, 2k]: k nearest neighbour indices, then their distances."""
@@ -90,7 +90,7 @@ def _gate_infer(p: GateParams, ins: Sequence[TensorType]) -> TensorType:
     return TensorType((sig.shape[0], 2 * p.top_k), DType.F32)
 
 
-# -- Gaussian splatting (feature-gated in the original; host rasteriser not ported yet) -------
+# -- Gaussian splatting (shape rules only: no rasteriser yet) -----------------------------------
 SPLAT_META_SIZE = 23
 SPLAT_INPUTS = ("positions [3N]", "log_scales [3N]", "rotations [4N]", "opacities [N]", "colors [3N]",
                 "sh_coeffs [N*M]", "meta [23]")
@@ -132,7 +132,7 @@ class GaussianSplatRender(Op):
 @dataclass(frozen=True)
 class GaussianSplatRenderBackward(Op):
     """Gradient of GaussianSplatRender; inputs the 7 scene inputs and d_loss_rgba [H*W*4]; out the
-    gradients of the first 6 inputs packed in input order (layout unsure in the original)."""
+    gradients of the first 6 inputs packed in input order."""
 
     width: int
     height: int
@@ -156,8 +156,8 @@ class GaussianSplatRenderBackward(Op):
 
 @dataclass(frozen=True)
 class GaussianSplatPrepare(Op):
-    """Project the 7 scene inputs to a packed per-splat buffer of ``prep_size`` floats (declared:
-    the original's layout is not pinned down), consumed by GaussianSplatRasterize."""
+    """Project the 7 scene inputs to a packed per-splat buffer of ``prep_size`` floats (its layout
+    is declared, not yet fixed), consumed by GaussianSplatRasterize."""
 
     width: int
     height: int

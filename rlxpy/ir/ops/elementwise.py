@@ -1,4 +1,4 @@
-"""Element-wise family: casts, copies, activations, binary ops, comparisons, select (op-catalog §1.2)."""
+"""Element-wise family: casts, copies, activations, binary ops, comparisons, select."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Copy(Op):
 
 @dataclass(frozen=True)
 class Activation(Op):
-    """``fn(x)`` per element (op-catalog §4.1). GELU is the exact erf form, Round is half away
+    """``fn(x)`` per element. GELU is the exact erf form, Round is half away
     from zero (like C's round(), unlike torch.round's half-to-even), NaN propagates."""
 
     fn: ActKind
@@ -51,8 +51,8 @@ class Activation(Op):
 @dataclass(frozen=True)
 class Binary(Op):
     """``a op b`` with numpy broadcasting. Pow is IEEE pow (C's pow; torch.pow with a tensor
-    exponent): a negative base gives a real value for integral exponents, NaN otherwise, unlike
-    the original's GPU NaN; (-inf) ** 0.5 = +inf (not sqrt's NaN). Integer Div truncates toward
+    exponent): a negative base gives a real value for integral exponents, NaN otherwise (never a
+    GPU's blanket NaN); (-inf) ** 0.5 = +inf (not sqrt's NaN). Integer Div truncates toward
     zero (torch.div(rounding_mode="trunc")); an integer x / 0 gives x."""
 
     op: BinaryOp

@@ -1,4 +1,4 @@
-"""KV family: writing rows into a persistent KV cache (op-catalog §1.7)."""
+"""KV family: writing rows into a persistent KV cache."""
 
 from __future__ import annotations
 

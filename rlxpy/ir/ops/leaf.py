@@ -1,4 +1,4 @@
-"""Leaf family: graph inputs, parameters and constants (op-catalog §1.1). They have no reference
+"""Leaf family: graph inputs, parameters and constants. They have no reference
 function and no lowerer: run_reference and the executable bind their values directly."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Matmul family: matrix products (op-catalog §1.3). SplitMatMul is made by the split-QKV pattern
+"""Matmul family: matrix products. SplitMatMul is made by the split-QKV pattern
 (its output is one blocked tensor, see norm.ResidualNormTee); DotGeneral, LoraMatMul and FusedSwiGLU
 are composites that the unfuse pass expands."""
 
@@ -170,8 +170,7 @@ class FusedSwiGLU(Op):
     """Split x [..., 2N] into halves; ``up * silu(gate)`` -> [..., N], then Cast to ``cast_to``.
 
     ``gate_first=True``: gate = first half, up = second (ggml_swiglu, Phi-3's gate_up_proj);
-    ``gate_first=False``: up = first half, gate = second. The original ignored the flag and always
-    took the first half as "up"; rlxpy honours it (pass gate_first=False for the old result)."""
+    ``gate_first=False``: up = first half, gate = second."""
 
     gate_first: bool = True
     cast_to: DType | None = None

@@ -1,4 +1,4 @@
-"""Norm family: LayerNorm, RMSNorm, their residual-fused forms and Softmax (op-catalog §1.4).
+"""Norm family: LayerNorm, RMSNorm, their residual-fused forms and Softmax.
 
 ResidualNormTee is made by the residual-norm pattern (ir/passes/patterns_transformer.py). The IR has
 one output per node, so it writes ONE *blocked* tensor whose parts are contiguous runs, and the

@@ -1,4 +1,4 @@
-"""Quantised matmuls and lookups (op-catalog §1.3): generic group-wise and GGUF block formats."""
+"""Quantised matmuls and lookups: generic group-wise and GGUF block formats."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ DEQUANT_SCHEMES = {"int8": 8, "int8_asym": 8, "int4": 4, "fp8_e4m3": 8, "fp8_e5m
 
 @dataclass(frozen=True)
 class DequantMatMul(Op):
-    """``x @ dequant(W)`` with W [K, N] row-major, packed per ``scheme`` (op-catalog §1.3 table),
+    """``x @ dequant(W)`` with W [K, N] row-major, packed per ``scheme``,
     scales per (K-block of ``block_size``, column). Inputs x, w_q (u8 bytes), scale, zp."""
 
     scheme: str

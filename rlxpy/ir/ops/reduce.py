@@ -1,4 +1,4 @@
-"""Reduce family: reductions, cumulative sum and selection (op-catalog §1.5)."""
+"""Reduce family: reductions, cumulative sum and selection."""
 
 from __future__ import annotations
 

@@ -1,9 +1,17 @@
-"""Fused element-wise regions (op-catalog §1.2, encoding §4.8).
+"""Fused element-wise regions.
 
 A region evaluates a chain of element-wise steps per output element. Each step is the same
 computation as the standalone op it names (Activation, Cast, Binary, Compare, Where), so a region
 equals the unfused sequence of ops exactly. Operands are external inputs or earlier steps'
 results; the output is the last step's result.
+
+Chain encoding: each step is four u32 words ``[kind, sub, lhs, rhs]``: ``kind`` a ChainKind,
+``sub`` the activation / dtype / binary / compare id (the tables below), and each operand word an
+input index, or an earlier step's index with bit 31 set.
+
+Read rule: input i is read at the output element's flat index e, except a scalar input (bit i of
+the scalar mask) always at 0, an input with a modulus m > 0 at e % m, and the 2x-nearest-resize
+prologue input at the half-resolution pixel under e (NCHW).
 """
 
 from __future__ import annotations
@@ -40,13 +48,13 @@ class RegionPrologue(enum.IntEnum):
 ENUMS[ChainKind.__name__] = ChainKind  # so JSON graphs can name them
 ENUMS[RegionPrologue.__name__] = RegionPrologue
 
-#: Region-kernel activation sub-ids follow the original's enum declaration order, not ActKind.
+#: Region-kernel activation sub-ids: a fixed order of their own (serialised chains), not ActKind's.
 REGION_ACTIVATION_IDS = {
     ActKind.GELU: 0, ActKind.GELU_APPROX: 1, ActKind.SILU: 2, ActKind.RELU: 3, ActKind.SIGMOID: 4,
     ActKind.TANH: 5, ActKind.EXP: 6, ActKind.LOG: 7, ActKind.SQRT: 8, ActKind.RSQRT: 9, ActKind.NEG: 10,
     ActKind.ABS: 11, ActKind.ROUND: 12, ActKind.SIN: 13, ActKind.COS: 14, ActKind.TAN: 15, ActKind.ATAN: 16,
 }
-#: Cast sub-ids: the original IR's dtype order (§4.6).
+#: Cast sub-ids: a fixed dtype order of their own (serialised chains).
 REGION_DTYPE_IDS = {d: i for i, d in enumerate((
     DType.F32, DType.F16, DType.BF16, DType.F64, DType.I8, DType.I16, DType.I32, DType.I64, DType.U8,
     DType.U32, DType.BOOL, DType.C64))}
@@ -67,7 +75,7 @@ class ChainOperand:
     index: int
 
     def word(self) -> int:
-        """The §4.8 operand word: bit 31 marks a step result."""
+        """The operand word of the chain encoding: bit 31 marks a step result."""
         return (_STEP_BIT | self.index) if self.is_step else self.index
 
     def __repr__(self) -> str:
@@ -130,7 +138,7 @@ class ChainStep:
         return Where()
 
     def words(self) -> tuple[int, int, int, int]:
-        """``[kind, sub, lhs, rhs]`` as the original's region kernel reads it (§4.8)."""
+        """``[kind, sub, lhs, rhs]``: the four words a chain step is encoded as (see ``encode_chain``)."""
         w = [a.word() for a in self.args]
         if self.kind is ChainKind.WHERE:
             return (int(self.kind), w[0], w[1], w[2])
@@ -148,7 +156,7 @@ class ChainStep:
 
 
 def encode_chain(chain: Sequence[ChainStep]) -> tuple[int, ...]:
-    """The flat 4-words-per-step encoding of §4.8 (without the prologue tail words)."""
+    """The flat 4-words-per-step chain encoding (module docstring; without the prologue tail words)."""
     return tuple(word for step in chain for word in step.words())
 
 
@@ -193,7 +201,7 @@ def _half_resolution(out_shape: Shape) -> Shape:
 
 def check_region_inputs(ins: Sequence[TensorType], out_shape: Shape, scalar_mask: int, modulus: Sequence[int],
                         prologue: RegionPrologue, prologue_input: int, rule_index: Any = None) -> None:
-    """Apply §4.8's read rule to each input: prologue input, scalar, modulus, or full size.
+    """Apply the read rule (module docstring) to each input: prologue input, scalar, modulus, or full size.
     ``rule_index(i)`` picks whose mask bit / modulus applies (the batch region uses input 0's)."""
     pick = rule_index or (lambda i: i)
     out_numel = _numel(out_shape)

@@ -1,4 +1,4 @@
-"""Rope family: rotary position embedding, alone or fused with the KV-cache append (op-catalog §1.7)."""
+"""Rope family: rotary position embedding, alone or fused with the KV-cache append."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from rlxpy.ir.ops.base import Op, TensorType, need
 @dataclass(frozen=True)
 class Sample(Op):
     """One token id (i32) per row of logits [..., V]: temperature, top-k, top-p, then Gumbel-max
-    with Threefry2x32-20 keyed by ``seed`` (op-catalog §1.5). An optional second input, a u32[2]
+    with Threefry2x32-20 keyed by ``seed``. An optional second input, a u32[2]
     (or i32[2]) tensor, overrides the seed per run. temperature 0 -> argmax (ties -> lowest index);
-    temperature 1 with no filtering still samples (the original's greedy shortcut is not copied)."""
+    temperature 1 with no filtering still samples (no greedy shortcut)."""
 
     temperature: float = 1.0
     top_k: int = 0

@@ -1,4 +1,4 @@
-"""Recurrent sequence models: Mamba-1 selective scan and the gated delta rule (op-catalog §1.9)."""
+"""Recurrent sequence models: Mamba-1 selective scan and the gated delta rule."""
 
 from __future__ import annotations
 

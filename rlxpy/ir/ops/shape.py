@@ -1,4 +1,4 @@
-"""Shape family: views and data movement (op-catalog §1.6): reshape, transpose, narrow, concat,
+"""Shape family: views and data movement: reshape, transpose, narrow, concat,
 expand, gather and scatter-add."""
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Expand(Op):
 @dataclass(frozen=True)
 class Gather(Op):
     """``numpy.take(table, clip(indices), axis)``: out shape = table[:axis] + idx + table[axis+1:].
-    Indices are clamped into [0, dim-1] (the original's rule), fractions truncate."""
+    Indices are clamped into [0, dim-1] and fractions truncate."""
 
     axis: int = 0
     arity = (2, 2)

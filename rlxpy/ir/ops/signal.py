@@ -1,4 +1,4 @@
-"""Signal and audio ops: FFT, Welch peak picking, log-mel and its gradient (op-catalog §1.10).
+"""Signal and audio ops: FFT, Welch peak picking, log-mel and its gradient.
 
 Real spectra use the **2N real-block layout**: a row of a length-N complex spectrum is stored as
 ``[re_0 .. re_{N-1}, im_0 .. im_{N-1}]`` (last dim 2N).

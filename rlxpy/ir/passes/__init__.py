@@ -1,5 +1,5 @@
 """IR -> IR passes, run in this order by the compile flow: verify, bind dynamic dims, unfuse,
-detect patterns (ARCHITECTURE.md)."""
+detect patterns."""
 
 from rlxpy.ir.passes.unfuse import check_unfused, unfuse
 from rlxpy.ir.passes.verify import verify

@@ -1,4 +1,4 @@
-"""The unfuse pass (op-catalog §5.4): rebuild a graph, node by node, into primitives only.
+"""The unfuse pass: rebuild a graph, node by node, into primitives only.
 
 * Every composite op (``op.composite``) is replaced by its expansion, registered per op with
   ``@expands(Op)`` in unfuse_control.py (If, While) and unfuse_layers.py (the rest).

@@ -1,4 +1,4 @@
-"""Unfuse expansions of the control-flow ops If and While (op-catalog §5.4)."""
+"""Unfuse expansions of the control-flow ops If and While."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unfuse expansions of DotGeneral, LoraMatMul, FusedSwiGLU and the transformer blocks (§5.4)."""
+"""Unfuse expansions of DotGeneral, LoraMatMul, FusedSwiGLU and the transformer blocks."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def expand_lora(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> No
 @expands(ops.FusedSwiGLU)
 def expand_swiglu(unfuser: Unfuser, node: Node, args: list[Node], name: str) -> Node:
     """Two last-axis Narrows, ``up * Silu(gate)``, then Cast when cast_to changes the dtype;
-    gate_first picks which half is the gate (the original always took the first half as up)."""
+    gate_first picks which half is the gate."""
     op: ops.FusedSwiGLU = node.op  # type: ignore[assignment]
     (x,) = args
     axis, half = x.rank - 1, x.shape[-1] // 2  # type: ignore[operator]
@@ -89,8 +89,8 @@ def _self_attention(unfuser: Unfuser, name: str, hidden: Node, qkv_w: Node, mask
                     sin: Node | None = None) -> Node:
     """QKV projection, three last-axis Narrows of width H·D, optional RoPE, rank-3 Attention
     (CUSTOM keep-mask) -> the concatenated heads [B, S, H·D]. Everything stays [B, S, H·D]:
-    rlxpy's Rope rotates each head of such a row and Attention reads it with strides, so the
-    original's [B,S,H,D] -> [B,H,S,D] transposes around RoPE are not needed."""
+    rlxpy's Rope rotates each head of such a row and Attention reads it with strides, so no
+    [B,S,H,D] -> [B,H,S,D] transposes are needed around RoPE."""
     qkv = _projection(unfuser, hidden, qkv_w, qkv_b, f"{name}/qkv")
     width = heads * head_dim
     q, k, v = (unfuser.emit(ops.Narrow(2, i * width, width), [qkv], f"{name}/{part}")

@@ -1,4 +1,4 @@
-"""The verify pass: the first check of the compile flow (ARCHITECTURE.md, "passes")."""
+"""The verify pass: the first check of the compile flow (before unfuse, patterns and lowering)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reference semantics of the quant family. Generic (non-GGUF) DequantMatMul schemes (op-catalog §1.3):
+"""Reference semantics of the quant family. Generic (non-GGUF) DequantMatMul schemes:
 
 W is [K, N] row-major: flat element ``e = kk*N + col``. 8-bit schemes store byte e; 4-bit
 schemes store element e in byte e//2, low nibble first. Scales (and zero points) run along K in

@@ -56,7 +56,7 @@ def run_chain(chain: Sequence[ChainStep], values: Sequence[np.ndarray], label: s
 
 def read_input(x: np.ndarray, index: int, out_shape: Shape, scalar_mask: int, modulus: Sequence[int],
                prologue: RegionPrologue, prologue_input: int) -> np.ndarray:
-    """Input ``index`` as a flat array with one value per output element (the §4.8 read rule)."""
+    """Input ``index`` as a flat array with one value per output element (ir/ops/region.py's read rule)."""
     numel = math.prod(out_shape)  # type: ignore[arg-type]
     if prologue is RegionPrologue.RESIZE_NEAREST_2X and index == prologue_input:
         return x.repeat(2, axis=2).repeat(2, axis=3).reshape(-1)  # (n, c, h//2, w//2)

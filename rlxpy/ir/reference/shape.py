@@ -39,7 +39,7 @@ def ref_expand(op: ops.Expand, args, node):
 
 
 def clamp_indices(idx: np.ndarray, dim: int) -> np.ndarray:
-    """The original's rule: truncate fractions, clamp into [0, dim-1]."""
+    """Gather's index rule: truncate fractions, clamp into [0, dim-1]."""
     return np.clip(np.trunc(idx.astype(np.float64)), 0, max(dim - 1, 0)).astype(np.int64)
 
 

@@ -1,4 +1,4 @@
-// y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for few x rows; W [K, N] row-major, packed per scheme (op-catalog §1.3).
+// y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for few x rows; W [K, N] row-major, packed per scheme.
 // One thread per 4 consecutive columns (1-D grid folded into y); it walks K block by block, loading the block's scales once.
 // Bindings: 0 = arena window (u32 words; x, y, zp word offsets, w and nvfp4 scale BYTE offsets), 1 = QuantGenericGemvParams.
 #params

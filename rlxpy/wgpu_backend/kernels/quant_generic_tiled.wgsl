@@ -1,4 +1,4 @@
-// y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for many x rows; W [K, N] row-major, packed per scheme (op-catalog §1.3).
+// y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for many x rows; W [K, N] row-major, packed per scheme.
 // 16x16 threads own a 64x64 output tile (rows ty + 16a, cols tx + 16b); per K step of 16 each thread dequantises 4 adjacent columns of one W row into workgroup memory.
 // Bindings: 0 = arena window (u32 words; x, y, zp word offsets, w and nvfp4 scale BYTE offsets), 1 = QuantGenericTiledParams.
 #params

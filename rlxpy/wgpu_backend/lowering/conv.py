@@ -11,7 +11,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 HOST_OPS: dict[type[ops.Op], str] = {
     ops.Conv: "no conv kernel yet",
     ops.Pool: "no pool kernel yet",
-    ops.Im2Col: "im2col is a host op (as in the original)",
+    ops.Im2Col: "im2col is a host op: no kernel yet",
 }
 
 

@@ -1,4 +1,4 @@
-"""Lowering family: quantised matmuls and lookups (op-catalog §1.3).
+"""Lowering family: quantised matmuls and lookups.
 
 The family is split by sub-family; importing this module registers both:
 ``quant_gguf`` (GGML block formats: DequantMatMulGguf, DequantGroupedMatMul, GatherGguf) and

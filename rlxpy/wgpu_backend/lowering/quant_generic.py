@@ -1,4 +1,4 @@
-"""Generic group-wise quantised matmul (``DequantMatMul``, op-catalog §1.3 table) on the GPU.
+"""Generic group-wise quantised matmul (``DequantMatMul``) on the GPU.
 
 ``y = x @ dequant(W)`` with W [K, N] row-major (flat element ``e = kk*N + col``), packed as
 int8 / int8_asym / int4 (scales, zero points per (K-block, column)), fp8 e4m3 / e5m2 (no scale)

@@ -1,11 +1,11 @@
-"""Sample lowering (registered through lowering/attention.py): one sample_rows dispatch.
+"""Sample lowering: one sample_rows dispatch.
 
 One workgroup per row of logits [..., V] writes one i32 token id. temperature 0 is argmax with
-numpy's rules (NaN first, ties -> lowest index). Otherwise, as ``sample_rows`` in the reference
-(op-catalog §1.5): softmax of logits / T, top-k / top-p keeping the crossing token, Gumbel-max
+numpy's rules (NaN first, ties -> lowest index). Otherwise, as ``sample_rows`` in the reference:
+softmax of logits / T, top-k / top-p keeping the crossing token, Gumbel-max
 with Threefry2x32-20 keyed by the seed attribute or the optional u32[2] seed input. The kept set
 is found by a binary search over the logits' order-preserving bit keys (no sort, no scratch), so
-the logits are only read, never overwritten (unlike the original's kernel).
+the logits are only read, never overwritten.
 """
 
 from __future__ import annotations
