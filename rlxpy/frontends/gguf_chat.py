@@ -1,131 +1,200 @@
-"""Native renderers for the chat templates GGUF files commonly carry, without jinja2.
+"""Chat prompts rendered from the GGUF's own Jinja template (``tokenizer.chat_template``).
 
-The template text (``tokenizer.chat_template``) is only inspected to recognise its family and to read
-the constants it bakes in (a default system prompt, a date); each family is then rendered by hand to
-give the same string that Hugging Face's ``apply_chat_template`` gets from the Jinja source.
+The template runs in jinja2's ``ImmutableSandboxedEnvironment`` with the settings and helpers that
+Hugging Face's ``apply_chat_template`` gives it (``trim_blocks``, ``lstrip_blocks``, the loop-control
+extension, ``raise_exception``, ``strftime_now``, a ``tojson`` that does not escape HTML, ``dict`` and
+``namespace``, and the ``{% generation %}`` block as a no-op), with the same variables
+(``messages``, ``add_generation_prompt``, ``tools``, ``documents``, ``bos_token``, ``eos_token``, ...),
+so a prompt is the string transformers renders from the same file.
+
+Only a file with no template falls back to a built-in one (ChatML, as llama.cpp does); the
+:attr:`ChatTemplate.fallback_message` says so, and the CLI prints it.
 """
 
 from __future__ import annotations
 
-import re
-import time
+import datetime
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rlxpy.errors import InputError, ModelError
 
-_IM_START, _IM_END = "<|im_start|>", "<|im_end|>"
-_HEADER_START, _HEADER_END, _EOT = "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"
-
-# A Jinja string literal that opens a default system turn: '<|im_start|>system\n...<|im_end|>'.
-_CHATML_DEFAULT_SYSTEM = re.compile(r"""(['"])<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>""", re.DOTALL)
-_JINJA_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
-_JINJA_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
-
-
-def _unescape(literal: str) -> str:
-    """The value of the body of a Jinja (Python-style) string literal."""
-    return _JINJA_ESCAPE.sub(lambda match: _JINJA_ESCAPES.get(match.group(1), match.group(1)), literal)
+#: What a file without ``tokenizer.chat_template`` is rendered with (ChatML, llama.cpp's default).
+FALLBACK_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
-def _checked(messages: list[dict[str, str]]) -> list[tuple[str, str]]:
-    pairs = []
-    for index, message in enumerate(messages):
-        try:
-            pairs.append((str(message["role"]), str(message["content"])))
-        except (KeyError, TypeError) as error:
-            raise InputError(f"chat message {index} needs 'role' and 'content': {message!r}") from error
-    return pairs
+class _TemplateRaised(Exception):
+    """``raise_exception(message)`` inside a template: the conversation is not one it accepts."""
 
 
-def render_chatml(template: str, messages: list[tuple[str, str]], add_generation_prompt: bool) -> str:
-    """ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``), as SmolLM2's and Qwen2's templates.
-
-    A default system prompt the template writes when the first message is not a system one (SmolLM2:
-    "You are a helpful AI assistant named SmolLM, ...") is read from the template and written the same
-    way: before the first message, only when there is one.
-    """
-    default = _CHATML_DEFAULT_SYSTEM.search(template)
-    parts = []
-    if default is not None and messages and messages[0][0] != "system":
-        parts.append(f"{_IM_START}system\n{_unescape(default.group(2))}{_IM_END}\n")
-    parts.extend(f"{_IM_START}{role}\n{content}{_IM_END}\n" for role, content in messages)
-    if add_generation_prompt:
-        parts.append(f"{_IM_START}assistant\n")
-    return "".join(parts)
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(str(message))
 
 
-def render_llama3(
-    template: str, messages: list[tuple[str, str]], add_generation_prompt: bool, bos: str
-) -> str:
-    """Llama-3 turns: ``<|start_header_id|>role<|end_header_id|>\\n\\n`` + trimmed content + ``<|eot_id|>``.
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:
+    # Jinja's own tojson escapes <, >, & and ' for HTML; chat templates want the plain JSON.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
 
-    Meta's 3.0 template puts BOS before the first message. The 3.1/3.2 templates always open with BOS
-    and a system turn holding "Cutting Knowledge Date" and "Today Date" lines before the (trimmed) system
-    message; their tool-calling branches are not rendered.
-    """
-    parts = []
-    if "Cutting Knowledge Date" in template:
-        knowledge = re.search(r"Cutting Knowledge Date: ([^\"'\\\n]*)", template)
-        date = re.search(r"""set date_string = (['"])(.*?)\1""", template)
-        if "strftime_now" in template:
-            today = time.strftime("%d %b %Y")
-        else:
-            today = date.group(2) if date else "26 Jul 2024"
-        system = ""
-        if messages and messages[0][0] == "system":
-            system, messages = messages[0][1].strip(), messages[1:]
-        parts.append(
-            f"{bos}{_HEADER_START}system{_HEADER_END}\n\n"
-            f"Cutting Knowledge Date: {knowledge.group(1) if knowledge else 'December 2023'}\n"
-            f"Today Date: {today}\n\n{system}{_EOT}"
-        )
-    elif messages:
-        parts.append(bos)
-    parts.extend(
-        f"{_HEADER_START}{role}{_HEADER_END}\n\n{content.strip()}{_EOT}" for role, content in messages
+
+def _strftime_now(format: str) -> str:
+    return datetime.datetime.now().strftime(format)
+
+
+class _DictFactory:
+    """``dict(...)`` for templates, without exposing the ``dict`` type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+@functools.cache
+def _environment() -> Any:
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.utils
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationBlock(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}`` marks assistant text for training masks; here
+        it renders its body unchanged."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        @staticmethod
+        def _body(caller: Any) -> str:
+            return caller()
+
+    class Namespace(jinja2.utils.Namespace):
+        """``namespace(...)`` that refuses underscore names (no route to interpreter internals)."""
+
+        def __init__(*args: Any, **kwargs: Any) -> None:
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                Namespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: str, value: Any) -> None:
+            Namespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} starts with '_'")
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols]
     )
-    if add_generation_prompt:
-        parts.append(f"{_HEADER_START}assistant{_HEADER_END}\n\n")
-    return "".join(parts)
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now, dict=_DictFactory(),
+                       namespace=Namespace)
+    return env
 
 
-def render_llama2(messages: list[tuple[str, str]], bos: str, eos: str) -> str:
-    """Meta's Llama-2 chat template: ``<s>[INST] <<SYS>>\\nsystem\\n<</SYS>>\\n\\nuser [/INST] answer </s>``.
+@functools.lru_cache(maxsize=32)
+def _compile(text: str) -> Any:
+    return _environment().from_string(text)
 
-    The system message is folded into the first user turn; user and assistant must alternate, starting
-    with the user, as the template's ``raise_exception`` demands. It has no generation prompt.
+
+def _plain(value: Any) -> Any:
+    """Only plain JSON-like values reach the sandbox (no objects with methods of their own)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if callable(getattr(value, "model_dump", None)):  # pydantic messages (the OpenAI client's)
+        return _plain(value.model_dump())
+    return f"<{type(value).__name__}>"
+
+
+def check_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Messages as plain dicts without None values; each needs a string ``role`` and a ``content``
+    (a string, or a list of content parts the template reads)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InputError(f"chat messages must be a list of {{'role', 'content'}} dicts, got {messages!r}")
+    checked = []
+    for index, message in enumerate(messages):
+        plain = _plain(message)
+        if not isinstance(plain, dict):
+            raise InputError(f"chat message {index} is not a dict: {message!r}")
+        plain = {key: value for key, value in plain.items() if value is not None}
+        if not isinstance(plain.get("role"), str) or "content" not in plain:
+            raise InputError(f"chat message {index} needs 'role' and 'content': {message!r}")
+        checked.append(plain)
+    return checked
+
+
+class ChatTemplate:
+    """A GGUF's chat template, compiled once; :meth:`render` turns messages into the prompt text.
+
+    ``special_tokens`` are the template variables transformers passes from the tokenizer's special
+    tokens (``bos_token``, ``eos_token``, ``unk_token``, ``pad_token``).
     """
-    system = None
-    if messages and messages[0][0] == "system":
-        system, messages = messages[0][1], messages[1:]
-    parts = []
-    for index, (role, content) in enumerate(messages):
-        if (role == "user") != (index % 2 == 0):
-            raise InputError("Conversation roles must alternate user/assistant/user/assistant/...")
-        if index == 0 and system is not None:
-            content = f"<<SYS>>\n{system}\n<</SYS>>\n\n{content}"
-        if role == "user":
-            parts.append(f"{bos}[INST] {content.strip()} [/INST]")
-        elif role == "assistant":
-            parts.append(f" {content.strip()} {eos}")
-    return "".join(parts)
 
+    def __init__(self, text: str | None, special_tokens: Mapping[str, str] | None = None,
+                 source: str = "<memory>") -> None:
+        self.source = source
+        self.fallback = not text
+        self.text = FALLBACK_TEMPLATE if self.fallback else str(text)
+        self.special_tokens = dict(special_tokens or {})
+        try:
+            self._template = _compile(self.text)
+        except Exception as error:  # jinja2.TemplateSyntaxError and friends
+            raise ModelError(f"{source}: the chat template in 'tokenizer.chat_template' does not compile "
+                             f"({type(error).__name__}: {error})") from None
 
-def render_chat(
-    template: str | None,
-    messages: list[dict[str, str]],
-    add_generation_prompt: bool,
-    bos: str,
-    eos: str,
-    source: str,
-) -> str:
-    """Render ``messages`` with the family that ``template`` belongs to, or raise ModelError."""
-    if not template:
-        raise ModelError(f"{source}: no chat template (missing GGUF key 'tokenizer.chat_template')")
-    pairs = _checked(messages)
-    if _IM_START in template:
-        return render_chatml(template, pairs, add_generation_prompt)
-    if _HEADER_START in template:
-        return render_llama3(template, pairs, add_generation_prompt, bos)
-    if "[INST]" in template and "<<SYS>>" in template:
-        return render_llama2(pairs, bos, eos)
-    raise ModelError(f"{source}: unsupported chat template {template[:60]!r}")
+    @property
+    def fallback_message(self) -> str | None:
+        """Why the prompt may not be the model's own format (None when the file has a template)."""
+        if not self.fallback:
+            return None
+        return (f"{self.source} has no chat template (GGUF key 'tokenizer.chat_template'): "
+                "formatting the conversation as ChatML (<|im_start|>role ... <|im_end|>), "
+                "which this model may not have been trained on")
+
+    def render(self, messages: Sequence[Any], add_generation_prompt: bool = True, **variables: Any) -> str:
+        """The prompt for ``messages``. Extra ``variables`` reach the template (``tools``,
+        ``documents``, ``date_string``, ...), overriding the special tokens of the same name."""
+        import jinja2
+
+        context = {**self.special_tokens, **_plain(variables)}
+        context.setdefault("tools", None)
+        context.setdefault("documents", None)
+        try:
+            return self._template.render(messages=check_messages(messages),
+                                         add_generation_prompt=bool(add_generation_prompt), **context)
+        except _TemplateRaised as error:
+            raise InputError(f"the chat template refuses this conversation: {error}") from None
+        except jinja2.exceptions.SecurityError as error:
+            raise ModelError(f"{self.source}: the chat template did something the sandbox forbids: "
+                             f"{error}") from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+            raise InputError(f"the chat template of {self.source} cannot render this conversation "
+                             f"({type(error).__name__}: {error})") from None

@@ -8,8 +8,8 @@ Two vocabulary kinds are supported, named by ``tokenizer.ggml.model``:
 * ``llama``: SentencePiece-style BPE over token scores, with ``▁`` for spaces and ``<0xXX>`` byte
   fallback, as llama.cpp's ``llm_tokenizer_spm`` does.
 
-Nothing here needs transformers, tokenizers, regex or jinja2: Unicode classes come from ``unicodedata``
-and chat templates are rendered natively by :mod:`rlxpy.frontends.gguf_chat`.
+Nothing here needs transformers or regex: Unicode classes come from ``unicodedata``; chat templates
+are the file's own Jinja, rendered by :mod:`rlxpy.frontends.gguf_chat`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import gguf
 
 from rlxpy.errors import InputError, ModelError
-from rlxpy.frontends.gguf_chat import render_chat
+from rlxpy.frontends.gguf_chat import ChatTemplate
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -528,12 +528,20 @@ class GgufTokenizer:
 
     # -- chat ------------------------------------------------------------------------------------------
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` with the file's ``tokenizer.chat_template`` (ChatML, Llama-3 or Llama-2
-        style, recognised and rendered natively)."""
-        bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
-        eos = self.tokens[self.eos_id] if self.eos_id is not None else ""
-        return render_chat(self.chat_template, messages, add_generation_prompt, bos, eos, self.source)
+    @functools.cached_property
+    def chat(self) -> ChatTemplate:
+        """The file's ``tokenizer.chat_template``, compiled (a ChatML fallback when there is none:
+        ``chat.fallback_message`` then says so)."""
+        names = {"bos_token": self.bos_id, "eos_token": self.eos_id, "unk_token": self.unknown_id,
+                 "pad_token": self.padding_id}
+        special = {name: self.tokens[index] for name, index in names.items() if index is not None}
+        return ChatTemplate(self.chat_template, special, self.source)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                            **variables: Any) -> str:
+        """Render ``messages`` with the file's Jinja chat template, as transformers'
+        ``apply_chat_template(..., tokenize=False)`` does."""
+        return self.chat.render(messages, add_generation_prompt, **variables)
 
 
 class StreamDecoder:

@@ -405,19 +405,64 @@ def test_llama2_template_rejects_non_alternating_roles(smol_fields: dict[str, ob
         tokenizer.apply_chat_template([{"role": "assistant", "content": "hi"}])
 
 
-def test_unknown_or_missing_template_is_a_model_error(smol_fields: dict[str, object]) -> None:
-    odd = "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>{% endfor %}"
-    tokenizer = GgufTokenizer.from_metadata(
-        {**smol_fields, "tokenizer.chat_template": odd}, source="odd.gguf"
+GEMMA_STYLE_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' "
+    "else message['role'] %}<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+# Whitespace control, loop controls, namespace(), tojson, strftime_now and a {% generation %} block.
+FEATURES_TEMPLATE = (
+    "{%- set ns = namespace(turns=0) -%}\n"
+    "{% for message in messages %}\n"
+    "  {% if message['role'] == 'system' %}{% continue %}{% endif %}\n"
+    "  {% set ns.turns = ns.turns + 1 %}\n"
+    "  [{{ ns.turns }}] {{ message['role'] | upper }}: {{ message | tojson }}\n"
+    "  {% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] }}{% endgeneration %}"
+    "{% endif %}\n"
+    "{% endfor %}\n"
+    "{{ strftime_now('%Y') }}{% if add_generation_prompt %}<go>{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [GEMMA_STYLE_TEMPLATE, FEATURES_TEMPLATE], ids=["gemma", "features"])
+@pytest.mark.parametrize("conversation", ["with_system", "multi_turn", "multi_turn_no_system"])
+def test_any_jinja_template_matches_oracle(
+    smol_fields: dict[str, object], hf_smol, template: str, conversation: str
+) -> None:
+    tokenizer = GgufTokenizer.from_metadata({**smol_fields, "tokenizer.chat_template": template})
+    messages = CONVERSATIONS[conversation]
+    expected = hf_smol.apply_chat_template(
+        messages, chat_template=template, tokenize=False, add_generation_prompt=True
     )
-    with pytest.raises(ModelError, match="odd.gguf") as caught:
-        tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
-    assert repr(odd[:60]) in str(caught.value)
+    assert tokenizer.apply_chat_template(messages) == expected
+
+
+def test_missing_template_falls_back_to_chatml_and_says_so(smol_fields: dict[str, object]) -> None:
     no_template = {key: value for key, value in smol_fields.items() if key != "tokenizer.chat_template"}
-    with pytest.raises(ModelError, match="tokenizer.chat_template"):
-        GgufTokenizer.from_metadata(no_template).apply_chat_template([{"role": "user", "content": "hi"}])
-    with pytest.raises(InputError):
-        GgufTokenizer.from_metadata(smol_fields).apply_chat_template([{"content": "no role"}])
+    tokenizer = GgufTokenizer.from_metadata(no_template, source="bare.gguf")
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert "bare.gguf" in tokenizer.chat.fallback_message
+    assert "tokenizer.chat_template" in tokenizer.chat.fallback_message
+    assert GgufTokenizer.from_metadata(smol_fields).chat.fallback_message is None
+
+
+def test_template_errors_are_clear(smol_fields: dict[str, object]) -> None:
+    broken = GgufTokenizer.from_metadata(
+        {**smol_fields, "tokenizer.chat_template": "{% for m in messages %}"}, source="broken.gguf"
+    )
+    with pytest.raises(ModelError, match="broken.gguf.*does not compile"):
+        broken.apply_chat_template([{"role": "user", "content": "hi"}])
+    escape = GgufTokenizer.from_metadata(
+        {**smol_fields, "tokenizer.chat_template": "{{ messages.__class__.__mro__ }}"}, source="escape.gguf"
+    )
+    with pytest.raises(ModelError, match="sandbox"):
+        escape.apply_chat_template([{"role": "user", "content": "hi"}])
+    smol = GgufTokenizer.from_metadata(smol_fields)
+    with pytest.raises(InputError, match="'role' and 'content'"):
+        smol.apply_chat_template([{"content": "no role"}])
+    with pytest.raises(InputError, match="list"):
+        smol.apply_chat_template("just text")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------------------
