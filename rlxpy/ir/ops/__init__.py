@@ -5,6 +5,8 @@ Each family has the same name everywhere: ``ir/ops/<family>.py`` (shape rules),
 ``wgpu_backend/kernels/<family>_*.wgsl`` and ``tests/ops/test_<family>.py`` /
 ``tests/ir/test_reference_<family>.py``. ``base.py`` holds the Op base class, TensorType and the
 enums. Every op class is ``ops.<Name>``: the namespace is built from the registry (``OP_TYPES``).
+docs/ops.md documents every op, one section per family, generated from the docstrings here
+(``python -m rlxpy.ir.ops_doc``).
 """
 
 from __future__ import annotations

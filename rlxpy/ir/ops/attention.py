@@ -1,6 +1,9 @@
 """Attention family: Attention; PackedAttention (made by the packed-BSHD
 pattern: it reads q, k and v in place from one parent); and the composites FusedAttentionBlock and
-FusedTransformerLayer, which the unfuse pass expands."""
+FusedTransformerLayer, which the unfuse pass expands.
+
+Documented in docs/ops.md#attention (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Each follows its forward exactly (RoPE table offsets, GatherBackward clamping indices like the
 forward, attention honouring score_scale/softcap/GQA), so torch autograd through the forward's
 reference semantics is the oracle.
+
+Documented in docs/ops.md#backward (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations

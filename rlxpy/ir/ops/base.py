@@ -3,7 +3,9 @@ each op family has its own module, see ops/__init__.py).
 
 An op is a frozen dataclass: its fields are the attributes. ``infer`` is the shape rule: it
 gets the inputs' types and returns the output's type, raising GraphError (without the node's
-name: Graph.add prefixes it) on bad input. Every subclass registers itself in ``OP_TYPES``.
+name: Graph.apply prefixes it) on bad input. Every subclass registers itself in ``OP_TYPES``.
+
+Documented in docs/ops.md#base (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ OP_TYPES: dict[str, type[Op]] = {}
 
 @dataclass(frozen=True)
 class TensorType:
+    """The type of a node's value: ``shape``, a tuple of dims (each an int, or a ``Sym`` bound when
+    the graph compiles for concrete sizes), and ``dtype``. ``rank`` is ``len(shape)``; ``str`` gives
+    ``f32[4, T]``. Shape rules take and return TensorTypes."""
+
     shape: Shape
     dtype: DType
 
@@ -76,7 +82,18 @@ def need(condition: bool, message: str) -> None:
 
 
 class ActKind(enum.IntEnum):
-    """Element-wise activations; the values are the serialised ids."""
+    """Activation's function, on float inputs, computed in f64 and rounded once to the input dtype:
+
+    - RELU max(x, 0); SIGMOID 1 / (1 + exp(-x)) (saturating to 0 and 1, no overflow); TANH; SILU
+      x * sigmoid(x); GELU the exact erf form 0.5 x (1 + erf(x / sqrt 2)) (torch's
+      ``approximate="none"``); GELU_APPROX 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      (torch's ``approximate="tanh"``).
+    - EXP (overflow -> +inf); LOG (log 0 = -inf, negative -> NaN); SQRT (negative -> NaN); RSQRT
+      1 / sqrt(x) (0 -> +inf, negative -> NaN).
+    - NEG, ABS; ROUND half away from zero (C's round(), not torch.round's half-to-even).
+    - SIN, COS, TAN, ATAN (radians).
+
+    NaN in gives NaN out for every function (RELU included). The values are the serialised ids."""
 
     RELU = 0
     SIGMOID = 1
@@ -98,6 +115,20 @@ class ActKind(enum.IntEnum):
 
 
 class BinaryOp(enum.IntEnum):
+    """Binary's operator. Both operands are converted to the promoted dtype (``dtype.promote``), then:
+
+    - ADD, SUB, MUL: IEEE arithmetic on floats; integers wrap on overflow (two's complement, like
+      numpy and torch).
+    - DIV: IEEE division on floats (x / 0 = +-inf, 0 / 0 = NaN); on integers the quotient truncated
+      toward zero (torch.div(rounding_mode="trunc")), exact for i64, and x / 0 = x.
+    - MAX, MIN: element-wise; a NaN operand gives NaN (torch.maximum, not fmax).
+    - POW: IEEE pow on floats (see Binary: a negative base with an integral exponent is real,
+      (-inf) ** 0.5 = +inf). Integers: a non-negative exponent wraps on overflow; a negative one is
+      computed in f64 and converted back truncating toward zero (2 ** -1 = 0; 0 to a negative
+      power is undefined).
+
+    The values are the serialised ids."""
+
     ADD = 0
     SUB = 1
     MUL = 2
@@ -108,6 +139,10 @@ class BinaryOp(enum.IntEnum):
 
 
 class CmpOp(enum.IntEnum):
+    """Compare's operator: ==, !=, <, <=, >, >= on the operands after numpy's type promotion; the
+    result is bool. Every comparison with a NaN operand is false, except NE, which is true. The
+    values are the serialised ids."""
+
     EQ = 0
     NE = 1
     LT = 2
@@ -117,6 +152,16 @@ class CmpOp(enum.IntEnum):
 
 
 class ReduceOp(enum.IntEnum):
+    """How Reduce (and Pool) combine elements. Float inputs accumulate in f64 and are rounded once
+    to the input dtype; integer inputs accumulate in i64 (u64 for unsigned) and wrap to the input dtype.
+
+    - SUM, PROD: empty -> 0 and 1.
+    - MEAN: the sum divided by the element count; an integer mean truncates toward zero; empty -> NaN
+      for floats.
+    - MAX, MIN: a NaN anywhere gives NaN (like torch.amax); an empty reduction is an error.
+
+    The values are the serialised ids."""
+
     SUM = 0
     MEAN = 1
     MAX = 2
@@ -125,6 +170,19 @@ class ReduceOp(enum.IntEnum):
 
 
 class MaskKind(enum.IntEnum):
+    """Attention's mask (see Attention for where it applies: after scaling and softcap).
+
+    - NONE: every query sees every key.
+    - CAUSAL: bottom-right aligned: query i sits at absolute position p = S_k - S_q + i and sees
+      keys 0..p (torch's ``is_causal`` when S_q == S_k; llama.cpp's KV-cache decode otherwise).
+    - CUSTOM: a binary keep-mask input ([B, S_k], [B, S_q, S_k] or [B, H, S_q, S_k], broadcast to
+      the scores); an entry < 0.5 masks its score (NaN entries keep it).
+    - SLIDING_WINDOW: causal, and at most ``window`` keys back: keys p - window .. p.
+    - BIAS: an additive input (same shapes as CUSTOM) added to the scaled scores.
+
+    A masked score is a large finite negative (-3.4e38 causal, -1e9 custom), so a fully masked
+    row averages V uniformly instead of producing NaN. The values are the serialised ids."""
+
     NONE = 0
     CAUSAL = 1  # bottom-right aligned: query i sits at absolute position S_k - S_q + i
     CUSTOM = 2  # binary keep-mask: entry < 0.5 masks the score
@@ -133,6 +191,10 @@ class MaskKind(enum.IntEnum):
 
 
 class FftNorm(enum.IntEnum):
+    """Fft's scaling, for length N: BACKWARD scales neither direction; FORWARD scales only the
+    inverse by 1/N (numpy's ``norm="backward"``, so ifft(fft(x)) = x); ORTHO scales both by
+    1/sqrt(N). The values are the serialised ids."""
+
     BACKWARD = 0  # no scaling either way
     FORWARD = 1  # inverse scaled by 1/N (numpy's norm="backward")
     ORTHO = 2

@@ -4,6 +4,8 @@ If and While hold their branches as sub-graphs (rlxpy.ir.graph.Graph). A sub-gra
 bound positionally, in node order, to the op's inputs. Sub-graphs may not declare Params: an
 outer Param is passed in as a capture instead, so the op's inputs are its whole data dependency
 and ``graph.params()`` of the outer graph stays the complete list of weights to set.
+
+Documented in docs/ops.md#control (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations

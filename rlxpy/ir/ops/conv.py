@@ -2,6 +2,8 @@
 
 Windows are given per spatial dim as tuples; an empty tuple means the default (stride 1,
 padding 0, dilation 1). Output size per spatial dim: ``floor((in + 2p - d(k-1) - 1)/s) + 1``.
+
+Documented in docs/ops.md#conv (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations

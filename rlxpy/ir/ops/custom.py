@@ -1,4 +1,7 @@
-"""Named custom ops and the Gaussian-splatting ops (shape rules only)."""
+"""Named custom ops and the Gaussian-splatting ops (shape rules only).
+
+Documented in docs/ops.md#custom (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Element-wise family: casts, copies, activations, binary ops, comparisons, select."""
+"""Element-wise family: casts, copies, activations, binary ops, comparisons, select.
+
+Documented in docs/ops.md#elementwise (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,11 @@ def _broadcast(ins: Sequence[TensorType]) -> Shape:
 
 @dataclass(frozen=True)
 class Cast(Op):
-    """Convert to ``to``. Float -> int truncates toward zero, saturates, NaN -> 0 (torch-like)."""
+    """Convert to ``to`` (same shape). Float -> int truncates toward zero and saturates at the
+    target's range, NaN -> 0 (torch-like, never C's undefined behaviour). Int -> narrower int wraps
+    (two's complement); float -> narrower float rounds to nearest even (beyond the range -> +-inf);
+    -> bf16 rounds to nearest even (NaN stays NaN); -> bool is ``x != 0`` (NaN -> true); bool -> a
+    number gives 0 or 1."""
 
     to: DType
 

@@ -1,4 +1,7 @@
-"""KV family: writing rows into a persistent KV cache."""
+"""KV family: writing rows into a persistent KV cache.
+
+Documented in docs/ops.md#kv (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

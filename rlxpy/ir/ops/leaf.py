@@ -1,5 +1,8 @@
 """Leaf family: graph inputs, parameters and constants. They have no reference
-function and no lowerer: run_reference and the executable bind their values directly."""
+function and no lowerer: run_reference and the executable bind their values directly.
+
+Documented in docs/ops.md#leaf (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Matmul family: matrix products. SplitMatMul is made by the split-QKV pattern
 (its output is one blocked tensor, see norm.ResidualNormTee); DotGeneral, LoraMatMul and FusedSwiGLU
-are composites that the unfuse pass expands."""
+are composites that the unfuse pass expands.
+
+Documented in docs/ops.md#matmul (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 
 ResidualNormTee is made by the residual-norm pattern (ir/passes/patterns_transformer.py). The IR has
 one output per node, so it writes ONE *blocked* tensor whose parts are contiguous runs, and the
-pattern pass hands each part to its consumers as a contiguous Narrow + Reshape (planner views)."""
+pattern pass hands each part to its consumers as a contiguous Narrow + Reshape (planner views).
+
+Documented in docs/ops.md#norm (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Quantised matmuls and lookups: generic group-wise and GGUF block formats."""
+"""Quantised matmuls and lookups: generic group-wise and GGUF block formats.
+
+Documented in docs/ops.md#quant (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Reduce family: reductions, cumulative sum and selection."""
+"""Reduce family: reductions, cumulative sum and selection.
+
+Documented in docs/ops.md#reduce (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ input index, or an earlier step's index with bit 31 set.
 Read rule: input i is read at the output element's flat index e, except a scalar input (bit i of
 the scalar mask) always at 0, an input with a modulus m > 0 at e % m, and the 2x-nearest-resize
 prologue input at the half-resolution pixel under e (NCHW).
+
+Documented in docs/ops.md#region (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ MAX_CHAIN_STEPS = 32
 
 
 class ChainKind(enum.IntEnum):
+    """What one chain step computes, as the standalone op of that name: ACTIVATION (one operand,
+    ``sub`` an ActKind), CAST (one operand, ``sub`` the target DType), BINARY (two, ``sub`` a
+    BinaryOp), COMPARE (two, ``sub`` a CmpOp) and WHERE (three: cond, on_true, on_false). The
+    values are the ``kind`` word of the chain encoding."""
+
     ACTIVATION = 0
     CAST = 1
     BINARY = 2
@@ -41,6 +48,10 @@ class ChainKind(enum.IntEnum):
 
 
 class RegionPrologue(enum.IntEnum):
+    """How a region reads its prologue input: NONE (no prologue, every input follows the read rule)
+    or RESIZE_NEAREST_2X (the output is NCHW and the prologue input, at half its height and width, is
+    read at (n, c, h // 2, w // 2): a nearest-neighbour 2x upsample fused into the chain)."""
+
     NONE = 0
     RESIZE_NEAREST_2X = 1  # NCHW output; the prologue input is read at (n, c, h//2, w//2)
 

@@ -1,4 +1,7 @@
-"""Rope family: rotary position embedding, alone or fused with the KV-cache append."""
+"""Rope family: rotary position embedding, alone or fused with the KV-cache append.
+
+Documented in docs/ops.md#rope (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Sample family: token sampling from logits rows (temperature, top-k, top-p)."""
+"""Sample family: token sampling from logits rows (temperature, top-k, top-p).
+
+Documented in docs/ops.md#sample (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Recurrent sequence models: Mamba-1 selective scan and the gated delta rule."""
+"""Recurrent sequence models: Mamba-1 selective scan and the gated delta rule.
+
+Documented in docs/ops.md#scan (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

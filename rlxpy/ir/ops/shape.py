@@ -1,5 +1,8 @@
 """Shape family: views and data movement: reshape, transpose, narrow, concat,
-expand, gather and scatter-add."""
+expand, gather and scatter-add.
+
+Documented in docs/ops.md#shape (generated from these docstrings by rlxpy/ir/ops_doc.py).
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Real spectra use the **2N real-block layout**: a row of a length-N complex spectrum is stored as
 ``[re_0 .. re_{N-1}, im_0 .. im_{N-1}]`` (last dim 2N).
+
+Documented in docs/ops.md#signal (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
 
 from __future__ import annotations
