@@ -22,8 +22,7 @@ from rlxpy import env
 from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
-from rlxpy.ir.passes.patterns import fuse_gguf_decode
-from rlxpy.ir.passes.patterns_transformer import fuse_transformer
+from rlxpy.ir.passes.rewrite import fuse
 from rlxpy.ir.passes.unfuse import unfuse
 from rlxpy.wgpu_backend import (
     lowering,  # noqa: F401  (importing it registers every family's lowerers)
@@ -56,7 +55,8 @@ class CompiledSchedule:
 
 
 def prepare(graph: Graph) -> Graph:
-    """verify -> unfuse -> pattern fusion (decode GEMVs, then transformer patterns) -> verify."""
+    """verify -> unfuse -> pattern fusion (ir/passes/rewrite.py: decode GEMVs, then transformer
+    patterns; RLX_WGPU_SKIP_PATTERNS names those to skip) -> verify."""
     graph.verify()
     if not graph.is_static():
         raise GraphError(f"graph {graph.name!r} has symbolic dims {sorted(graph.symbols())}: bind them first")
@@ -66,9 +66,9 @@ def prepare(graph: Graph) -> Graph:
     skip = {name.strip() for name in str(env.SKIP_PATTERNS).split(",") if name.strip()}
     if env.NO_PACKED_BSHD_ATTN:
         skip.add("packed_attention")
-    if "decode" not in skip and ops.FusedGgufMatMul in LOWERERS:
-        primitive = fuse_gguf_decode(primitive)
-    return fuse_transformer(primitive, skip).verify()
+    if ops.FusedGgufMatMul not in LOWERERS:
+        skip.add("decode")  # no kernel for the fused GEMV
+    return fuse(primitive, skip).verify()
 
 
 def choose_window(span: tuple[int, int], arena_size: int, window: int, alignment: int) -> int:

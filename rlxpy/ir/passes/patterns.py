@@ -1,8 +1,9 @@
-"""Pattern fusion for the decode path: fold RMSNorm, SwiGLU and residual adds into GGUF GEMVs.
+"""The decode GEMV fusions (a pattern set of the engine in rewrite.py, registered as ``decode``):
+fold RMSNorm, SwiGLU, residual adds and RoPE + KV append into GGUF GEMVs.
 
 Decoding one token is bound by the number of dispatches (each costs ~8 µs of GPU time on an
-H100 through wgpu, benches/RESULTS.md), not by arithmetic, so the three cheapest neighbours of
-every quantised GEMV are folded into it (FusedGgufMatMul):
+H100 through wgpu, benches/RESULTS.md), not by arithmetic, so the cheapest neighbours of every
+quantised GEMV are folded into it (FusedGgufMatMul):
 
 * ``RmsNorm(x, gamma)`` (no beta) whose every consumer is a GGUF GEMV reading it as x: each GEMV
   renormalises x itself (x is one hidden vector: recomputing its norm is free next to the GEMV);
@@ -11,139 +12,206 @@ every quantised GEMV are folded into it (FusedGgufMatMul):
 * ``RopeKvAppend(GEMV(...), caches, cos, sin, pos)`` (a fused QKV projection) where the GEMV has
   no other consumer: the GEMV rotates q and k and appends k, v to the KV caches itself.
 
-Only rows <= ``max_rows`` (the GEMV path) are fused; results equal the unfused graph's up to f32
-rounding order. Each pattern can be switched off, and the tests check that results agree.
+The folds build on each other (a SwiGLU GEMV takes a residual, a norm folds into every GEMV that
+reads it), so they are one pattern: :func:`match_decode` plans them in the order SwiGLU, residual,
+RoPE, norm into one :class:`GemvFusion` per fused GEMV (the typed match data), and
+:func:`emit_decode` builds it where its root (the node it stands for) was. Only rows <=
+``max_rows`` (the GEMV path) are fused; results equal the unfused graph's up to f32 rounding order.
+Each fold can be switched off (:func:`fuse_gguf_decode`), and the tests check that results agree.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.base import ActKind, BinaryOp
+from rlxpy.ir.passes.rewrite import Pattern, Remap, register, rewrite
 
 GEMV = (ops.DequantMatMulGguf,)
 
 
+@dataclass(frozen=True)
+class GemvFusion:
+    """One FusedGgufMatMul: ``root`` is the old node it stands for (and whose name it takes),
+    ``gemv`` the GGUF GEMV it runs; the other fields are old node ids of its operands, and
+    ``absorbed`` the old nodes folded into it (they vanish)."""
+
+    root: Node
+    gemv: ops.DequantMatMulGguf
+    x: int
+    w: int
+    w_up: int | None = None
+    gamma: int | None = None
+    eps: float = 0.0
+    residual: int | None = None
+    rope: ops.RopeKvAppend | None = None
+    rope_inputs: tuple[int, ...] = ()
+    absorbed: frozenset[int] = frozenset()
+
+    @property
+    def plain(self) -> bool:
+        """Nothing folded in: the GEMV stays as it is."""
+        return self.w_up is None and self.gamma is None and self.residual is None and self.rope is None
+
+    @property
+    def sites(self) -> tuple[int, ...]:
+        return (self.root.id,)
+
+    @property
+    def replaced(self) -> frozenset[int]:
+        return self.absorbed
+
+
 @dataclass
 class _Plan:
-    fused: dict[int, dict] = field(default_factory=dict)  # root node id -> fused op description
+    graph: Graph
+    max_rows: int
+    users: dict[int, list[int]]
+    outputs: set[int]
+    single: set[int]  # nodes read by exactly one node and not outputs
+    fused: dict[int, GemvFusion] = field(default_factory=dict)  # root id -> its fusion
     dropped: set[int] = field(default_factory=set)
 
+    def is_gemv(self, node: Node) -> bool:
+        """A GGUF GEMV on the decode path (at most ``max_rows`` rows of x)."""
+        if not isinstance(node.op, GEMV):
+            return False
+        x = self.graph.nodes[node.inputs[0]]
+        return (math.prod(x.shape[:-1]) if x.rank > 1 else 1) <= self.max_rows
 
-def _rows(graph: Graph, node: Node) -> int:
-    x = graph.nodes[node.inputs[0]]
-    return math.prod(x.shape[:-1]) if x.rank > 1 else 1
+    def refold(self, old_root: int, root: Node, **changes) -> None:
+        """Move the fusion at ``old_root`` to ``root`` (which absorbs the old root), with ``changes``."""
+        fusion = self.fused.pop(old_root)
+        self.fused[root.id] = dataclasses.replace(fusion, root=root, absorbed=fusion.absorbed | {old_root},
+                                                  **changes)
+        self.dropped.add(old_root)
 
 
-def _is_gemv(graph: Graph, node: Node, max_rows: int) -> bool:
-    return isinstance(node.op, GEMV) and _rows(graph, node) <= max_rows
+def _plain(node: Node) -> GemvFusion:
+    return GemvFusion(node, node.op, node.inputs[0], node.inputs[1])  # type: ignore[arg-type]
 
 
-# over the complexity bar (25 > 20) until the one pattern engine replaces this planner
-def plan_fusion(graph: Graph, max_rows: int = 8, norm: bool = True, swiglu: bool = True,  # noqa: C901
-                residual: bool = True, rope: bool = True) -> _Plan:
+def _is_binary(node: Node, op: BinaryOp) -> bool:
+    return isinstance(node.op, ops.Binary) and node.op.op is op
+
+
+def _swiglu_pair(plan: _Plan, node: Node) -> tuple[Node, Node, Node] | None:
+    """(gate GEMV, its silu, up GEMV) when ``node`` multiplies silu(gate(x)) by up(x), one way round."""
+    a, b = (plan.graph.nodes[i] for i in node.inputs)
+    for act, up in ((a, b), (b, a)):
+        if not (isinstance(act.op, ops.Activation) and act.op.fn is ActKind.SILU):
+            continue
+        gate = plan.graph.nodes[act.inputs[0]]
+        if not (plan.is_gemv(gate) and plan.is_gemv(up)):
+            continue
+        same = (gate.inputs[0] == up.inputs[0] and gate.op.qtype == up.op.qtype
+                and gate.op.n == up.op.n and gate.op.k == up.op.k)
+        if same and {gate.id, act.id, up.id} <= plan.single and up.id != gate.id:
+            return gate, act, up
+    return None
+
+
+def _fold_swiglu(plan: _Plan) -> None:
+    """mul(silu(gemv_g(x)), gemv_u(x)) -> one dual-weight GEMV at the mul."""
+    for node in plan.graph.nodes:
+        found = _swiglu_pair(plan, node) if _is_binary(node, BinaryOp.MUL) else None
+        if found is not None:
+            gate, act, up = found
+            plan.fused[node.id] = dataclasses.replace(_plain(gate), root=node, w_up=up.inputs[1],
+                                                      absorbed=frozenset({gate.id, act.id, up.id}))
+            plan.dropped |= {gate.id, act.id, up.id}
+
+
+def _add_plain_gemvs(plan: _Plan) -> None:
+    """Every other GEMV becomes a candidate too (for the residual, RoPE and norm folds)."""
+    for node in plan.graph.nodes:
+        if plan.is_gemv(node) and node.id not in plan.dropped:
+            plan.fused[node.id] = _plain(node)
+
+
+def _fold_residuals(plan: _Plan) -> None:
+    """add(a, gemv) with the gemv read only there -> a residual epilogue at the add."""
+    graph = plan.graph
+    for node in graph.nodes:
+        if not _is_binary(node, BinaryOp.ADD):
+            continue
+        left, right = node.inputs
+        for other, mm in ((left, right), (right, left)):
+            fusion = plan.fused.get(mm)
+            if fusion is not None and fusion.residual is None and mm in plan.single and other != mm \
+                    and graph.nodes[other].shape == node.shape and graph.nodes[mm].shape == node.shape:
+                plan.refold(mm, node, residual=other)
+                break
+
+
+def _fold_ropes(plan: _Plan) -> None:
+    """RopeKvAppend(gemv, ...) with a plain gemv read only there -> RoPE + KV append at the RopeKvAppend."""
+    for node in plan.graph.nodes:
+        if not isinstance(node.op, ops.RopeKvAppend):
+            continue
+        mm = node.inputs[0]
+        fusion = plan.fused.get(mm)
+        if fusion is not None and mm in plan.single and fusion.plain:
+            plan.refold(mm, node, rope=node.op, rope_inputs=tuple(node.inputs[1:]))
+
+
+def _fold_norms(plan: _Plan) -> None:
+    """RMSNorm without beta whose every consumer is a fused GEMV reading it as x: each of them
+    normalises x itself."""
+    for node in plan.graph.nodes:
+        if not (isinstance(node.op, ops.RmsNorm) and len(node.inputs) == 2) or node.id in plan.outputs:
+            continue
+        readers = {root: f for root, f in plan.fused.items() if f.x == node.id}
+        consumers = set(plan.users[node.id])
+        covered = set(readers) | (consumers & plan.dropped)
+        if readers and consumers <= covered and all(f.w != node.id for f in readers.values()):
+            for root, f in readers.items():
+                plan.fused[root] = dataclasses.replace(f, x=node.inputs[0], gamma=node.inputs[1],
+                                                       eps=node.op.eps, absorbed=f.absorbed | {node.id})
+            plan.dropped.add(node.id)
+
+
+def match_decode(graph: Graph, max_rows: int = 8, norm: bool = True, swiglu: bool = True,
+                 residual: bool = True, rope: bool = True) -> list[GemvFusion]:
+    """Every GEMV with something folded into it (the switches turn single folds off)."""
     users = graph.consumers()
     outputs = set(graph.outputs)
-    plan = _Plan()
     single = {i for i, u in users.items() if len(u) == 1 and i not in outputs}
-
-    def base(node: Node) -> dict:
-        return {"qtype": node.op.qtype, "n": node.op.n, "k": node.op.k, "x": node.inputs[0],
-                "w": node.inputs[1], "w_up": None, "gamma": None, "eps": 0.0, "residual": None,
-                "rope": None}
-
-    # 1. SwiGLU: mul(silu(gemv_g(x)), gemv_u(x))
+    plan = _Plan(graph, max_rows, users, outputs, single)
     if swiglu:
-        for node in graph.nodes:
-            if not (isinstance(node.op, ops.Binary) and node.op.op is BinaryOp.MUL):
-                continue
-            a, b = (graph.nodes[i] for i in node.inputs)
-            for act, up in ((a, b), (b, a)):
-                if not (isinstance(act.op, ops.Activation) and act.op.fn is ActKind.SILU):
-                    continue
-                gate = graph.nodes[act.inputs[0]]
-                if not (_is_gemv(graph, gate, max_rows) and _is_gemv(graph, up, max_rows)):
-                    continue
-                same = (gate.inputs[0] == up.inputs[0] and gate.op.qtype == up.op.qtype
-                        and gate.op.n == up.op.n and gate.op.k == up.op.k)
-                if same and {gate.id, act.id, up.id} <= single and up.id != gate.id:
-                    desc = base(gate)
-                    desc["w_up"] = up.inputs[1]
-                    plan.fused[node.id] = desc
-                    plan.dropped |= {gate.id, act.id, up.id}
-                    break
-    # 2. plain GEMVs become fused candidates too (for the norm and residual folds)
-    for node in graph.nodes:
-        if _is_gemv(graph, node, max_rows) and node.id not in plan.dropped:
-            plan.fused[node.id] = base(node)
-    # 3. residual: add(a, gemv) with the gemv used only there
+        _fold_swiglu(plan)
+    _add_plain_gemvs(plan)
     if residual:
-        for node in graph.nodes:
-            if not (isinstance(node.op, ops.Binary) and node.op.op is BinaryOp.ADD):
-                continue
-            left, right = node.inputs
-            for other, mm in ((left, right), (right, left)):
-                if mm in plan.fused and mm in single and graph.nodes[other].shape == node.shape \
-                        and graph.nodes[mm].shape == node.shape and other != mm:
-                    desc = dict(plan.fused.pop(mm))
-                    desc["residual"] = other
-                    plan.fused[node.id] = desc
-                    plan.dropped.add(mm)
-                    break
-    # 4. RoPE + KV append after a plain GEMV used only there
+        _fold_residuals(plan)
     if rope:
-        for node in graph.nodes:
-            if not isinstance(node.op, ops.RopeKvAppend):
-                continue
-            mm = node.inputs[0]
-            desc = plan.fused.get(mm)
-            if desc is not None and mm in single and desc["w_up"] is None and desc["residual"] is None:
-                desc = dict(plan.fused.pop(mm))
-                desc["rope"] = (node.op, list(node.inputs[1:]))
-                plan.fused[node.id] = desc
-                plan.dropped.add(mm)
-    # 5. RMSNorm without beta whose every consumer is a fused GEMV reading it as x
+        _fold_ropes(plan)
     if norm:
-        for node in graph.nodes:
-            if not (isinstance(node.op, ops.RmsNorm) and len(node.inputs) == 2) or node.id in outputs:
-                continue
-            readers = [d for d in plan.fused.values() if d["x"] == node.id]
-            consumers = set(users[node.id])
-            roots = {r for r, d in plan.fused.items() if d["x"] == node.id}
-            covered = {r for r in roots} | {i for i in consumers if i in plan.dropped}
-            if readers and consumers <= covered and all(
-                    d["x"] != node.id or (d["w"] not in (node.id,)) for d in readers):
-                for d in readers:
-                    d["x"], d["gamma"], d["eps"] = node.inputs[0], node.inputs[1], node.op.eps
-                plan.dropped.add(node.id)
-    return plan
+        _fold_norms(plan)
+    return [f for f in plan.fused.values() if not f.plain]
+
+
+def emit_decode(out: Graph, remap: Remap, fusion: GemvFusion, site: int) -> dict[int, Node]:
+    """The FusedGgufMatMul: inputs x, w, then w_up, gamma, residual (those present), then RoPE's."""
+    rope = fusion.rope
+    rope_fields = {} if rope is None else {
+        "head_dim": rope.head_dim, "q_width": rope.q_width, "kv_width": rope.kv_width,
+        "n_rot": rope.n_rot, "interleaved": rope.interleaved}
+    gemv = fusion.gemv
+    op = ops.FusedGgufMatMul(gemv.qtype, gemv.n, gemv.k, fusion.eps, fusion.w_up is not None,
+                             fusion.residual is not None, **rope_fields)
+    ins = [fusion.x, fusion.w, *(i for i in (fusion.w_up, fusion.gamma, fusion.residual) if i is not None),
+           *fusion.rope_inputs]
+    return {fusion.root.id: out.apply(op, [remap[i] for i in ins], fusion.root.name)}
+
+
+DECODE = register(Pattern("decode", match_decode, emit_decode))
 
 
 def fuse_gguf_decode(graph: Graph, max_rows: int = 8, **switches: bool) -> Graph:
-    """A new graph with the patterns above fused; names of kept nodes and outputs are unchanged."""
-    plan = plan_fusion(graph, max_rows, **switches)
-    plain = {r for r, d in plan.fused.items()
-             if d["w_up"] is None and d["gamma"] is None and d["residual"] is None and d["rope"] is None}
-    out = Graph(graph.name)
-    remap: dict[int, Node] = {}
-    for node in graph.nodes:
-        if node.id in plan.dropped:
-            continue
-        if node.id in plan.fused and node.id not in plain:
-            d = plan.fused[node.id]
-            rope, rope_inputs = d["rope"] or (None, [])
-            rope_fields = {} if rope is None else {
-                "head_dim": rope.head_dim, "q_width": rope.q_width, "kv_width": rope.kv_width,
-                "n_rot": rope.n_rot, "interleaved": rope.interleaved}
-            op = ops.FusedGgufMatMul(d["qtype"], d["n"], d["k"], d["eps"], d["w_up"] is not None,
-                                     d["residual"] is not None, **rope_fields)
-            ins = [d["x"], d["w"]] + [d[r] for r in ("w_up", "gamma", "residual") if d[r] is not None]
-            ins += rope_inputs
-            remap[node.id] = out.apply(op, [remap[i] for i in ins], node.name)
-        else:
-            remap[node.id] = out.apply(node.op, [remap[i] for i in node.inputs], node.name)
-    out.output(*(remap[i] for i in graph.outputs))
-    return out
+    """The graph with the decode fusions applied (``graph`` itself when nothing fuses); names of
+    kept nodes and outputs are unchanged. ``switches``: norm, swiglu, residual, rope (all on)."""
+    return rewrite(graph, match_decode(graph, max_rows, **switches), emit_decode)
