@@ -6,12 +6,15 @@ rebuilds the graph with only what the outputs need (and every Input), merges ide
 (common-subexpression elimination: models often rebuild one mask per layer), and turns
 ``act(reshape*(x @ w + b))`` into one
 FusedMatMulBiasAct with that activation when the linear feeds nothing else (the epilogue applies
-the same element-wise function, so results are unchanged). Names and output order are kept.
+the same element-wise function, so results are unchanged). Names and output order are kept. The
+plan is made on the old graph (which node stands for which); the copy is the pattern engine's
+``copy_graph`` (ir/passes/rewrite.py).
 """
 
 from __future__ import annotations
 
 from rlxpy.ir import Graph, ops
+from rlxpy.ir.passes.rewrite import alias, copy_graph, with_op
 
 
 def finalize(graph: Graph) -> Graph:
@@ -28,28 +31,34 @@ def finalize(graph: Graph) -> Graph:
         if isinstance(source.op, ops.FusedMatMulBiasAct) and source.op.activation is None \
                 and _private(source.id, consumers, outputs) and source.id not in fused:
             fused[source.id] = node.op.fn
-    activated = {graph[n].id for n in _activation_nodes(graph, fused, consumers)}
     live = _live(graph)
-    out = Graph(graph.name)
-    mapping: dict[int, int] = {}
+    same = _same_values(graph, live, set(_activation_nodes(graph, fused, consumers)), fused)
+    replace = {i: alias(i, source) for i, source in same.items()}
+    replace.update({i: with_op(graph[i], ops.FusedMatMulBiasAct(fn)) for i, fn in fused.items()
+                    if i in live and i not in same})
+    return copy_graph(graph, replace, drop=[n.id for n in graph.nodes if n.id not in live])
+
+
+def _same_values(graph: Graph, live: set[int], activated: set[int], fused: dict[int, ops.ActKind]
+                 ) -> dict[int, int]:
+    """{live node: the earlier node whose value it is}: an activation its linear now applies, and a
+    node computing what an earlier one computes (graph outputs keep their own node)."""
+    outputs = set(graph.outputs)
+    same: dict[int, int] = {}
     seen: dict[tuple, int] = {}
     for node in graph.nodes:
         if node.id not in live:
             continue
         if node.id in activated:  # its input already carries the activation
-            mapping[node.id] = mapping[node.inputs[0]]
+            same[node.id] = same.get(node.inputs[0], node.inputs[0])
             continue
         op = ops.FusedMatMulBiasAct(fused[node.id]) if node.id in fused else node.op
-        inputs = tuple(mapping[i] for i in node.inputs)
-        key = _cse_key(op, inputs)
+        key = _cse_key(op, tuple(same.get(i, i) for i in node.inputs))
         if key is not None and key in seen and node.id not in outputs:
-            mapping[node.id] = seen[key]
-            continue
-        mapping[node.id] = out.apply(op, inputs, node.name).id
-        if key is not None:
-            seen.setdefault(key, mapping[node.id])
-    out.output(*[mapping[o] for o in graph.outputs])
-    return out
+            same[node.id] = seen[key]
+        elif key is not None:
+            seen.setdefault(key, node.id)
+    return same
 
 
 def _cse_key(op: ops.Op, inputs: tuple[int, ...]) -> tuple | None:

@@ -21,6 +21,7 @@ from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.passes.rewrite import copy_graph, with_op
 from rlxpy.ir.shape import format_shape
 from rlxpy.wgpu_backend import windows
 from rlxpy.wgpu_backend.arena import tensor_bytes
@@ -104,10 +105,6 @@ def apply(graph: Graph, param_ids: list[int]) -> tuple[Graph, dict[str, Node]]:
     """The graph with those params made f16, and {param name: its f32 node} (for set_param)."""
     if not param_ids:
         return graph, {}
-    chosen = set(param_ids)
-    out = Graph(graph.name)
-    for node in graph.nodes:
-        op = dataclasses.replace(node.op, dtype=DType.F16) if node.id in chosen else node.op
-        out.apply(op, node.inputs, node.name)
-    out.output(*graph.outputs)
+    params = [graph.nodes[i] for i in sorted(set(param_ids))]
+    out = copy_graph(graph, {p.id: with_op(p, dataclasses.replace(p.op, dtype=DType.F16)) for p in params})
     return out.verify(), {graph.nodes[i].op.name: graph.nodes[i] for i in param_ids}

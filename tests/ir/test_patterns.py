@@ -83,3 +83,19 @@ def test_fused_graph_survives_json():
     x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
     np.testing.assert_array_equal(run_reference(back, {"x": x}, params)["resid"],
                                   run_reference(fused, {"x": x}, params)["resid"])
+
+
+def test_a_residual_add_after_a_residual_add_is_not_folded_over_it():
+    """(a + GEMV(x)) + b: the GEMV takes a as its residual; the second add stays an add."""
+    g = rlxpy.Graph("two_adds")
+    x, a, b = (g.input(name, [1, 64]) for name in "xab")
+    params = {"w": q8(64, 64, 7)}
+    mm = g.dequant_matmul_gguf(x, g.param("w", list(params["w"].shape), "u8"), "Q8_0", 64, 64, name="mm")
+    g.output(g.add(g.add(a, mm, name="s1"), b, name="s2"))
+    fused = fuse_gguf_decode(g)
+    assert isinstance(fused["s1"].op, ops.FusedGgufMatMul) and fused["s1"].inputs[2] == fused["a"].id
+    assert isinstance(fused["s2"].op, ops.Binary)
+    rng = np.random.default_rng(8)
+    feeds = {name: rng.standard_normal((1, 64)).astype(np.float32) for name in "xab"}
+    want = run_reference(g, feeds, params)["s2"]
+    np.testing.assert_allclose(run_reference(fused, feeds, params)["s2"], want, rtol=1e-5, atol=1e-5)

@@ -10,6 +10,7 @@ from typing import Any
 from rlxpy.errors import GraphError, InputError
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph
+from rlxpy.ir.passes.rewrite import copy_graph, with_op
 from rlxpy.ir.shape import Sym, format_shape
 
 
@@ -27,7 +28,7 @@ def _bind_value(value: Any, binding: Mapping[str, int]) -> Any:
 
 def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
     """A copy of ``graph`` with every symbol in ``binding`` replaced by its size (same names)."""
-    out = Graph(graph.name)
+    replace = {}
     for node in graph.nodes:
         changes = {}
         for f in dataclasses.fields(node.op):  # type: ignore[arg-type]
@@ -35,10 +36,9 @@ def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
             bound = _bind_value(value, binding)
             if bound is not value:
                 changes[f.name] = bound
-        op = dataclasses.replace(node.op, **changes) if changes else node.op  # type: ignore[type-var]
-        out.apply(op, node.inputs, node.name)
-    out.output(*graph.outputs)
-    return out
+        if changes:
+            replace[node.id] = with_op(node, dataclasses.replace(node.op, **changes))  # type: ignore[type-var]
+    return copy_graph(graph, replace)
 
 
 def infer_binding(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, int]:
