@@ -1,5 +1,5 @@
 """IR -> IR passes, run in this order by the compile flow: verify, bind dynamic dims, unfuse,
-detect patterns."""
+detect patterns (the pattern engine, rewrite.py, with the sets patterns.py and patterns_transformer.py)."""
 
 from rlxpy.ir.passes.unfuse import check_unfused, unfuse
 from rlxpy.ir.passes.verify import verify
