@@ -253,6 +253,24 @@ def test_encode_speed(smol: GgufTokenizer) -> None:
     assert smol.decode(ids) == text
 
 
+@pytest.mark.parametrize("pre", ["smollm", "gpt2", "llama-bpe", "default"])
+def test_tokenizers_backend_equals_the_python_encoder(smol_fields: dict[str, object], pre: str) -> None:
+    fields = {**smol_fields, "tokenizer.ggml.pre": pre}
+    fast = GgufTokenizer.from_metadata(fields)
+    slow = GgufTokenizer.from_metadata(fields, backend="python")
+    assert (fast.backend, slow.backend) == ("tokenizers", "python")
+    for text in [*CORPUS, " ".join(CORPUS)]:
+        assert fast.encode(text) == slow.encode(text), text
+        assert fast.encode(text, parse_special=False) == slow.encode(text, parse_special=False), text
+
+
+def test_a_vocabulary_tokenizers_cannot_mirror_stays_in_python(smol_fields: dict[str, object]) -> None:
+    merges = list(smol_fields["tokenizer.ggml.merges"])
+    odd = GgufTokenizer.from_metadata({**smol_fields, "tokenizer.ggml.merges": ["q j", *merges]})
+    assert odd.backend == "python"  # "qj" is no token: the Python encoder's fallback decides
+    assert odd.encode("qj Hello") == GgufTokenizer.from_metadata(smol_fields).encode("qj Hello")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # chat templates
 # ---------------------------------------------------------------------------------------------------------
