@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.shape import as_shape
 
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Node, NodeRef
 
-
-class Builder:
-    """Mixed into Graph. Every method returns the new Node."""
-
-    def apply(self, op: ops.Op, inputs: Sequence[NodeRef] = (), name: str | None = None) -> Node:
-        raise NotImplementedError
+class Builder(GraphCore):
+    """Builder methods of the core families (graph.Graph composes it). Every method returns the new Node."""
 
     def _scalar(self, value: NodeRef | float | int, like: NodeRef) -> NodeRef:
         """Wrap a Python number as a constant of ``like``'s dtype."""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            dtype = self[like].dtype  # type: ignore[index]
-            return self.constant(value, dtype=dtype)  # type: ignore[attr-defined]
+            return self.constant(value, dtype=self[like].dtype)
         return value  # type: ignore[return-value]
 
     # -- views and casts ----------------------------------------------------------------------

@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
 from rlxpy.ir.ops.attention import LAYER_INPUTS_BIAS, LAYER_INPUTS_NO_BIAS
 from rlxpy.ir.ops.base import ActKind
 
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Graph, Node, NodeRef
 
-
-class BuilderComposite:
-    """Mixed into Graph. Every method returns the new Node; shape rules live on the ops."""
-
-    def apply(self, op: ops.Op, inputs: Sequence[NodeRef] = (), name: str | None = None) -> Node:
-        raise NotImplementedError
+class BuilderComposite(GraphCore):
+    """Builder methods of composites and control flow (graph.Graph composes it). Every method returns
+    the new Node; shape rules live on the ops."""
 
     # -- control flow -------------------------------------------------------------------------
-    def if_then_else(self, pred: NodeRef, then_branch: Graph, else_branch: Graph,
+    def if_then_else(self, pred: NodeRef, then_branch: GraphCore, else_branch: GraphCore,
                      captures: Sequence[NodeRef] = (), name: str | None = None) -> Node:
         """``then_branch(*captures) if pred else else_branch(*captures)`` (both branches are graphs
         whose Inputs bind positionally to ``captures``)."""
         return self.apply(ops.If(then_branch, else_branch), [pred, *captures], name)
 
-    def while_loop(self, state: Sequence[NodeRef], cond: Graph, body: Graph,
+    def while_loop(self, state: Sequence[NodeRef], cond: GraphCore, body: GraphCore,
                    max_iterations: int | None = None, name: str | None = None) -> Node:
         """``while cond(*state): state[:k] = body(*state)``, at most ``max_iterations`` times."""
         return self.apply(ops.While(cond, body, max_iterations), list(state), name)
@@ -76,7 +71,7 @@ class BuilderComposite:
         if missing or unknown:
             raise GraphError(f"{name or 'transformer_layer'} (FusedTransformerLayer): missing {missing}, "
                              f"unexpected {unknown} (has_bias={has_bias})")
-        inner = self[weights["fc1_w"]].shape[-1]  # type: ignore[index]
+        inner = self[weights["fc1_w"]].shape[-1]
         if not isinstance(inner, int):
             raise GraphError(f"{name or 'transformer_layer'} (FusedTransformerLayer): fc1_w needs a static "
                              f"intermediate size, got {inner}")

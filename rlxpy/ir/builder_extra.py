@@ -1,24 +1,20 @@
 """Builder methods for the secondary op families (conv, sequence, signal, custom, backward,
-element-wise regions, splatting). Mixed into Graph next to builder.Builder; one line each where
-possible, the shape rules live on the ops (rlxpy/ir/ops/extra_*.py)."""
+element-wise regions, splatting), composed into Graph next to builder.Builder; one line each where
+possible, the shape rules live on the ops (rlxpy/ir/ops/<family>.py)."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import ops
+from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
 from rlxpy.ir.ops.backward import AttentionWrt
-from rlxpy.ir.ops.base import FftNorm, MaskKind, Op, ReduceOp, enum_value
+from rlxpy.ir.ops.base import FftNorm, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.ops.custom import GROUP_LIMITED_GATE, UMAP_KNN, GateParams
 from rlxpy.ir.ops.region import ChainStep, RegionPrologue
 from rlxpy.ir.shape import as_shape
-
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Node, NodeRef
-
 
 Window = int | Sequence[int]
 
@@ -34,16 +30,14 @@ def _enum(kind: type, value: object) -> object:
     return enum_value(kind, value)  # type: ignore[arg-type]
 
 
-class BuilderExtra:
-    """Mixed into Graph. Every method returns the new Node."""
-
-    def apply(self, op: Op, inputs: Sequence[NodeRef] = (), name: str | None = None) -> Node:
-        raise NotImplementedError
+class BuilderExtra(GraphCore):
+    """Builder methods of the secondary families (graph.Graph composes it). Every method returns the
+    new Node."""
 
     def _shape_of(self, x: NodeRef, what: str) -> tuple:
         """The shape of a node the builder needs to look at before the op's shape rule runs."""
         try:
-            return tuple(self[x].shape)  # type: ignore[index]
+            return tuple(self[x].shape)
         except (KeyError, IndexError, TypeError):
             raise GraphError(f"{what}: {x!r} is not a node of this graph") from None
 

@@ -1,4 +1,9 @@
-"""JSON (de)serialisation and the human-readable listing of a Graph."""
+"""JSON (de)serialisation and the human-readable listing of a graph.
+
+It works on graph_core.GraphCore and is given the class to build when decoding (``from_json(text,
+Graph)``), so graph.py imports this module and not the other way round. If/While branches
+(ops.control.SubGraph) encode as ``{"$graph": ...}`` and decode into that class too.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,16 @@ import base64
 import dataclasses
 import enum
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from rlxpy.errors import GraphError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph_core import GraphCore
+from rlxpy.ir.ops.control import SubGraph
 from rlxpy.ir.shape import Sym, format_shape
 
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Graph
+G = TypeVar("G", bound=GraphCore)
 
 
 def _encode(value: Any) -> Any:
@@ -26,14 +32,14 @@ def _encode(value: Any) -> Any:
         return {"$bytes": base64.b64encode(value).decode()}
     if isinstance(value, (list, tuple)):
         return [_encode(v) for v in value]
-    if hasattr(value, "to_json_dict"):  # sub-graphs of control-flow ops
-        return {"$graph": value.to_json_dict()}
+    if isinstance(value, SubGraph):  # the branches of control-flow ops
+        return {"$graph": to_dict(value.graph)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # region chain steps
         return [_encode(getattr(value, f.name)) for f in dataclasses.fields(value)]
     return value
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, graph_type: type[GraphCore]) -> Any:
     if isinstance(value, dict):
         if "$enum" in value:
             enums = {**ops.ENUMS, "DType": DType}
@@ -43,13 +49,13 @@ def _decode(value: Any) -> Any:
         if "$bytes" in value:
             return base64.b64decode(value["$bytes"])
         if "$graph" in value:
-            return _graph_from_dict(value["$graph"])
+            return _graph_from_dict(value["$graph"], graph_type)
     if isinstance(value, list):
-        return tuple(_decode(v) for v in value)
+        return tuple(_decode(v, graph_type) for v in value)
     return value
 
 
-def to_dict(graph: Graph) -> dict[str, Any]:
+def to_dict(graph: GraphCore) -> dict[str, Any]:
     return {
         "name": graph.name,
         "nodes": [{"op": type(n.op).__name__, "name": n.name, "inputs": list(n.inputs),
@@ -58,27 +64,26 @@ def to_dict(graph: Graph) -> dict[str, Any]:
     }
 
 
-def to_json(graph: Graph) -> str:
+def to_json(graph: GraphCore) -> str:
     return json.dumps(to_dict(graph), indent=1)
 
 
-def _graph_from_dict(data: dict[str, Any]) -> Graph:
-    from rlxpy.ir.graph import Graph
-
-    graph = Graph(data.get("name", "graph"))
+def _graph_from_dict(data: dict[str, Any], graph_type: type[G]) -> G:
+    graph = graph_type(data.get("name", "graph"))
     for entry in data["nodes"]:
         op_type = ops.OP_TYPES.get(entry["op"])
         if op_type is None:
             raise GraphError(f"{entry.get('name', '?')}: unknown op {entry['op']!r} in JSON")
         fields = {f.name for f in dataclasses.fields(op_type)}
-        attrs = {k: _decode(v) for k, v in entry["attrs"].items() if k in fields}
+        attrs = {k: _decode(v, graph_type) for k, v in entry["attrs"].items() if k in fields}
         graph.apply(op_type(**attrs), entry["inputs"], entry["name"])
     graph.output(*data["outputs"])
     return graph
 
 
-def from_json(text: str) -> Graph:
-    return _graph_from_dict(json.loads(text))
+def from_json(text: str, graph_type: type[G]) -> G:
+    """The graph ``to_json`` wrote, built as a ``graph_type`` (graph.Graph: ``Graph.from_json``)."""
+    return _graph_from_dict(json.loads(text), graph_type)
 
 
 def _attr_text(value: Any) -> str:
@@ -91,7 +96,7 @@ def _attr_text(value: Any) -> str:
     return repr(value)
 
 
-def pretty(graph: Graph) -> str:
+def pretty(graph: GraphCore) -> str:
     """One line per node: ``%3 h = MatMul(%1 x, %2 w) [axis=..] -> f32[4, 8]``; outputs marked *."""
     lines = [f"graph {graph.name} ({len(graph.nodes)} nodes)"]
     for n in graph.nodes:

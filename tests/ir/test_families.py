@@ -6,7 +6,7 @@ import numpy as np
 
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.reference import REFERENCE, _load_families, run_reference
+from rlxpy.ir.reference import REFERENCE, run_reference
 
 EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
@@ -24,7 +24,6 @@ def _extra_ops() -> list[type]:
 
 
 def test_every_extra_op_is_registered_with_a_reference():
-    _load_families()
     found = {cls.__name__ for cls in _extra_ops()}
     assert found == {name for name in EXTRA_OPS if name in ops.OP_TYPES}
     assert len(found) == 25  # 9 backward, 3 conv, 5 custom/splat, 2 region, 2 sequence, 4 signal

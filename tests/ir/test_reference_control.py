@@ -205,8 +205,7 @@ def test_json_round_trip_keeps_if_and_while():
 
 
 def test_composite_ops_are_marked_and_registered():
-    from rlxpy.ir.reference import REFERENCE, _load_families
+    from rlxpy.ir.reference import REFERENCE
 
-    _load_families()
     for op_type in ops.COMPOSITE_OPS:
         assert op_type.composite and op_type in ops.ALL_OPS and op_type in REFERENCE

@@ -26,10 +26,9 @@ def test_every_wgsl_file_is_a_declared_kernel():
 
 def test_every_op_has_a_reference_and_a_lowering_or_a_reason():
     from rlxpy.ir import ops
-    from rlxpy.ir.reference import REFERENCE, _load_families
+    from rlxpy.ir.reference import REFERENCE
     from rlxpy.wgpu_backend.schedule import LOWERERS, NOT_LOWERED
 
-    _load_families()
     leaves_and_views = (ops.Input, ops.Param, ops.Constant, ops.Reshape)
     for op in ops.ALL_OPS:
         if op in leaves_and_views:

@@ -1,6 +1,7 @@
 """Control family: If and While, composites expanded by ir/passes/unfuse_control.py.
 
-If and While hold their branches as sub-graphs (rlxpy.ir.graph.Graph). A sub-graph's Inputs are
+If and While hold their branches as sub-graphs (rlxpy.ir.graph.Graph; this module sees them as
+a Branch, so the ops never import the graph module built on them). A sub-graph's Inputs are
 bound positionally, in node order, to the op's inputs. Sub-graphs may not declare Params: an
 outer Param is passed in as a capture instead, so the op's inputs are its whole data dependency
 and ``graph.params()`` of the outer graph stays the complete list of weights to set.
@@ -13,27 +14,33 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from rlxpy.ir.ops.base import Op, TensorType, need
 from rlxpy.ir.shape import broadcast_shapes, format_shape, is_static
 
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Graph
+
+@runtime_checkable
+class Branch(Protocol):
+    """What If and While need of a sub-graph; rlxpy.ir.graph.Graph is one. ``nodes`` in order (each
+    with ``name``, ``op``, ``type``), ``outputs`` (node ids), ``inputs()`` and ``params()``."""
+
+    name: str
+    nodes: list[Any]
+    outputs: list[int]
+
+    def inputs(self) -> list[Any]: ...
+
+    def params(self) -> list[Any]: ...
 
 
 # -- sub-graphs ---------------------------------------------------------------------------------
 class SubGraph:
-    """How If/While hand a branch to serialize.py: it encodes any attribute value that has
-    ``to_json_dict()`` as ``{"$graph": ...}`` and decodes that back into a Graph."""
+    """How If/While hand a branch to serialize.py (``attrs()`` wraps each branch in one): it encodes
+    a SubGraph as ``{"$graph": ...}`` and decodes that back into a graph."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Branch) -> None:
         self.graph = graph
-
-    def to_json_dict(self) -> dict[str, Any]:
-        from rlxpy.ir.serialize import to_dict
-
-        return to_dict(self.graph)
 
     def __repr__(self) -> str:
         outs = ", ".join(str(self.graph.nodes[o].type) for o in self.graph.outputs)
@@ -60,7 +67,7 @@ class _SubGraphFields:
             values[field] = SubGraph(values[field])
         return values
 
-    def subgraphs(self) -> dict[str, Graph]:
+    def subgraphs(self) -> dict[str, Branch]:
         return {field: getattr(self, field) for field in self._graph_fields}
 
 
@@ -69,9 +76,7 @@ def check_subgraph(graph: Any, what: str, bound: Sequence[TensorType],
     """Check a branch against the types bound to its Inputs; return its output types.
 
     ``outputs`` is the required output count, or None for "at least one"."""
-    from rlxpy.ir.graph import Graph
-
-    need(isinstance(graph, Graph), f"{what} must be a Graph, got {type(graph).__name__}")
+    need(isinstance(graph, Branch), f"{what} must be a Graph, got {type(graph).__name__}")
     params = [n.name for n in graph.params()]
     need(not params, f"{what} declares Params {params}: pass the outer Param as a capture input instead")
     inputs = graph.inputs()
@@ -101,8 +106,8 @@ class If(_SubGraphFields, Op):
     inlined + ``Where(pred, then, else)``: both always run. Like ``torch.cond`` / ``lax.cond``
     with a scalar pred."""
 
-    then_branch: Graph
-    else_branch: Graph
+    then_branch: Branch
+    else_branch: Branch
     arity = (1, None)
     composite = True
     _graph_fields = ("then_branch", "else_branch")
@@ -135,8 +140,8 @@ class While(_SubGraphFields, Op):
     result equals ``torch._higher_order_ops.while_loop`` / ``lax.while_loop`` when the loop ends
     within the bound, and the state after max_iterations steps otherwise)."""
 
-    cond: Graph
-    body: Graph
+    cond: Branch
+    body: Branch
     max_iterations: int | None = None
     arity = (1, None)
     composite = True
@@ -159,6 +164,6 @@ class While(_SubGraphFields, Op):
         return state[0]
 
 
-def subgraphs_of(op: Op) -> dict[str, Graph]:
+def subgraphs_of(op: Op) -> dict[str, Branch]:
     """The sub-graphs an op holds (empty for ops without control flow)."""
     return op.subgraphs() if isinstance(op, _SubGraphFields) else {}

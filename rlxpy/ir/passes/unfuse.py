@@ -1,7 +1,8 @@
 """The unfuse pass: rebuild a graph, node by node, into primitives only.
 
 * Every composite op (``op.composite``) is replaced by its expansion, registered per op with
-  ``@expands(Op)`` in unfuse_control.py (If, While) and unfuse_layers.py (the rest).
+  ``@expands(Op)`` in unfuse_control.py (If, While) and unfuse_layers.py (the rest); the package
+  (passes/__init__.py) imports both, so the registry is full whenever this module is loaded.
 * Binary / Compare / Where get explicit broadcasting: an operand whose shape differs from the
   output is left-padded with 1s by a Reshape (skipped when the ranks already match) and then
   Expanded to the output's shape, so kernels only ever see equal shapes.
@@ -15,7 +16,6 @@ graph outputs keep their names and order; an inlined branch's nodes are named
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,7 +28,6 @@ from rlxpy.ir.shape import Shape
 
 ExpandFn = Callable[["Unfuser", Node, list[Node], str], Node]
 EXPANDERS: dict[type[ops.Op], ExpandFn] = {}
-_FAMILIES = ["unfuse_control", "unfuse_layers"]
 
 #: Ops whose operands the pass broadcasts explicitly, with a name per operand position.
 BROADCASTING: dict[type[ops.Op], tuple[str, ...]] = {
@@ -49,11 +48,6 @@ def expands(op_type: type[ops.Op]) -> Callable[[ExpandFn], ExpandFn]:
         return fn
 
     return register
-
-
-def _load_families() -> None:
-    for family in _FAMILIES:
-        importlib.import_module(f"rlxpy.ir.passes.{family}")
 
 
 class Unfuser:
@@ -155,7 +149,6 @@ def unfuse(graph: Graph) -> Graph:
     """A NEW graph equal to ``graph`` in value (run_reference) made of primitives only: no
     composite op, and every Binary/Compare/Where has operands of its output's shape. Outputs keep
     their names and order; Input and Param nodes keep their names. ``graph`` is not modified."""
-    _load_families()
     unfuser = Unfuser(graph)
     outputs = unfuser.inline(graph)
     unfuser.graph.output(*outputs)

@@ -1,129 +1,34 @@
 """The numpy reference interpreter: the executable spec of every op, and the test oracle.
 
 Each op family (``reference/<family>.py``, named as in ``ir/ops``) registers ``@reference(ops.X)``
-functions ``fn(op, args, node) -> ndarray``; ``run_reference`` walks a graph in order. Values are
-numpy arrays in the op's reference dtype (bf16 computed as f32, bool as numpy bool). Float math is
-done in float64 where cheap and cast back, so the reference is at least as accurate as any kernel
-it checks.
+functions ``fn(op, args, node) -> ndarray`` in the registry of ``core.py``; ``run_reference`` walks
+a graph in order. Values are numpy arrays in the op's reference dtype (bf16 computed as f32, bool
+as numpy bool). Float math is done in float64 where cheap and cast back, so the reference is at
+least as accurate as any kernel it checks. Importing this package imports every family (leaf has
+none: run_reference binds Input/Param/Constant itself), so the registry is complete.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from rlxpy.ir.reference import (  # noqa: F401  (registration, in family order)
+    attention,
+    backward,
+    control,
+    conv,
+    custom,
+    elementwise,
+    kv,
+    matmul,
+    norm,
+    quant,
+    reduce,
+    region,
+    rope,
+    sample,
+    scan,
+    shape,
+    signal,
+)
+from rlxpy.ir.reference.core import REFERENCE, RefFn, check_value, reference, reference_of, run_reference
 
-import numpy as np
-
-from rlxpy.errors import GraphError, InputError, RegistryError, UnsupportedOpError, where
-from rlxpy.ir import ops
-from rlxpy.ir.dtype import DType, from_storage
-from rlxpy.ir.shape import format_shape
-
-if TYPE_CHECKING:
-    from rlxpy.ir.graph import Graph, Node
-
-RefFn = Callable[[Any, list[np.ndarray], "Node"], np.ndarray]
-REFERENCE: dict[type[ops.Op], RefFn] = {}
-#: Every op family except leaf (run_reference binds Input/Param/Constant itself).
-_FAMILIES = [family for family in ops.FAMILIES if family != "leaf"]
-
-
-def reference(op_type: type[ops.Op]) -> Callable[[RefFn], RefFn]:
-    """Register the numpy semantics of ``op_type``; a second registration is an error."""
-
-    def register(fn: RefFn) -> RefFn:
-        if op_type in REFERENCE:
-            raise RegistryError(
-                f"{op_type.__name__} already has a reference in {REFERENCE[op_type].__module__}"
-            )
-        REFERENCE[op_type] = fn
-        return fn
-
-    return register
-
-
-def _load_families() -> None:
-    for family in _FAMILIES:
-        importlib.import_module(f"rlxpy.ir.reference.{family}")
-
-
-def reference_of(op_type: type[ops.Op]) -> RefFn:
-    """The reference function of ``op_type`` (every family loaded first: the registry fills lazily)."""
-    _load_families()
-    if op_type not in REFERENCE:
-        raise UnsupportedOpError(f"{op_type.__name__} has no reference implementation")
-    return REFERENCE[op_type]
-
-
-def check_value(node: Node, value: Any, what: str) -> np.ndarray:
-    """Validate a user-supplied input/param value against the node's static type."""
-    array = np.asarray(value)
-    shape = tuple(node.shape)
-    if array.shape != shape:
-        if array.size == node.numel and array.ndim <= 1:
-            array = array.reshape(shape)
-        else:
-            raise InputError(
-                f"{what} {node.name!r}: expected shape {format_shape(shape)} "
-                f"({node.dtype}), got {format_shape(array.shape)}"
-            )
-    if node.dtype is DType.U8 and array.dtype != np.uint8:
-        raise InputError(f"{what} {node.name!r}: expected raw u8 bytes, got {array.dtype}")
-    if array.dtype.kind == "c" and node.dtype is not DType.C64:
-        raise InputError(f"{what} {node.name!r}: complex data for a {node.dtype} tensor")
-    if array.dtype.kind in "fc" and node.dtype.is_int:
-        if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
-            raise InputError(f"{what} {node.name!r}: {node.dtype} tensor given non-integer values")
-    return array.astype(node.dtype.numpy)
-
-
-def run_reference(
-    graph: Graph,
-    inputs: Mapping[str, Any] | None = None,
-    params: Mapping[str, Any] | None = None,
-    keep_all: bool = False,
-) -> dict[str, np.ndarray]:
-    """Evaluate ``graph`` in numpy. Returns {output name: array} (every node if ``keep_all``)."""
-    _load_families()
-    inputs = dict(inputs or {})
-    params = dict(params or {})
-    if graph.symbols():  # symbolic dims: bind them from the input arrays, as compile() does
-        from rlxpy.ir.passes.dynamic import bind_graph, infer_binding
-
-        graph = bind_graph(graph, infer_binding(graph, inputs))
-    values: dict[int, np.ndarray] = {}
-    users = graph.consumers()
-    remaining = {i: len(u) for i, u in users.items()}
-    for node in graph.nodes:
-        op = node.op
-        if isinstance(op, ops.Input):
-            if op.name not in inputs:
-                raise InputError(f"missing input {op.name!r} ({node.type})")
-            values[node.id] = check_value(node, inputs[op.name], "input")
-        elif isinstance(op, ops.Param):
-            if op.name not in params:
-                raise InputError(f"missing param {op.name!r} ({node.type})")
-            values[node.id] = check_value(node, params[op.name], "param")
-        elif isinstance(op, ops.Constant):
-            raw = np.frombuffer(op.data, dtype=op.dtype.storage_numpy).reshape(node.shape)
-            values[node.id] = from_storage(raw, op.dtype).astype(op.dtype.numpy)
-        else:
-            fn = REFERENCE.get(type(op))
-            if fn is None:
-                raise UnsupportedOpError(f"{where(node)}: no reference implementation")
-            args = [values[i] for i in node.inputs]
-            out = np.asarray(fn(op, args, node))
-            if out.shape != tuple(node.shape):
-                raise GraphError(
-                    f"{where(node)}: reference produced {format_shape(out.shape)}, "
-                    f"node declares {format_shape(node.shape)}"
-                )
-            values[node.id] = out.astype(node.dtype.numpy, copy=False)
-        if not keep_all:  # free intermediates once their last reader ran
-            for i in node.inputs:
-                remaining[i] -= 1
-                if remaining[i] == 0 and i not in graph.outputs:
-                    values.pop(i, None)
-    chosen = range(len(graph.nodes)) if keep_all else graph.outputs
-    return {graph.nodes[i].name: values[i] for i in chosen}
+__all__ = ["REFERENCE", "RefFn", "check_value", "reference", "reference_of", "run_reference"]

@@ -10,7 +10,7 @@ import numpy as np
 from rlxpy.ir import ops
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.base import MaskKind, TensorType
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.elementwise import ACTIVATIONS
 
 
@@ -79,9 +79,9 @@ def ref_attention(op: ops.Attention, args, node):
     if op.mask_kind in (MaskKind.CAUSAL, MaskKind.SLIDING_WINDOW):
         scores = np.where(attention_mask(op.mask_kind, s_q, s_k, op.window), scores, -3.4e38)
     elif op.mask_kind is MaskKind.CUSTOM:
-        scores = np.where(_mask_bhqk(args[3], scores.shape) < 0.5, -1e9, scores)
+        scores = np.where(mask_bhqk(args[3], scores.shape) < 0.5, -1e9, scores)
     elif op.mask_kind is MaskKind.BIAS:
-        scores = scores + _mask_bhqk(_f64(args[3]), scores.shape)
+        scores = scores + mask_bhqk(_f64(args[3]), scores.shape)
     scores = scores - scores.max(-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(-1, keepdims=True)
@@ -89,7 +89,7 @@ def ref_attention(op: ops.Attention, args, node):
     return from_bhsd(out, lq, q.shape).astype(q.dtype)
 
 
-def _mask_bhqk(mask: np.ndarray, shape) -> np.ndarray:
+def mask_bhqk(mask: np.ndarray, shape) -> np.ndarray:
     """Masks [B,S_k], [B,S_q,S_k] or [B,H,S_q,S_k] broadcast to [B,H,S_q,S_k]."""
     b, _, s_q, s_k = shape
     if mask.ndim == 2:

@@ -20,8 +20,8 @@ from rlxpy.ir.ops.backward import (
     RopeBackward,
 )
 from rlxpy.ir.ops.base import MaskKind
-from rlxpy.ir.reference import reference
-from rlxpy.ir.reference.attention import _mask_bhqk, attention_mask, from_bhsd, to_bhsd
+from rlxpy.ir.reference.attention import attention_mask, from_bhsd, mask_bhqk, to_bhsd
+from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.rope import ref_rope
 from rlxpy.ir.reference.shape import clamp_indices
 from rlxpy.ir.shape import normalize_axis
@@ -122,10 +122,10 @@ def attention_grads(op: AttentionBackward, q, k, v, dy, mask) -> tuple[np.ndarra
         keep = np.broadcast_to(attention_mask(op.mask_kind, s_q, s_k, op.window), raw.shape)
         scores = np.where(keep, capped, -3.4e38)
     elif op.mask_kind is MaskKind.CUSTOM:
-        keep = ~(_mask_bhqk(mask, raw.shape) < 0.5)
+        keep = ~(mask_bhqk(mask, raw.shape) < 0.5)
         scores = np.where(keep, capped, -1e9)
     elif op.mask_kind is MaskKind.BIAS:
-        scores = capped + _mask_bhqk(mask.astype(np.float64), raw.shape)
+        scores = capped + mask_bhqk(mask.astype(np.float64), raw.shape)
     p = np.exp(scores - scores.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     dv = np.einsum("bhqk,bhqd->bhkd", p, dyb)

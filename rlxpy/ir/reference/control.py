@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlxpy.ir import ops
-from rlxpy.ir.reference import reference, run_reference
+from rlxpy.ir.reference.core import reference, run_reference
 
 
 def run_branch(graph, values: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from rlxpy.ir.ops.base import ReduceOp
 from rlxpy.ir.ops.conv import Conv, Im2Col, Pool
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def _tap_slices(tap: tuple[int, ...], stride, dilation, out_sizes) -> tuple[slice, ...]:

@@ -15,7 +15,7 @@ from rlxpy.ir.ops.custom import (
     GaussianSplatRenderBackward,
     knn_k,
 )
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def _descending(values: np.ndarray) -> np.ndarray:

@@ -7,9 +7,9 @@ import numpy as np
 from scipy import special
 
 from rlxpy.ir import ops
-from rlxpy.ir.dtype import DType
+from rlxpy.ir.dtype import DType, from_storage, to_storage
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
@@ -113,7 +113,6 @@ def cast_values(x: np.ndarray, to: DType) -> np.ndarray:
     if to is DType.BOOL:
         return x != 0
     if to is DType.BF16:  # round to bf16 precision, keep f32 storage in the reference
-        from rlxpy.ir.dtype import from_storage, to_storage
         return from_storage(to_storage(x.astype(np.float32), DType.BF16), DType.BF16)
     return x.astype(to.numpy)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlxpy.ir import ops
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 @reference(ops.CacheWrite)

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import special
 
 from rlxpy.ir import ops
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.elementwise import apply_activation, cast_values
 
 

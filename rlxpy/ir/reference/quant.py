@@ -10,12 +10,15 @@ GGUF block formats are decoded by gguf-py (the independent decoder).
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType, quants
 
 from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.ops import DequantMatMul
-from rlxpy.ir.reference import reference
+from rlxpy.ir.ops.quant import ROPE_ROLES
+from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.norm import rms_norm
+from rlxpy.ir.reference.rope import ref_rope_kv_append
 from rlxpy.ir.reference.shape import clamp_indices
 
 #: E2M1 (nvfp4) code -> value; codes 8..15 are the negatives of 0..7.
@@ -131,8 +134,6 @@ def _f64(x: np.ndarray) -> np.ndarray:
 # -- quantised ---------------------------------------------------------------------------------
 def gguf_dequantize(raw: np.ndarray, qtype: str, rows: int, cols: int) -> np.ndarray:
     """Rows of GGML blocks -> f32 [rows, cols], via gguf-py (the independent decoder)."""
-    from gguf import GGMLQuantizationType, quants
-
     values = quants.dequantize(np.ascontiguousarray(raw, dtype=np.uint8), GGMLQuantizationType[qtype])
     return np.asarray(values, dtype=np.float32).reshape(rows, cols)
 
@@ -177,8 +178,5 @@ def ref_fused_gguf_matmul(op: ops.FusedGgufMatMul, args, node):
     if op.has_residual:
         y = y + _f64(by_role["residual"])
     if op.rope is not None:  # the QKV block rounds to f32 first, as the unfused graph's GEMV output does
-        from rlxpy.ir.ops.quant import ROPE_ROLES
-        from rlxpy.ir.reference.rope import ref_rope_kv_append
-
         return ref_rope_kv_append(op.rope, [y.astype(np.float32)] + [by_role[r] for r in ROPE_ROLES], node)
     return y.astype(np.float32)

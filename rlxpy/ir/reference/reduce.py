@@ -6,7 +6,7 @@ import numpy as np
 
 from rlxpy.ir import ops
 from rlxpy.ir.ops.base import ReduceOp
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 from rlxpy.ir.shape import normalize_axis
 
 REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.MEAN: np.mean, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min,

@@ -21,8 +21,8 @@ from rlxpy.ir.ops.region import (
     ElementwiseRegion,
     RegionPrologue,
 )
-from rlxpy.ir.reference import REFERENCE, reference
-from rlxpy.ir.reference import elementwise as _elementwise  # noqa: F401  (the standalone ops' references)
+from rlxpy.ir.reference import elementwise  # noqa: F401  (registers the standalone ops' references)
+from rlxpy.ir.reference.core import REFERENCE, reference
 from rlxpy.ir.shape import Shape
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from rlxpy.errors import InputError, where
 from rlxpy.ir import ops
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def _f64(x: np.ndarray) -> np.ndarray:

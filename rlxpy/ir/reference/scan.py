@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlxpy.ir.ops.scan import GatedDeltaNet, SelectiveScan
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def selective_scan(x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray,

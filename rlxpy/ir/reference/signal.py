@@ -14,7 +14,7 @@ from rlxpy.ir.ops.signal import (
     LogMelBackward,
     WelchPeaks,
 )
-from rlxpy.ir.reference import reference
+from rlxpy.ir.reference.core import reference
 
 
 def from_blocks(x: np.ndarray) -> np.ndarray:
