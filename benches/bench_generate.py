@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import os
 import sys
@@ -27,16 +28,17 @@ from rlxpy.models.generate import Generator
 
 @contextlib.contextmanager
 def rope_epilogue(enabled: bool):
-    """Compile with (the default) or without the RoPE/KV-append fold of the decode pattern pass."""
-    from rlxpy.ir.passes import patterns
+    """Compile with (the default) or without the RoPE/KV-append fold of the decode pattern."""
+    from rlxpy.ir.passes import patterns, rewrite
 
-    original = patterns.fuse_gguf_decode
+    original = rewrite.PATTERNS["decode"]
     if not enabled:
-        patterns.fuse_gguf_decode = functools.partial(original, rope=False)
+        rewrite.PATTERNS["decode"] = dataclasses.replace(
+            original, match=functools.partial(patterns.match_decode, rope=False))
     try:
         yield
     finally:
-        patterns.fuse_gguf_decode = original
+        rewrite.PATTERNS["decode"] = original
 
 
 def encode_costs(exe, segments: list, dispatches: int, repeat: int = 20) -> dict:

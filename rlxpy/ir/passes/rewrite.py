@@ -19,16 +19,16 @@ builder names never use).
 
 Adding a pattern: write its match dataclass, match and emit functions in a pattern set
 (patterns.py: the decode GEMV fusions; patterns_transformer.py: the transformer patterns) and
-``register(Pattern("name", match, emit))`` there. :func:`fuse` runs the registered patterns one
-after the other (each on the previous one's result) in registration order: the sets in ``_SETS``
-order, each set's patterns in the order it registers them. The name is the pattern's key in
-``RLX_WGPU_SKIP_PATTERNS`` (the compile flow passes that flag's names as ``skip``); a name
-registered twice is refused.
+``register(Pattern("name", match, emit))`` there. The package (passes/__init__.py) imports both
+sets, so the registry is full whenever this module is loaded. :func:`fuse` runs the registered
+patterns one after the other (each on the previous one's result) in registration order: the sets
+in the order the package imports them, each set's patterns in the order it registers them. The
+name is the pattern's key in ``RLX_WGPU_SKIP_PATTERNS`` (the compile flow passes that flag's names
+as ``skip``); a name registered twice is refused.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -41,8 +41,6 @@ from rlxpy.ir.graph import Graph, Node
 Remap = Mapping[int, Node]
 #: at one old node: build new nodes in ``out`` and return {old id: the new node standing for it}
 Emit = Callable[[Graph, Remap], Mapping[int, Node]]
-
-_SETS = ("patterns", "patterns_transformer")
 
 
 class Match(Protocol):
@@ -137,21 +135,13 @@ def register(pattern: Pattern[M]) -> Pattern[M]:
     return pattern
 
 
-def registered() -> dict[str, Pattern]:
-    """The registry, with every pattern set imported (importing a set registers its patterns)."""
-    for name in _SETS:
-        importlib.import_module(f"rlxpy.ir.passes.{name}")
-    return PATTERNS
-
-
 def fuse(graph: Graph, skip: Collection[str] = frozenset(), only: Collection[str] | None = None) -> Graph:
     """Run every registered pattern (or those in ``only``) not in ``skip``, in registration order.
     GraphError names a ``skip`` entry that is no pattern."""
-    patterns = registered()
-    unknown = set(skip) - set(patterns)
+    unknown = set(skip) - set(PATTERNS)
     if unknown:
-        raise GraphError(f"unknown patterns {sorted(unknown)}; known: {', '.join(patterns)}")
-    for name, pattern in patterns.items():
+        raise GraphError(f"unknown patterns {sorted(unknown)}; known: {', '.join(PATTERNS)}")
+    for name, pattern in list(PATTERNS.items()):
         if name not in skip and (only is None or name in only):
             graph = pattern.apply(graph)
     return graph
