@@ -44,9 +44,14 @@ def main() -> None:
         gen, _ = Generator.from_gguf(write_tiny_llama(Path(tmp) / "tiny.gguf"), chunk=8)
         results["decode_tps_off"] = decode_tps(gen, tokens)
         if hasattr(env, "run_debug_flags"):  # absent before the flags were reworked
-            for name, flags in {"nan": {"RLX_WGPU_NAN_TRACE": 1}, "dump": {"RLX_WGPU_DUMP_NODES": 1},
-                                "profile": {"RLX_WGPU_PROFILE": 1}}.items():
-                with env.override(**flags):
+            names = {"nan": "nan_trace", "dump": "dump_nodes", "profile": "profile"}
+            for name, field in names.items():
+                # an executable copies the flags when it is built: change the built one's copy (older
+                # versions read the environment on every run)
+                copied = hasattr(gen.exe, "flags")
+                scope = gen.exe.flags.override(**{field: 1}) if copied else \
+                    env.override(**{f"RLX_WGPU_{field.upper()}": 1})
+                with scope:
                     results[f"decode_tps_{name}"] = decode_tps(gen, tokens)
     emit(results, args.json)
 

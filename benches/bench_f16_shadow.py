@@ -142,7 +142,7 @@ def bench_rlxpy(args, rows: int, mode: str, weights, x: np.ndarray, refs: dict[s
             exe.run(feeds)
         exe.sync()
 
-    with env.override(RLX_BENCH_DISPATCH_ONLY=1):
+    with exe.flags.override(dispatch_only=1):
         seconds = per_forward(run, args.trials)
         exe.run(feeds)
         try:

@@ -35,7 +35,7 @@ def main() -> None:
         exe.set_param("w", np.full(width, 0.5, np.float32))
         per_run = timeit(lambda exe=exe: exe.run({"x": x}), repeat=10)
         encode = exe.encoder
-        with env.override(RLX_BENCH_DISPATCH_ONLY=1):
+        with exe.flags.override(dispatch_only=1):
             dispatch_only = timeit(lambda exe=exe: (exe.run({"x": x}), exe.sync()), repeat=10)
         results["raw" if raw else "wrapper"] = {
             "run_ms": per_run * 1e3, "us_per_step": per_run / steps * 1e6,

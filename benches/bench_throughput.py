@@ -21,7 +21,6 @@ import numpy as np
 from common import cuda_time, emit, timeit, torch_cuda
 
 import rlxpy
-from rlxpy import env
 from rlxpy.wgpu_backend.lowering import matmul, matmul_skinny
 
 CHECK_ROWS = 2
@@ -105,7 +104,7 @@ def bench_case(m: int, d: int, setting, x: np.ndarray, w: np.ndarray, want: np.n
     exe.set_param("w", w)
     got = exe.run()[f"h{reps - 1}"][:CHECK_ROWS]
     err = float(np.abs(got - want).max() / (np.abs(want).max() or 1.0))
-    with env.override(RLX_BENCH_DISPATCH_ONLY=1):
+    with exe.flags.override(dispatch_only=1):
         seconds = timeit(lambda: (exe.run(), exe.sync()), repeat=5, warmup=1) / reps
     row = {"m": m, "k": d, "n": d, "reps": reps, "kernel": describe(exe.schedule.steps[0]),
            "ms": seconds * 1e3, "tflops": 2 * m * d * d / seconds / 1e12, "rel_err": err}
@@ -166,7 +165,7 @@ def bench_elementwise(args, torch, results: dict) -> None:
     exe = rlxpy.compile(elementwise_graph(n))
     for name, value in (("x", 1.0), ("two", 2.0), ("one", 1.0)):
         exe.set_param(name, np.full(n, value, np.float32))
-    with env.override(RLX_BENCH_DISPATCH_ONLY=1):
+    with exe.flags.override(dispatch_only=1):
         seconds = timeit(lambda: (exe.run(), exe.sync()), repeat=10, warmup=2)
     row = {"bytes": n * 4, "rlxpy_gbps": 4 * n * 4 / seconds / 1e9}  # 3 reads + 1 write
     if torch is not None:

@@ -155,6 +155,50 @@ def run_debug_flags() -> list[str]:
     return [f.name for f in (NAN_TRACE, DUMP_NODES, PROFILE, TRACE) if f.value]
 
 
+@dataclass
+class RunFlags:
+    """The flags a run reads, copied from the environment when an executable is built
+    (``WgpuExecutable.flags``), so a run never reads the environment. Setting a flag later affects
+    the executables built after it; one executable's copy changes with ``exe.flags.override(...)``
+    (or by assigning a field)."""
+
+    nan_trace: int = 0  # RLX_WGPU_NAN_TRACE
+    dump_nodes: int = 0  # RLX_WGPU_DUMP_NODES
+    dump_nodes_limit: int = 64  # RLX_WGPU_DUMP_NODES_LIMIT
+    dump_flat: int = 0  # RLX_WGPU_DUMP_FLAT
+    profile: int = 0  # RLX_WGPU_PROFILE
+    trace: str = ""  # RLX_WGPU_TRACE
+    dispatch_only: int = 0  # RLX_BENCH_DISPATCH_ONLY
+    force_input_upload: int = 0  # RLX_WGPU_FORCE_INPUT_UPLOAD
+
+    @staticmethod
+    def from_env() -> RunFlags:
+        """The flags as they are set now."""
+        return RunFlags(int(NAN_TRACE), int(DUMP_NODES), int(DUMP_NODES_LIMIT), int(DUMP_FLAT),
+                        int(PROFILE), str(TRACE), int(BENCH_DISPATCH_ONLY), int(FORCE_INPUT_UPLOAD))
+
+    def debug(self) -> list[str]:
+        """The names of the run-time debug flags that are on (each run is then explained)."""
+        on = ((NAN_TRACE, self.nan_trace), (DUMP_NODES, self.dump_nodes), (PROFILE, self.profile),
+              (TRACE, self.trace))
+        return [f.name for f, value in on if value]
+
+    @contextlib.contextmanager
+    def override(self, **values: Any) -> Iterator[None]:
+        """Temporarily change these flags by field name (``exe.flags.override(dispatch_only=1)``)."""
+        old = {}
+        for name, value in values.items():
+            if not hasattr(self, name):
+                raise EnvError(f"unknown run flag {name}")
+            old[name] = getattr(self, name)
+            setattr(self, name, value)
+        try:
+            yield
+        finally:
+            for name, value in old.items():
+                setattr(self, name, value)
+
+
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
     """Temporarily set flags by their variable names (tests)."""

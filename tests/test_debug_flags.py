@@ -96,9 +96,9 @@ def test_nan_trace_names_the_first_node_reading_a_poisoned_weight(device, tmp_pa
 
 
 def test_nan_at_a_decode_step_names_its_token_position(device, tiny):
-    gen, _ = Generator.from_gguf(tiny, chunk=8)
     prompt = [1, 260, 265, 270]
-    with env.override(RLX_WGPU_NAN_TRACE=1):
+    with env.override(RLX_WGPU_NAN_TRACE=1):  # an executable copies the flags when it is built
+        gen, _ = Generator.from_gguf(tiny, chunk=8)
         tokens = gen.generate(prompt, 8)
         next(tokens)  # prefill: finite
         next(tokens)  # the first decode step: finite
@@ -149,9 +149,9 @@ def test_fed_runs_are_explained_with_the_fed_values(device, capsys):
     g = rlxpy.Graph("fed_log")
     x = g.input("x", [4])
     g.output(g.activation(x, "log", name="log_x"))
-    exe = rlxpy.compile(g)
-    exe.run({"x": np.array([1.0, np.e, 2.0, 3.0], np.float32)})
-    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):  # copied when the executable is built
+        exe = rlxpy.compile(g)
+        exe.run({"x": np.array([1.0, np.e, 2.0, 3.0], np.float32)})
         pending = exe.submit(feeds={"x": exe.handle("log_x")})  # log(log(1)) = log(0) = -inf
         assert exe.last_nan["node"] == "log_x" and exe.last_nan["inf"] == 1 and exe.last_nan["index"] == (0,)
         assert pending()["log_x"][0] == -np.inf
@@ -164,9 +164,9 @@ def test_host_steps_are_timed_and_traced(device, tmp_path, capsys):
     g = rlxpy.Graph("host_step")
     x, w = g.input("x", [1, 2, 5, 5]), g.input("w", [3, 2, 3, 3])
     g.output(g.add(g.conv(g.relu(x, name="l0.relu"), w, padding=1, name="l0.conv"), 1.0, name="l0.out"))
-    exe = rlxpy.compile(g)
     feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float32)}
-    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):  # copied when the executable is built
+        exe = rlxpy.compile(g)
         exe.run(feeds)
     assert "every node finite" in capsys.readouterr().err
     prof = exe.profile(feeds)

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from rlxpy import env
 from rlxpy.errors import InputError, NumericsError
 from rlxpy.models.llama import LlamaConfig, build_llama
 
@@ -68,26 +67,35 @@ class Generator:
         mixed = (self.seed * 0x9E3779B1 + step) & 0xFFFFFFFFFFFFFFFF
         return {f"{prefix}_seed": np.array([mixed & 0xFFFFFFFF, mixed >> 32], np.uint32)}
 
-    def prefill(self, ids: Sequence[int]) -> int:
-        """Run the prompt through the model (from position 0); returns the first new token."""
+    def prefill(self, ids: Sequence[int], start: int = 0) -> int:
+        """Run ``ids[start:]`` through the model at positions ``start, start + 1, ...``; returns the
+        first new token. The KV cache must hold ``ids[:start]`` already (a conversation's earlier
+        turns): only the new tokens are computed."""
         if not ids:
             raise InputError("the prompt is empty: give at least one token")
         if len(ids) >= self.config.context:
             raise InputError(f"prompt of {len(ids)} tokens does not fit the context of "
                              f"{self.config.context} tokens (use a shorter prompt or a larger --context)")
+        if not 0 <= start < len(ids):
+            raise InputError(f"prefill start {start} is not a position of the {len(ids)}-token prompt")
         started = time.perf_counter()
         token = 0
-        for start in range(0, len(ids), self.chunk):
-            part = list(ids[start: start + self.chunk])
+        begin = start
+        while begin < len(ids):
+            # A chunk never reaches past the cache: one near its end starts earlier, recomputing rows
+            # the cache holds already (the same tokens at the same positions).
+            begin = min(begin, max(0, self.config.context - self.chunk))
+            part = list(ids[begin: begin + self.chunk])
             tokens = np.zeros(self.chunk, np.int32)
             tokens[: len(part)] = part
-            out = self.exe.run({"prefill_tokens": tokens, "prefill_pos": np.array([start], np.int32),
+            out = self.exe.run({"prefill_tokens": tokens, "prefill_pos": np.array([begin], np.int32),
                                 "prefill_last": np.array([len(part) - 1], np.int32),
-                                **self._seed_input("prefill", start)}, outputs=["prefill_next"])
-            self._stop_on_nan("prefill", start, self.chunk)
+                                **self._seed_input("prefill", begin)}, outputs=["prefill_next"])
+            self._stop_on_nan("prefill", begin, self.chunk)
             token = int(out["prefill_next"].reshape(-1)[0])
+            begin += len(part)
         self.position = len(ids)
-        self.stats.prompt_tokens = len(ids)
+        self.stats.prompt_tokens = len(ids) - start
         self.stats.prefill_seconds = time.perf_counter() - started
         return token
 
@@ -117,7 +125,7 @@ class Generator:
 
     def _stop_on_nan(self, branch: str, start: int, rows: int) -> None:
         """RLX_WGPU_NAN_TRACE: a NaN/Inf in the last run ends the generation, naming where."""
-        found = self.exe.last_nan if env.NAN_TRACE else None
+        found = self.exe.last_nan if self.exe.flags.nan_trace else None
         if not found:
             return
         from rlxpy.wgpu_backend.debug import describe
@@ -135,16 +143,21 @@ class Generator:
         self.stats.decode_seconds += elapsed
         self.stats.generated += 1
 
-    def generate(self, ids: Sequence[int], max_tokens: int, stop: Sequence[int] = ()) -> Iterator[int]:
+    def generate(self, ids: Sequence[int], max_tokens: int, stop: Sequence[int] = (),
+                 start: int = 0) -> Iterator[int]:
         """Yield up to ``max_tokens`` new tokens, stopping after a token in ``stop``.
 
         Decode steps are pipelined: step t+1 is submitted (its token fed from step t's output on the
         GPU) before step t is read back, so the GPU does not wait for the host's readback, streaming
         and stop check. When a stop token ends the text, the one step already in flight is
-        discarded (its KV row lies past the new position, overwritten by the next step)."""
+        discarded (its KV row lies past the new position, overwritten by the next step).
+
+        ``start`` > 0 prefills only ``ids[start:]`` over a KV cache that holds ``ids[:start]``. When
+        the caller stops iterating early, the step in flight is drained and kept: afterwards the
+        cache holds ``(ids + yielded tokens)[:position]`` in every case."""
         self.stats = GenerationStats(compile_seconds=self.stats.compile_seconds,
                                      upload_seconds=self.stats.upload_seconds)
-        token = self.prefill(ids)
+        token = self.prefill(ids, start)
         if max_tokens <= 0:
             return
         yield token
@@ -152,25 +165,31 @@ class Generator:
         if token in stop or produced == max_tokens or self.position >= self.config.context:
             return
         started = time.perf_counter()
-        pipelined = not env.run_debug_flags()  # the debug flags explain each run before the next
-        pending = self._submit_decode(token)
-        while True:
-            more = produced + 1 < max_tokens and self.position < self.config.context
-            following = self._submit_decode(None) if more and pipelined else None
-            token = self._read(pending)
-            now = time.perf_counter()
-            self._count_step(now - started)
-            started = now
-            produced += 1
-            yield token
-            if not more:
-                return
-            if token in stop:
-                if following is not None:
-                    following()  # drain the step in flight before anything else runs
-                    self.position -= 1
-                return
-            pending = following if following is not None else self._submit_decode(None)
+        pipelined = not self.exe.flags.debug()  # the debug flags explain each run before the next
+        pending, following = self._submit_decode(token), None
+        try:
+            while True:
+                more = produced + 1 < max_tokens and self.position < self.config.context
+                following = self._submit_decode(None) if more and pipelined else None
+                token, pending = self._read(pending), None
+                now = time.perf_counter()
+                self._count_step(now - started)
+                started = now
+                produced += 1
+                yield token
+                if not more:
+                    return
+                if token in stop:
+                    if following is not None:
+                        following, drain = None, following
+                        drain()  # drain the step in flight before anything else runs
+                        self.position -= 1
+                    return
+                pending, following = following if following is not None else self._submit_decode(None), None
+        finally:
+            for step in (pending, following):  # a caller that stopped early: finish what was submitted
+                if step is not None:
+                    step()
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""

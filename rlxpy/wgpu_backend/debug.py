@@ -246,24 +246,26 @@ def first_nan_node(exe: WgpuExecutable, inputs: Mapping[str, Any],
 
 def explain_values(exe: WgpuExecutable, inputs: Mapping[str, Any],
                    outputs: Iterable[str] | None) -> dict[str, Any] | None:
-    """RLX_WGPU_NAN_TRACE / RLX_WGPU_DUMP_NODES after a run; returns the first NaN node (NaN trace)."""
+    """RLX_WGPU_NAN_TRACE / RLX_WGPU_DUMP_NODES after a run (as ``exe.flags`` has them); returns the
+    first NaN node (NaN trace)."""
+    flags = exe.flags
     values = NodeValues(exe, inputs, outputs)
     first = None
-    if env.NAN_TRACE:
+    if flags.nan_trace:
         found = nan_nodes(values)
         first = found[0] if found else None
-        for k, f in enumerate(found[: int(env.NAN_TRACE) * 5]):
+        for k, f in enumerate(found[: int(flags.nan_trace) * 5]):
             print(f"rlxpy NaN trace: {describe(f)}{' <- the first bad node' if k == 0 else ''}",
                   file=sys.stderr)
         if not found:
             print(f"rlxpy NaN trace: every node finite ({len(values.nodes)} nodes)", file=sys.stderr)
-    if env.DUMP_NODES:
+    if flags.dump_nodes:
         # computed nodes only: params would repeat the weights (raw GGUF bytes for quantised ones)
         shown = [n for n in values.nodes if not isinstance(n.op, (ops.Constant, ops.Param))]
-        shown = shown[: int(env.DUMP_NODES_LIMIT)]
+        shown = shown[: int(flags.dump_nodes_limit)]
         for node in shown:
             nan, inf, biggest = _finite_summary(values[node.id])
-            extra = f" first={values[node.id].ravel()[:8].tolist()}" if env.DUMP_FLAT else ""
+            extra = f" first={values[node.id].ravel()[:8].tolist()}" if flags.dump_flat else ""
             print(
                 f"rlxpy dump: {node.name:<32} {type(node.op).__name__:<16} max|x|={biggest:.6g} "
                 f"nan={nan} inf={inf}{extra}",

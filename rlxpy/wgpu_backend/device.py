@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlxpy import env
-from rlxpy.errors import KernelError, LimitError, UnsupportedOpError
+from rlxpy.errors import KernelError, UnsupportedOpError
 
 WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes")
 
@@ -22,7 +22,7 @@ WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query", "timestamp-query
 def wgpu_module() -> Any:
     """The wgpu package, imported on first use: loading wgpu-native is slow, and the pure modules
     (the planner in arena.py, lowering) and the CLI's help must not need it."""
-    import wgpu
+    import wgpu  # deferred: loading wgpu-native is slow and the pure modules must not need it
 
     return wgpu
 
@@ -100,7 +100,9 @@ class Device:
             return self._layouts[uniform_size]
 
     def pipeline(self, label: str, source: str, uniform_size: int) -> Any:
-        """Compile (once) the WGSL ``source``; cached by its text and the layout."""
+        """Compile (once) the WGSL ``source``; cached by its text and the layout. ``label`` names the
+        step that compiles it (``kernel:node``): the module, layout and pipeline carry it, so a wgpu
+        error names the node; later steps with the same WGSL share the pipeline."""
         key = hashlib.sha1(f"{uniform_size}\0{source}".encode()).hexdigest()
         with self._lock:
             cached = self._pipelines.get(key)
@@ -117,16 +119,6 @@ class Device:
         with self._lock:
             self._pipelines[key] = pipeline
         return pipeline
-
-    def check_workgroup(self, label: str, size: tuple[int, int, int], shared_bytes: int = 0) -> None:
-        """wgpu does not enforce these for override-sized kernels: check them ourselves."""
-        total = size[0] * size[1] * size[2]
-        if total > self.limits["max-compute-invocations-per-workgroup"]:
-            raise LimitError(f"kernel {label}: workgroup {size} exceeds "
-                             f"{self.limits['max-compute-invocations-per-workgroup']} invocations")
-        if shared_bytes > self.limits["max-compute-workgroup-storage-size"]:
-            raise LimitError(f"kernel {label}: {shared_bytes} B of workgroup memory exceeds "
-                             f"{self.limits['max-compute-workgroup-storage-size']} B")
 
     def require_feature(self, feature: str, what: str) -> None:
         if feature not in self.features:

@@ -18,7 +18,6 @@ from typing import Any
 import wgpu
 from wgpu.backends.wgpu_native._ffi import ffi, lib  # the raw path: three C calls per dispatch
 
-from rlxpy.errors import KernelError
 from rlxpy.wgpu_backend.arena import Arena
 from rlxpy.wgpu_backend.device import Device
 from rlxpy.wgpu_backend.memplan import align_up
@@ -69,8 +68,10 @@ class Encoder:
             usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
         )
         layout = device.bind_group_layout(record)
+        # one bind group serves every step (dynamic offsets): its label names the step range
+        span = f"{steps[0].label}..{steps[-1].label}" if steps else "no steps"
         self.bind_group = device.device.create_bind_group(
-            label=f"rlx_arena_window@{steps[0].window[0] if steps else 0}+{window_size}",
+            label=f"rlx_bind:{span} (arena window {window_size} B)",
             layout=layout,
             entries=[
                 {"binding": 0, "resource": {"buffer": arena.buffer, "offset": 0, "size": window_size}},
@@ -96,10 +97,8 @@ class Encoder:
             slot = len(offsets) // 2
             blob[slot * self.stride : slot * self.stride + len(step.uniforms)] = step.uniforms
             offsets += [step.window[0], slot * self.stride]
-            try:
-                pipeline = device.pipeline(step.kernel, step.source, record)
-            except KernelError as e:
-                raise KernelError(f"{step.label}: {e}") from e
+            # "kernel:node" of the first step that compiles it (a pipeline is shared by identical WGSL)
+            pipeline = device.pipeline(step.label, step.source, record)
             if not self.segments or self.segments[-1].kind != "gpu":
                 self.segments.append(Segment("gpu", []))
             self.slot_of[index] = slot
@@ -249,7 +248,8 @@ class Encoder:
             if timer is None:
                 self.arena.gpu_copies(encoder, copies)
             else:
-                timer.around(encoder, None, functools.partial(self.arena.gpu_copies, encoder, copies))
+                timer.around(encoder, None, functools.partial(self.arena.gpu_copies, encoder, copies),
+                             "feed copies")
         for index, segment in enumerate(segments):
             if segment.kind == "gpu":
                 if timer is None:
@@ -265,7 +265,7 @@ class Encoder:
                     self.arena.gpu_copies(encoder, [step.copy])
                 else:
                     timer.around(encoder, self.steps.index(step),
-                                 functools.partial(self.arena.gpu_copies, encoder, [step.copy]))
+                                 functools.partial(self.arena.gpu_copies, encoder, [step.copy]), step.label)
                 continue
             dev.queue.submit([encoder.finish()])
             started = time.perf_counter()

@@ -46,7 +46,7 @@ class HostIO:
         self._exe = exe
 
     def read(self, node_id: int) -> np.ndarray:
-        return self._exe._read_node(self._exe.graph.nodes[node_id])
+        return self._exe.read_node(self._exe.graph.nodes[node_id])
 
     def read_bytes(self, node_id: int) -> bytes:
         node = self._exe.graph.nodes[node_id]
@@ -66,6 +66,8 @@ class WgpuExecutable:
         """``f16_weights``: names of the params to store as f16 (the f16 shadow); None lets the flags
         and the binding cap decide (shadow.py)."""
         started = time.perf_counter()
+        #: the run-time flags, copied from the environment now (env.RunFlags): runs never read it
+        self.flags = env.RunFlags.from_env()
         self.source_graph = graph
         self.device = device or get_device()
         facts = device_facts(self.device)
@@ -157,9 +159,9 @@ class WgpuExecutable:
         this one, so the GPU never idles while the host reads back; read each run before
         submitting the one after it.
 
-        With a run-time debug flag on (env.run_debug_flags) each run is explained before this
+        With a run-time debug flag on (``self.flags.debug()``) each run is explained before this
         returns: profiled as it runs, then re-run on the keep-all twin with the same inputs."""
-        if not self.keep_all and env.run_debug_flags():
+        if not self.keep_all and self.flags.debug():
             out = self._explained_run(inputs, outputs, feeds)
             return lambda: out
         return self._submit(inputs, outputs, feeds)
@@ -177,7 +179,7 @@ class WgpuExecutable:
         if missing:
             raise InputError(f"params not set: {', '.join(missing[:10])}"
                              + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
-        reads = [] if env.BENCH_DISPATCH_ONLY else [
+        reads = [] if self.flags.dispatch_only else [
             (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
 
         def upload() -> None:
@@ -197,18 +199,19 @@ class WgpuExecutable:
                        feeds: Mapping[str, GpuHandle] | None) -> dict[str, np.ndarray]:
         """One run under the debug flags: synchronous, so the next run (say the next decode step)
         starts after this one is explained."""
-        flags = env.run_debug_flags()
+        flags = self.flags.debug()
         debug.say_once(f"rlxpy: {', '.join(flags)} on: every run is read back and explained before the "
                        "next one starts (decode steps are not pipelined)")
         outputs = None if outputs is None else list(outputs)
         # the run's inputs as the run sees them: a fed handle is read before the run overwrites it
         seen = {**(inputs or {}), **{name: handle.read() for name, handle in (feeds or {}).items()}}
-        if env.PROFILE or env.TRACE:
+        if self.flags.profile or self.flags.trace:
             out, prof = self.timed_run(inputs, outputs, feeds)
-            profile.explain_profile(prof)
+            profile.explain_profile(prof, self.flags)
         else:
             out = self._submit(inputs, outputs, feeds)()
-        self.last_nan = debug.explain_values(self, seen, outputs) if env.NAN_TRACE or env.DUMP_NODES else None
+        explain = self.flags.nan_trace or self.flags.dump_nodes
+        self.last_nan = debug.explain_values(self, seen, outputs) if explain else None
         return out
 
     def timed_run(self, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
@@ -239,13 +242,19 @@ class WgpuExecutable:
         """Copy every set param into ``other`` (compiled from the same graph) on the GPU."""
         command = self.device.device.create_command_encoder(label="rlx_param_copy")
         for name in sorted(self._params_set):
-            node, there = self._params[name], other._params[name]
-            if node.nbytes:
-                command.copy_buffer_to_buffer(self.arena.buffer, self.schedule.node_offset(node.id),
-                                              other.arena.buffer, other.schedule.node_offset(there.id),
-                                              align_up(node.nbytes, 4))
-            other._params_set.add(name)
+            node = self._params[name]
+            offset = self.schedule.node_offset(node.id)
+            other.copy_param_from(command, name, self.arena.buffer, offset, node.nbytes)
         self.device.queue.submit([command.finish()])
+
+    def copy_param_from(self, command: Any, name: str, buffer: Any, offset: int, nbytes: int) -> None:
+        """Record into ``command`` (the caller submits it) a GPU copy of ``nbytes`` at ``offset`` of
+        ``buffer`` into param ``name``; the param counts as set."""
+        node = self._param(name)
+        if nbytes:
+            target = self.schedule.node_offset(node.id)
+            command.copy_buffer_to_buffer(buffer, offset, self.arena.buffer, target, align_up(nbytes, 4))
+        self._params_set.add(name)
 
     def _needed(self, wanted: list[Node], partial: bool) -> tuple[set[int] | None, frozenset[int] | None]:
         """Node ids and step indices the requested outputs depend on (None = everything)."""
@@ -306,7 +315,7 @@ class WgpuExecutable:
         # Compare with the last upload (memcmp speed) rather than hashing: cheaper for big inputs.
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         last = self._last_inputs.get(name)
-        if not env.FORCE_INPUT_UPLOAD and last is not None and np.array_equal(last, flat):
+        if not self.flags.force_input_upload and last is not None and np.array_equal(last, flat):
             return
         self.arena.write(self.schedule.node_offset(node.id), flat.tobytes())
         self._last_inputs[name] = flat.copy()
@@ -389,7 +398,7 @@ class GpuHandle:
         self.offset = exe.schedule.node_offset(node.id)
 
     def read(self) -> np.ndarray:
-        return self.exe._read_node(self.node)
+        return self.exe.read_node(self.node)
 
     def __repr__(self) -> str:
         return f"<GpuHandle {self.node.name} {self.node.type}>"

@@ -21,7 +21,7 @@ import numpy as np
 import wgpu
 from wgpu.backends.wgpu_native._ffi import lib  # the queue's timestamp period has no wrapper
 
-from rlxpy import env
+from rlxpy.env import RunFlags
 from rlxpy.errors import UnsupportedOpError
 from rlxpy.wgpu_backend.debug import Report, build_report, layer_of  # noqa: F401  (layer_of: re-exported)
 
@@ -73,6 +73,7 @@ def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
         for k, index in enumerate(chunk):
             pipeline, slot = entries[index]
             cpass = command.begin_compute_pass(
+                label=f"rlx_profile:{exe.schedule.steps[index].label}",
                 timestamp_writes={
                     "query_set": queries,
                     "beginning_of_pass_write_index": 2 * k,
@@ -126,13 +127,16 @@ class StepTimer:
         return {"query_set": queries, "beginning_of_pass_write_index": first,
                 "end_of_pass_write_index": first + 1}
 
-    def around(self, encoder: Any, step: int | None, record: Callable[[], None]) -> None:
-        """Time copies recorded by ``record()`` between two empty timestamped passes."""
+    def around(self, encoder: Any, step: int | None, record: Callable[[], None], label: str = "") -> None:
+        """Time copies recorded by ``record()`` between two empty timestamped passes (labelled
+        ``label``: the copy step's, or the feed copies')."""
         queries, first = self._pair(step, "copy")
-        encoder.begin_compute_pass(timestamp_writes={"query_set": queries,
+        encoder.begin_compute_pass(label=f"rlx_copy_start:{label}",
+                                   timestamp_writes={"query_set": queries,
                                                      "beginning_of_pass_write_index": first}).end()
         record()
-        encoder.begin_compute_pass(timestamp_writes={"query_set": queries,
+        encoder.begin_compute_pass(label=f"rlx_copy_end:{label}",
+                                   timestamp_writes={"query_set": queries,
                                                      "end_of_pass_write_index": first + 1}).end()
 
     def host(self, step: int, seconds: float) -> None:
@@ -287,9 +291,9 @@ class TraceFile:
 TRACE_FILE = TraceFile()
 
 
-def explain_profile(prof: Profile) -> None:
-    """What RLX_WGPU_PROFILE / RLX_WGPU_TRACE do after each run."""
-    if env.PROFILE:
-        print(prof.text(int(env.PROFILE)), file=sys.stderr)
-    if str(env.TRACE):
-        TRACE_FILE.add(prof, str(env.TRACE))
+def explain_profile(prof: Profile, flags: RunFlags) -> None:
+    """What RLX_WGPU_PROFILE / RLX_WGPU_TRACE do after each run (as the executable's flags have them)."""
+    if flags.profile:
+        print(prof.text(int(flags.profile)), file=sys.stderr)
+    if flags.trace:
+        TRACE_FILE.add(prof, str(flags.trace))

@@ -95,7 +95,7 @@ def test_unchanged_inputs_are_not_uploaded_again(mlp):
         exe.run({"x": x})
         exe.run({"x": x})
         assert len(calls) <= 1
-        with env.override(RLX_WGPU_FORCE_INPUT_UPLOAD=1):
+        with exe.flags.override(force_input_upload=1):  # the executable's copy of the flag
             exe.run({"x": x})
         assert len(calls) >= 1 + (len(calls) > 1)
         before = len(calls)
@@ -245,9 +245,28 @@ def test_nan_trace_and_dump_flags_print_the_culprit(device, capsys):
     g = rlxpy.Graph()
     x = g.input("x", [3])
     g.output(g.add(g.activation(x, "sqrt", name="root"), 1.0, name="plus"))
-    exe = rlxpy.compile(g)
-    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_DUMP_NODES=1):
+    with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_DUMP_NODES=1):  # copied when the executable is built
+        exe = rlxpy.compile(g)
         exe.run({"x": np.array([4.0, -1.0, 9.0], np.float32)})
     err = capsys.readouterr().err
     assert "NaN trace: root (Activation) [3]: 1 NaN" in err
     assert "rlxpy dump: root" in err and "nan=1" in err
+
+
+def test_run_flags_are_copied_when_the_executable_is_built(device, capsys):
+    g = rlxpy.Graph("flags_copied")
+    x = g.input("x", [2])
+    g.output(g.exp(x, name="e"))
+    value = {"x": np.ones(2, np.float32)}
+    plain = rlxpy.compile(g)
+    with env.override(RLX_WGPU_NAN_TRACE=1):
+        flagged = rlxpy.compile(g)
+        plain.run(value)  # built before the flag was set: not explained
+    assert "NaN trace" not in capsys.readouterr().err
+    assert (plain.flags.nan_trace, flagged.flags.nan_trace) == (0, 1)
+    flagged.run(value)  # built with it: explained, the flag being unset now notwithstanding
+    assert "rlxpy NaN trace: every node finite" in capsys.readouterr().err
+    with plain.flags.override(nan_trace=1):  # one executable's copy changes
+        plain.run(value)
+    assert "rlxpy NaN trace: every node finite" in capsys.readouterr().err
+    assert plain.flags.nan_trace == 0

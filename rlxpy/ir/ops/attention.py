@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.base import ActKind, MaskKind, Op, TensorType, _static, need
+from rlxpy.ir.ops.base import ActKind, MaskKind, Op, TensorType, need, need_static
 from rlxpy.ir.shape import Sym, format_shape
 
 
@@ -106,7 +106,7 @@ class PackedAttention(Attention):
              f"{2 if needs_mask else 1} inputs, got {len(ins)}")
         need(self.num_heads % self.kv_heads == 0,
              f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.kv_heads}")
-        _static(parent.shape, "packed attention")
+        need_static(parent.shape, "packed attention")
         rows = self.batch * self.seq
         need(not any(isinstance(d, Sym) for d in parent.shape) and math.prod(parent.shape) == rows * self.row,
              f"parent {parent} is not {self.batch} x {self.seq} rows of {self.row}")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.ops.attention import Attention
-from rlxpy.ir.ops.base import ENUMS, MaskKind, Op, TensorType, _axis, need
+from rlxpy.ir.ops.base import ENUMS, MaskKind, Op, TensorType, check_axis, need
 from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.shape import format_shape
 
@@ -31,7 +31,7 @@ ENUMS[AttentionWrt.__name__] = AttentionWrt  # so JSON graphs can name it
 
 
 def _last_axis(axis: int, rank: int, what: str) -> None:
-    need(_axis(axis, rank) == rank - 1,
+    need(check_axis(axis, rank) == rank - 1,
          f"{what} normalises the last axis only, got axis={axis} for rank {rank}")
 
 
@@ -140,7 +140,7 @@ class CumsumBackward(Op):
     exclusive: bool = False
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        _axis(self.axis, ins[0].rank)
+        check_axis(self.axis, ins[0].rank)
         return ins[0]
 
 
@@ -160,7 +160,7 @@ class GatherBackward(Op):
         dy, idx = ins
         table_rank = dy.rank - idx.rank + 1
         need(table_rank >= 1, f"dy {dy} has fewer dims than the indices {idx}")
-        axis = _axis(self.axis, table_rank)
+        axis = check_axis(self.axis, table_rank)
         need(tuple(dy.shape[axis:axis + idx.rank]) == tuple(idx.shape),
              f"dy {dy} must hold the index shape {format_shape(idx.shape)} at axis {axis}")
         need(self.axis_dim >= 1, f"axis_dim {self.axis_dim} must be >= 1")

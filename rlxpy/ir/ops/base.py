@@ -61,6 +61,12 @@ class Op:
     def attrs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
+    def mutated_inputs(self) -> tuple[int, ...]:
+        """Indices of the inputs the op updates in place besides computing its output (a KV cache
+        append, a carried recurrent state): the reference mutates exactly these arrays, and a
+        backend writes them back (host steps) or checks its kernels write them."""
+        return ()
+
     def check_arity(self, count: int) -> None:
         low, high = self.arity
         if count < low or (high is not None and count > high):
@@ -216,12 +222,14 @@ def enum_value(kind: type[enum.IntEnum], value: object) -> enum.IntEnum:
         raise GraphError(f"unknown {kind.__name__} {value!r}; expected one of: {names}") from None
 
 
-def _axis(axis: int, rank: int) -> int:
+def check_axis(axis: int, rank: int) -> int:
+    """``axis`` normalised into [0, rank) (negative counts from the end); GraphError if out of range."""
     try:
         return normalize_axis(axis, rank)
     except ValueError as e:
         raise GraphError(str(e)) from None
 
 
-def _static(shape: Sequence, what: str) -> None:
+def need_static(shape: Sequence, what: str) -> None:
+    """Shape-rule check: GraphError unless every dim of ``shape`` is an int (no Sym)."""
     need(all(isinstance(d, int) for d in shape), f"{what} needs static dims, got {list(shape)}")

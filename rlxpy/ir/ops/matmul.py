@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.base import ActKind, Op, TensorType, _static, need
+from rlxpy.ir.ops.base import ActKind, Op, TensorType, need, need_static
 from rlxpy.ir.shape import Shape
 
 
@@ -88,7 +88,7 @@ class SplitMatMul(Op):
         need(len(ins) == (3 if self.has_bias else 2), f"takes {3 if self.has_bias else 2} inputs")
         need(w.rank == 2 and x.rank >= 2 and x.shape[-1] == w.shape[0], f"split matmul wants x [.., K] and "
              f"w [K, N], got {x} x {w}")
-        _static(x.shape, "split matmul")
+        need_static(x.shape, "split matmul")
         need(len(self.widths) >= 2 and min(self.widths) > 0 and sum(self.widths) == w.shape[1],
              f"widths {self.widths} must be positive and add up to N = {w.shape[1]}")
         if self.has_bias:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.ir.ops.base import Op, TensorType, _axis, need
+from rlxpy.ir.ops.base import Op, TensorType, check_axis, need
 
 
 @dataclass(frozen=True)
@@ -110,5 +110,5 @@ class Softmax(Op):
     axis: int = -1
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        _axis(self.axis, ins[0].rank)
+        check_axis(self.axis, ins[0].rank)
         return ins[0]

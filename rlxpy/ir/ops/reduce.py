@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.base import Op, ReduceOp, TensorType, _axis, need
+from rlxpy.ir.ops.base import Op, ReduceOp, TensorType, check_axis, need
 from rlxpy.ir.shape import Sym
 
 
@@ -23,7 +23,7 @@ class Reduce(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        axes = sorted({_axis(a, x.rank) for a in self.axes})
+        axes = sorted({check_axis(a, x.rank) for a in self.axes})
         need(bool(axes), "reduce needs at least one axis")
         need(axes == list(range(axes[0], axes[-1] + 1)), f"reduce axes {self.axes} must be contiguous")
         shape = [1 if i in axes else d for i, d in enumerate(x.shape) if self.keep_dim or i not in axes]
@@ -38,7 +38,7 @@ class Cumsum(Op):
     exclusive: bool = False
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        _axis(self.axis, ins[0].rank)
+        check_axis(self.axis, ins[0].rank)
         return ins[0]
 
 

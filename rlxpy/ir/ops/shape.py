@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.base import Op, TensorType, _axis, need
+from rlxpy.ir.ops.base import Op, TensorType, check_axis, need
 from rlxpy.ir.shape import Dim, Shape, Sym, format_shape, is_static
 
 
@@ -63,7 +63,7 @@ class Narrow(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         (x,) = ins
-        axis = _axis(self.axis, x.rank)
+        axis = check_axis(self.axis, x.rank)
         dim = x.shape[axis]
         need(self.start >= 0 and self.length >= 0, f"narrow start {self.start}, length {self.length}")
         need(isinstance(dim, Sym) or self.start + self.length <= dim,
@@ -82,7 +82,7 @@ class Concat(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         first = ins[0]
-        axis = _axis(self.axis, first.rank)
+        axis = check_axis(self.axis, first.rank)
         total: Dim = 0
         for t in ins:
             same = all(a == b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis)
@@ -122,7 +122,7 @@ class Gather(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         table, idx = ins
-        axis = _axis(self.axis, table.rank)
+        axis = check_axis(self.axis, table.rank)
         need(idx.dtype in (DType.I32, DType.I64, DType.U32, DType.F32),
              f"gather indices must be i32/u32/i64/f32, got {idx}")
         return TensorType(table.shape[:axis] + idx.shape + table.shape[axis + 1:], table.dtype)
