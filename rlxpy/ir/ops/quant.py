@@ -8,30 +8,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.base import Op, TensorType, need
 from rlxpy.ir.ops.rope import RopeKvAppend
 
-#: GGML block geometry: type name -> (elements per block, bytes per block).
-GGUF_BLOCKS: dict[str, tuple[int, int]] = {
-    "F32": (1, 4),
-    "F16": (1, 2),
-    "BF16": (1, 2),
-    "Q4_0": (32, 2 + 16),
-    "Q4_1": (32, 2 + 2 + 16),
-    "Q5_0": (32, 2 + 4 + 16),
-    "Q5_1": (32, 2 + 2 + 4 + 16),
-    "Q8_0": (32, 2 + 32),
-    "Q8_1": (32, 4 + 4 + 32),
-    "Q2_K": (256, 2 + 2 + 16 + 64),
-    "Q3_K": (256, 2 + 32 + 64 + 12),
-    "Q4_K": (256, 2 + 2 + 12 + 128),
-    "Q5_K": (256, 2 + 2 + 12 + 32 + 128),
-    "Q6_K": (256, 2 + 16 + 64 + 128),
-    "Q8_K": (256, 4 + 256 + 32),
-    "IQ4_NL": (32, 2 + 16),
-    "IQ4_XS": (256, 2 + 2 + 4 + 128),
-}
+#: The GGML types rlxpy reads (a GPU decoder, or a host step: host_ops/gguf_matmul.py).
+GGUF_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K",
+              "Q5_K", "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS")
+#: GGML block geometry: type name -> (elements per block, bytes per block), from gguf-py (the one table;
+#: the WGSL decoders get theirs from here too).
+GGUF_BLOCKS: dict[str, tuple[int, int]] = {name: GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+                                           for name in GGUF_TYPES}
 
 
 #: FusedGgufMatMul's extra inputs for its RopeKvAppend epilogue, in order.
@@ -168,6 +157,11 @@ class FusedGgufMatMul(Op):
         roles = ["x", "w"] + (["w_up"] if self.swiglu else []) + (["gamma"] if self.eps > 0 else [])
         roles += ["residual"] if self.has_residual else []
         return roles + (list(ROPE_ROLES) if self.head_dim else [])
+
+    def mutated_inputs(self) -> tuple[int, ...]:
+        """The KV caches its RopeKvAppend epilogue appends to."""
+        roles = self.input_roles()
+        return (roles.index("k_cache"), roles.index("v_cache")) if self.head_dim else ()
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         roles = self.input_roles()

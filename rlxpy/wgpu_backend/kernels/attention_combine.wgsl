@@ -1,19 +1,13 @@
 // Split-K attention combine, f32: out = sum_s acc_s * e^(m_s - m) / sum_s l_s * e^(m_s - m), m = max_s m_s.
 // One workgroup per query row (b, h, i), grid folded into y past 65535; thread t owns dims t, t + WG, ...
 // Bindings: 0 = arena window (u32 words), 1 = AttentionCombineParams (part = partial records [acc[D], m, l]).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttentionCombineParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_rows.wgsl"
 
 const D: u32 = {{D}}u;
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn run_row(row: u32, t: u32) {
     if (row >= p.rows) {
         return;
     }

@@ -3,12 +3,8 @@
 // tile, thread (key t / 4, part t % 4) loads dims part + 4n of its key in one batch, then thread
 // (g = t / D, d = t % D) loads v of keys g + DG n in one batch; split partials go to attention_combine.
 // Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttentionDecodeParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
 
 const D: u32 = {{D}}u;  // head_dim
 const DG: u32 = {{DG}}u;  // key groups in the p * v phase: floor(WG / D)

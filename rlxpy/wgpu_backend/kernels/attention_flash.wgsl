@@ -2,12 +2,8 @@
 // Workgroup = (block of 64 queries, head, batch), threads 16 x 16: thread (ty, tx) owns query rows ty + 16a
 // (a < 4, the lanes of its vec4s), keys tx + 16c (c < 2) of each 32-key tile, output dims tx + 16u.
 // Bindings: 0 = arena window (u32 words), 1 = AttentionFlashParams.
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttentionFlashParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
 
 const D: u32 = {{D}}u;  // head_dim
 const BQ: u32 = 64u;  // queries per workgroup

@@ -2,12 +2,8 @@
 // (query row, head, batch) walking its keys with an online softmax; no workgroup memory, no barriers
 // (lavapipe/llvmpipe run workgroups as SIMD batches, where barriers and shared memory are costly).
 // Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: AttentionDecodeParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
 
 const D: u32 = {{D}}u;  // head_dim
 const MASK_KIND: u32 = {{MASK_KIND}}u;

@@ -1,56 +1,18 @@
 // y[i] = a[i] op b[i] on equal-length operands (broadcasting was made explicit by unfuse).
-// One thread per element; operands of any word dtype are converted to the compute type {{T}}.
+// One invocation per element; operands of any word dtype are converted to the compute type T.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseBinaryParams (element offsets in the window).
-#params
+#include "common_arena.wgsl"
+#include "common_float.wgsl"
+#include "elementwise_operands.wgsl"
+#include "elementwise_pow_{{POW}}.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ElementwiseBinaryParams;
-
-{{PRELUDE}}
-
-// pow with C99 / numpy / torch.pow answers where WGSL's pow (exp2(y * log2(x))) is undefined or
-// wrong: x <= 0, y == 0, x == 1 with y NaN or inf, |x| == 1 with y = +-inf, and +-0 / -inf bases.
-fn pow_f32(x: f32, y: f32) -> f32 {
-    if (y == 0.0 || x == 1.0) {
-        return 1.0;
-    }
-    if (is_nan(x) || is_nan(y)) {
-        return nan_f32();
-    }
-    let ax = abs(x);
-    if (abs(y) == inf_f32()) {
-        if (ax == 1.0) {
-            return 1.0;
-        }
-        return select(0.0, inf_f32(), (ax > 1.0) == (y > 0.0));
-    }
-    let negative = (bitcast<u32>(x) & 0x80000000u) != 0u;  // includes -0.0
-    let integral = floor(y) == y;
-    if (negative && !integral && ax != 0.0 && ax != inf_f32()) {
-        return nan_f32();
-    }
-    var magnitude: f32;
-    if (ax == 0.0) {
-        magnitude = select(0.0, inf_f32(), y < 0.0);
-    } else if (ax == inf_f32()) {
-        magnitude = select(0.0, inf_f32(), y > 0.0);
-    } else {
-        magnitude = pow(ax, y);
-    }
-    // |y| >= 2^24 is an even integer in f32
-    let odd = integral && abs(y) < 16777216.0 && (i32(abs(y)) & 1) == 1;
-    return select(magnitude, -magnitude, negative && odd);
+fn binary_op(a: T, b: T) -> T {
+    return {{EXPR}};
 }
 
-{{INT_FNS}}
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(i: u32) {
     if (i >= p.n) {
         return;
     }
-    let a = {{T}}({{LOAD_A}}(p.a + i));
-    let b = {{T}}({{LOAD_B}}(p.b + i));
-    {{STORE}}(p.y + i, {{EXPR}});
+    {{STORE}}(p.y + i, binary_op(operand_a(i), operand_b(i)));
 }

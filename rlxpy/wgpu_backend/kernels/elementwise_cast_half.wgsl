@@ -1,26 +1,10 @@
 // y = cast(x) where x or y is f16/bf16, through f32; f32 -> f16/bf16 rounds to nearest even like torch .to().
 // One thread per element pair (2t, 2t+1): a 2-byte output pair is one whole word, so no two threads share a word.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseCastHalfParams (n elements; x, y word offsets in the window).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ElementwiseCastHalfParams;
-
-{{PRELUDE}}
-
-// IEEE binary16 bits -> f32 (exact: every half is an f32), like torch's c10::detail::fp16_ieee_to_fp32_value.
-fn f16_to_f32(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let exponent = (h >> 10u) & 0x1fu;
-    let mantissa = h & 0x3ffu;
-    if (exponent == 0x1fu) {
-        return bitcast<f32>(sign | 0x7f800000u | (mantissa << 13u));
-    }
-    if (exponent == 0u) {  // zero or subnormal: mantissa * 2^-24, a normal f32
-        return bitcast<f32>(sign | bitcast<u32>(f32(mantissa) * 5.9604644775390625e-8));
-    }
-    return bitcast<f32>(sign | ((exponent + 112u) << 23u) | (mantissa << 13u));
-}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_float.wgsl"
+#include "common_half.wgsl"
 
 // f32 -> binary16 bits, round to nearest even, overflow -> inf, NaN -> quiet NaN (torch's fp16_ieee_from_fp32_value).
 // Integer arithmetic only, so a GPU that flushes subnormal floats still rounds correctly.
@@ -51,10 +35,6 @@ fn f32_to_f16(v: f32) -> u32 {
     return sign | (units + select(0u, 1u, up));
 }
 
-fn bf16_to_f32(h: u32) -> f32 {
-    return bitcast<f32>(h << 16u);
-}
-
 // f32 -> bfloat16 bits, round to nearest even; NaN -> 0x7fc0 (c10::BFloat16's round_to_nearest_even).
 fn f32_to_bf16(v: f32) -> u32 {
     if (is_nan(v)) {
@@ -74,14 +54,10 @@ fn load(e: u32) -> f32 {
     return {{LOAD}};
 }
 
-// Writes elements 2t (a) and 2t+1 (b, present when has_b) of the destination.
-fn store_pair(t: u32, a: f32, b: f32, has_b: bool) {
-    {{STORE}}
-}
+#include "elementwise_cast_half_to_{{TO}}.wgsl"
+#include "common_entry_items.wgsl"
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(t: u32) {
     if (2u * t >= p.n) {
         return;
     }

@@ -1,21 +1,13 @@
 // y[i] = c[i] != 0 ? a[i] : b[i] on equal-length operands (the condition of any word dtype; NaN is true).
-// One thread per element.
+// One invocation per element.
 // Bindings: 0 = arena window (u32 words), 1 = ElementwiseWhereParams (element offsets in the window).
-#params
+#include "common_arena.wgsl"
+#include "elementwise_operands.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ElementwiseWhereParams;
-
-{{PRELUDE}}
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(i: u32) {
     if (i >= p.n) {
         return;
     }
     let keep = (buf[p.c + i] & {{COND_MASK}}) != 0u;
-    let a = {{T}}({{LOAD_A}}(p.a + i));
-    let b = {{T}}({{LOAD_B}}(p.b + i));
-    {{STORE}}(p.y + i, select(b, a, keep));
+    {{STORE}}(p.y + i, select(operand_b(i), operand_a(i), keep));
 }

@@ -1,14 +1,10 @@
 // cache[(pos + r) * width + c] = rows[r * width + c] for r < n_rows with pos read from the arena
 // at run time (a KV-cache append); rows past the capacity are dropped. One thread per word.
 // Bindings: 0 = arena window (u32 words), 1 = KvWriteParams (word offsets in the window).
-#params
+#include "common_arena.wgsl"
+#include "common_entry_items.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: KvWriteParams;
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(i: u32) {
     if (i >= p.n) {
         return;
     }

@@ -2,24 +2,36 @@
 // Workgroup (32, WY): lane x owns output columns c, c + 1 (c = 2 * global x), lane y sums the rows
 // k = y, y + WY, ... of w; the WY partial sums meet in workgroup memory. w is {{W_TYPE}}, [k, n] row-major.
 // Bindings: 0 = arena window (u32 words), 1 = MatmulSkinnyParams (element offsets; w in w's own elements).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: MatmulSkinnyParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_math.wgsl"
+#include "matmul_y_index.wgsl"
 
 const MR: u32 = {{MR}}u;  // rows per block; p.m (the active extent may shrink it) bounds the last
 const WY: u32 = {{WY}}u;  // a power of two
 
 var<workgroup> part: array<vec2<f32>, {{PARTS}}>;  // [WY][32] partial sums of one row
 
-// Elements e and e + 1 of w; the second is 0 when ``two`` is false (past the last column).
-fn w_pair(e: u32, two: bool) -> vec2<f32> {
-{{LOAD_PAIR}}
+// Elements e and e + 1 of w (w_pair is w_pair_f32 or w_pair_f16); the second is 0 when ``two`` is
+// false (past the last column).
+fn w_pair_f32(e: u32, two: bool) -> vec2<f32> {
+    return vec2<f32>(ld_f32(e), select(0.0, ld_f32(e + 1u), two));
 }
 
-{{Y_INDEX}}
+// f16 pairs through unpack2x16float (core WGSL, exact on lavapipe, no shader-f16 needed)
+fn w_pair_f16(e: u32, two: bool) -> vec2<f32> {
+    let word = buf[e >> 1u];
+    if ((e & 1u) == 0u) {
+        let v = unpack2x16float(word);
+        return vec2<f32>(v.x, select(0.0, v.y, two));
+    }
+    let next = unpack2x16float(buf[(e >> 1u) + 1u]);  // an odd start: the pair spans two words
+    return vec2<f32>(unpack2x16float(word).y, select(0.0, next.x, two));
+}
+
+fn w_pair(e: u32, two: bool) -> vec2<f32> {
+    return w_pair_{{W_TYPE}}(e, two);
+}
 
 fn epilogue(v: f32) -> f32 {
     return {{EXPR}};

@@ -2,13 +2,11 @@
 // Thread (tx, ty) owns rows ty*4 + 64h + i and cols tx*4 + 64g + j (i, j < 4; h < BM/64, g < BN/64), so
 // each of its workgroup-memory reads is a vec4; the next K step is loaded into registers while this one
 // is summed, then stored to the other of two workgroup buffers (one barrier per step). Grid z = batch.
-// Bindings: 0 = arena window ({{BUF}}), 1 = MatmulTiledParams (element offsets, batch strides).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: {{BUF}};
-@group(0) @binding(1) var<uniform> p: MatmulTiledParams;
-
-{{PRELUDE}}
+// Bindings: 0 = arena window (vec4 or single words: matmul_access_*), 1 = MatmulTiledParams (element
+// offsets, batch strides).
+#include "matmul_access_{{ACCESS}}.wgsl"
+#include "matmul_y_index.wgsl"
+#include "common_math.wgsl"
 
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
@@ -19,15 +17,9 @@ const W_STEP: u32 = BK * BN / 4u;
 var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM] a, transposed: 4 rows per vec4
 var<workgroup> tile_w: array<vec4<f32>, {{W_VECS}}>;  // [2][BK][BN] w
 
-{{Y_INDEX}}
-
 fn epilogue(v: f32) -> f32 {
     return {{EXPR}};
 }
-
-// load_a: a[row, k .. k+3], load_w: w[k, col .. col+3], load_bias: bias[col .. col+3], zero outside
-// the matrix; store_y: y[row, col .. col+3] for the columns inside it.
-{{ACCESS}}
 
 // Bias, activation and store of 4 outputs: row `row`, columns col .. col+3.
 fn finish(y_base: u32, row: u32, col: u32, acc: vec4<f32>) {

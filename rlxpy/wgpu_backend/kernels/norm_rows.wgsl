@@ -1,12 +1,10 @@
 // y = (s - mean) * rsqrt(var + eps) * gamma (+ beta) [center=1, LayerNorm], or s * rsqrt(mean(s^2) + eps)
 // * gamma (+ beta) [center=0, RmsNorm] on the last axis; s = x (+ residual) (+ bias); centred 2-pass var.
 // With has_tee the sum s is also stored at `tee`. One workgroup of {{WG}} lanes per row. Bindings: 0 = arena window (u32 words), 1 = NormRowsParams.
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: NormRowsParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_rows.wgsl"
+#include "common_workgroup_tree.wgsl"
 
 var<workgroup> partial: array<f32, {{WG}}>;
 
@@ -22,28 +20,22 @@ fn load_sum(row_base: u32, c: u32) -> f32 {
     return v;
 }
 
+fn tree_merge(tree: u32, a: u32, b: u32) {
+    partial[a] = partial[a] + partial[b];
+}
+
 fn workgroup_sum(lane: u32, value: f32) -> f32 {
     partial[lane] = value;
-    workgroupBarrier();
-    for (var stride = {{WG}}u / 2u; stride > 0u; stride = stride / 2u) {
-        if (lane < stride) {
-            partial[lane] = partial[lane] + partial[lane + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_reduce(lane, 0u);
     let total = partial[0];
     workgroupBarrier();  // every lane has read the total before partial is reused
     return total;
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {
         return;
     }
-    let lane = lid.x;
     let row_base = row * p.cols;
     let count = f32(p.cols);
     // The mean is kept as shift + mean_offset: (s - shift) is exact for values near s[0], so a large

@@ -1,18 +1,15 @@
 // y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for few x rows; W [K, N] row-major, packed per scheme.
 // One thread per 4 consecutive columns (1-D grid folded into y); it walks K block by block, loading the block's scales once.
 // Bindings: 0 = arena window (u32 words; x, y, zp word offsets, w and nvfp4 scale BYTE offsets), 1 = QuantGenericGemvParams.
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: QuantGenericGemvParams;
-
-{{DECODE}}
+#include "common_arena.wgsl"
+#include "quant_generic_codes_{{CODES}}.wgsl"
+#include "quant_generic_scale_{{SCALE}}.wgsl"
+#include "common_entry_items.wgsl"
 
 const MR: u32 = {{MR}}u;
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let col = (gid.x + gid.y * nwg.x * {{WG}}u) * 4u;
+fn run_item(t: u32) {
+    let col = t * 4u;
     if (col >= p.n) {
         return;
     }

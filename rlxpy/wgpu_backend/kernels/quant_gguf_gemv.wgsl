@@ -1,28 +1,11 @@
 // y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add, or RoPE + KV-cache append of a QKV block (FusedGgufMatMul).
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
-#params
+#include "quant_gguf_gemv_common.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: QuantGgufGemvParams;
-
-{{DECODE}}
-
-const MR: u32 = {{MR}}u;  // x rows per workgroup (1 in grouped mode)
-const RR: u32 = {{RR}}u;  // weight rows per team
 const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk
 const KC4: u32 = KC / 4u;
 const UPC: u32 = KC / 32u;  // units per chunk (KC is a multiple of 32)
-const GROUPED: bool = {{GROUPED}};
-const NORM: bool = {{NORM}};  // h = x * rsqrt(mean(x^2) + eps) * gamma (x row by x row)
-const SWIGLU: bool = {{SWIGLU}};  // y = silu(h . W) * (h . W_up)
-const RESIDUAL: bool = {{RESIDUAL}};  // y += residual
-// RoPE + KV append (ops.RopeKvAppend on y = the q|k|v block): every workgroup's block of output rows
-// holds both rows of each rotation pair (the lowerer picks the row split), staged in ys
-const ROPE: bool = {{ROPE}};
-const RD: u32 = {{RD}}u;  // head_dim
-const ROT: u32 = {{ROT}}u;  // rotated dims of a head (even)
-const INTERLEAVED: bool = {{INTERLEAVED}};  // pairs (2i, 2i+1), else (i, i + ROT/2)
 
 // x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
 // then [RR][MR][256] partial sums
@@ -31,25 +14,9 @@ var<private> acc: array<array<f32, MR>, RR>;
 var<private> acc_up: array<array<f32, MR>, RR>;  // SwiGLU's second weight
 var<workgroup> norm_parts: array<f32, 128>;  // [MR][16] partial sums of squares
 var<workgroup> inv_rms: array<f32, 8>;
-var<workgroup> ys: array<f32, {{YS}}>;  // [MR][block rows] outputs before RoPE
-
-// expert of x row i, or -1 when out of range (then the output row is zero)
-fn expert_of(i: u32) -> i32 {
-    {{EXPERT}}
-}
-
-#include "quant_gguf_block.wgsl"
-
-// (value = scale * q [+ offset]) summed against x, from the dot of the raw quants and the sum of x
-fn combine(sm: vec2<f32>, dq: f32, sx: f32) -> f32 {
-    if (IS_FLOAT) {
-        return dq;
-    }
-    if (HAS_MIN) {
-        return sm.x * dq + sm.y * sx;
-    }
-    return sm.x * dq;
-}
+// RoPE: every workgroup's block of output rows holds both rows of each rotation pair (the lowerer
+// picks the row split); they are staged here: [MR][block rows] outputs before RoPE
+var<workgroup> ys: array<f32, {{YS}}>;
 
 // RoPE of the staged block (rows first .. first + block - 1 of y; x rows at positions pos + r), then
 // q to y [MR, q_width], k and v to the caches at row pos + r, as rope_kv_append.wgsl does
@@ -99,9 +66,13 @@ fn rope_append(t: u32, first: u32, x_rows: u32) {
     }
 }
 
-// acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]), generated fully unrolled
-// (loops over private arrays would live in local memory); rows past n are computed and dropped
+// acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]) for the team's weight rows at
+// rb + i * stride (and W_up's at rbu), the body generated fully unrolled (loops over private arrays
+// would live in local memory); rows past n are computed and dropped
+fn unit_dot(rb: u32, rbu: u32, u: u32, uc: u32) {
+    let stride = p.rows_per_wg * p.row_bytes;
 {{UNIT_DOT}}
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -110,11 +81,6 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (blk.skip) {
         return;
     }
-    let x_rows = blk.rows;
-    let x_base = blk.x;
-    let y_base = blk.y;
-    let w_base = blk.w;
-    let valid = blk.valid;
     let team = t / p.tpr;  // once per thread, not in the loop
     let lane = t - team * p.tpr;
     let row0 = wid.x * p.rows_per_wg * RR + team;  // the team's rows: row0 + i * rows_per_wg
@@ -122,15 +88,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (team < p.rows_per_wg && row0 < p.n) {
         rows_live = min(RR, (p.n - row0 + p.rows_per_wg - 1u) / p.rows_per_wg);
     }
-    let rb0 = w_base + row0 * p.row_bytes;
+    let rb0 = blk.w + row0 * p.row_bytes;
     let rbu0 = p.w_up + row0 * p.row_bytes;
     if (NORM) {
         // mean of squares of each x row: 256 strided partials -> 16 per row -> 1 per row
         for (var r = 0u; r < MR; r = r + 1u) {
             var ss = 0.0;
-            if (r < x_rows) {
+            if (r < blk.rows) {
                 for (var e = t; e < p.k; e = e + 256u) {
-                    let v = bitcast<f32>(buf[x_base + r * p.k + e]);
+                    let v = bitcast<f32>(buf[blk.x + r * p.k + e]);
                     ss = ss + v * v;
                 }
             }
@@ -162,8 +128,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let quad = j - r * KC4;  // vec4 index along the chunk: unit quad >> 3, chunk quad & 7
             let e = c0 + quad * 4u;
             var v = vec4<f32>(0.0);
-            if (r < x_rows) {
-                let xb = x_base + r * p.k + e;
+            if (r < blk.rows) {
+                let xb = blk.x + r * p.k + e;
                 for (var i = 0u; i < 4u; i = i + 1u) {
                     if (e + i < p.k) {
                         v[i] = bitcast<f32>(buf[xb + i]);
@@ -188,9 +154,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 {{PARTIALS}}
     workgroupBarrier();
     // lanes of a team share out its (row, x row) sums
-    for (var o = lane; o < rows_live * x_rows; o = o + p.tpr) {
-        let i = o / x_rows;
-        let r = o - i * x_rows;
+    for (var o = lane; o < rows_live * blk.rows; o = o + p.tpr) {
+        let i = o / blk.rows;
+        let r = o - i * blk.rows;
         let base = ((i * MR + r) << 8u) + team * p.tpr;
         var s = 0.0;
         for (var j = 0u; j < p.tpr; j = j + 1u) {
@@ -212,11 +178,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         if (ROPE) {
             ys[r * p.rows_per_wg * RR + team + i * p.rows_per_wg] = s;
         } else {
-            buf[y_base + out] = bitcast<u32>(select(0.0, s, valid));
+            buf[blk.y + out] = bitcast<u32>(select(0.0, s, blk.valid));
         }
     }
     if (ROPE) {
         workgroupBarrier();
-        rope_append(t, wid.x * p.rows_per_wg * RR, x_rows);
+        rope_append(t, wid.x * p.rows_per_wg * RR, blk.rows);
     }
 }

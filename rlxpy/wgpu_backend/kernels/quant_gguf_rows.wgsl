@@ -5,34 +5,13 @@
 // gamma are read at indices every invocation shares, which the CPU compiler loads once per batch.
 // RMSNorm: dot(W, x * gamma) and sum(x^2) accumulate in the same walk; 1/rms scales the dot at the end.
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
-#params
+#include "quant_gguf_gemv_common.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: QuantGgufGemvParams;
-
-{{DECODE}}
-
-const MR: u32 = {{MR}}u;  // x rows per invocation (grid y walks blocks of MR rows)
-const RR: u32 = {{RR}}u;  // output rows per invocation (with RoPE: RR / 2 rotation pairs)
-const GROUPED: bool = {{GROUPED}};
-const NORM: bool = {{NORM}};
-const SWIGLU: bool = {{SWIGLU}};
-const RESIDUAL: bool = {{RESIDUAL}};
-const ROPE: bool = {{ROPE}};
-const RD: u32 = {{RD}}u;
-const ROT: u32 = {{ROT}}u;
-const INTERLEAVED: bool = {{INTERLEAVED}};
 const K_TAIL: bool = {{K_TAIL}};  // k is not a whole number of 32-element units (float types)
 
 var<private> sum_sq: array<f32, MR>;  // sum(x^2) of each x row (NORM)
 var<private> res: array<array<f32, MR>, RR>;  // the dot products, copied out of the generated accumulators
 var<private> res_up: array<array<f32, MR>, RR>;
-
-fn expert_of(i: u32) -> i32 {
-    {{EXPERT}}
-}
-
-#include "quant_gguf_block.wgsl"
 
 // Output row i of invocation g. With RoPE, rows (2j, 2j + 1) of the invocation are rotation pair
 // g * RR / 2 + j of the q|k|v block: per head (2d, 2d + 1) interleaved, else (d, d + ROT/2) for
@@ -71,17 +50,6 @@ fn ld_x(base: u32, r: u32, e: u32) -> vec4<f32> {
     return v;
 }
 
-// (scale * q [+ offset]) . x of one half unit, from the raw-quant dot and the sum of x
-fn combine(sm: vec2<f32>, dq: f32, sx: f32) -> f32 {
-    if (IS_FLOAT) {
-        return dq;
-    }
-    if (HAS_MIN) {
-        return sm.x * dq + sm.y * sx;
-    }
-    return sm.x * dq;
-}
-
 // one decoded weight unit (raw quants q, half scales sa / sb) against one unit of an x row (xq, half sums sx)
 fn unit_dot(q: array<vec4<f32>, 8>, sa: vec2<f32>, sb: vec2<f32>, xq: array<vec4<f32>, 8>, sx: vec2<f32>) -> f32 {
     let d0 = (dot(q[0], xq[0]) + dot(q[1], xq[1])) + (dot(q[2], xq[2]) + dot(q[3], xq[3]));
@@ -108,11 +76,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if (blk.skip) {
         return;
     }
-    let x_rows = blk.rows;
-    let x_base = blk.x;
-    let y_base = blk.y;
-    let w_base = blk.w;
-    let valid = blk.valid;
     // Invocations past the last rows recompute them and store nothing: the batch stays converged.
     let g_count = (p.n + RR - 1u) / RR;
     let live = gid.x < g_count;
@@ -125,10 +88,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         sum_sq[r] = 0.0;
     }
     // Generated, unrolled over the RR weight rows and MR x rows: the accumulators stay registers
-    // and each x unit is loaded once for all RR rows (rows past x_rows compute and are dropped).
+    // and each x unit is loaded once for all RR rows (rows past blk.rows compute and are dropped).
 {{ACCUMULATE}}
     for (var r = 0u; r < MR; r = r + 1u) {
-        if (r >= x_rows) {
+        if (r >= blk.rows) {
             break;
         }
         let inv_rms = select(1.0, 1.0 / sqrt(sum_sq[r] / f32(p.k) + p.eps), NORM);
@@ -149,7 +112,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         if (!ROPE) {
             for (var i = 0u; i < RR; i = i + 1u) {
                 if (out_row(g, i) < p.n) {
-                    buf[y_base + r * p.n + rows[i]] = bitcast<u32>(select(0.0, s[i], valid));
+                    buf[blk.y + r * p.n + rows[i]] = bitcast<u32>(select(0.0, s[i], blk.valid));
                 }
             }
             continue;

@@ -1,16 +1,11 @@
 // y[o, r, i] = sum_{j <= r} x[o, j, i] (inclusive) or sum_{j < r} (exclusive, y[o, 0, i] = 0), any axis.
-// One thread per line t = o * inner + i scanning r in order; neighbouring threads read neighbouring i.
+// One invocation per line t = o * inner + i scanning r in order; neighbouring invocations read neighbouring i.
 // Bindings: 0 = arena window, 1 = ReduceCumsumLinesParams (r in [start, start + count): y[start - 1] is the carry).
-#params
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_items.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceCumsumLinesParams;
-
-{{PRELUDE}}
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(t: u32) {
     if (t >= p.lines) {
         return;
     }

@@ -1,23 +1,16 @@
 // y[row, c] = sum_{j <= c} x[row, j] (inclusive) or sum_{j < c} (exclusive): cumsum of long contiguous rows.
 // One workgroup of {{WG}} lanes per row, chunks of {{WG}} elements: Hillis-Steele scan + running carry.
 // Bindings: 0 = arena window, 1 = ReduceCumsumRowsParams (c in [start, start + count): y[start - 1] is the carry).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceCumsumRowsParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_rows.wgsl"
 
 var<workgroup> scan: array<f32, {{WG}}>;
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {
         return;
     }
-    let lane = lid.x;
     let base = row * p.cols;
     var carry: f32 = 0.0;
     if (p.start > 0u) {  // a later chunk of a long row: continue from what the previous dispatch wrote

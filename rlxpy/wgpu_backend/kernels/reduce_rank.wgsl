@@ -1,25 +1,17 @@
 // y[row, rank(c)] = c when rank(c) < k; rank(c) = #elements ranked before x[row, c] (NaN largest, ties ->
 // smaller index): TopK for large k. One workgroup per {{WG}} elements of a row; the row streams through
 // workgroup memory in tiles. Bindings: 0 = arena window, 1 = ReduceRankParams (groups = rows * tiles).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceRankParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "reduce_order.wgsl"
+#include "common_entry_rows.wgsl"
 
 var<workgroup> tile: array<f32, {{WG}}>;
 
-#include "reduce_order.wgsl"
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let group = wid.x + wid.y * nwg.x;
+fn run_row(group: u32, lane: u32) {
     if (group >= p.groups) {
         return;
     }
-    let lane = lid.x;
     let row = group / p.tiles;
     let c = (group % p.tiles) * {{WG}}u + lane;
     let base = p.x + row * p.cols;

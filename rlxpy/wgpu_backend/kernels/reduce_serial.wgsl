@@ -1,20 +1,12 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for short reductions (reduce_dim <= 64).
-// One thread per output t = o * inner + i folding r in order; neighbouring threads read neighbouring i.
+// One invocation per output t = o * inner + i folding r in order; neighbouring invocations read neighbouring i.
 // Bindings: 0 = arena window (u32 words), 1 = ReduceSerialParams (divisor = n for mean, else 1).
-#params
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "reduce_combine.wgsl"
+#include "common_entry_items.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceSerialParams;
-
-{{PRELUDE}}
-
-fn combine(a: f32, b: f32) -> f32 {
-    return {{COMBINE}};
-}
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(t: u32) {
     if (t >= p.outputs) {
         return;
     }

@@ -1,18 +1,11 @@
 // y[o, i] = reduce_r x[o, r, i] (sum/mean/max/min/prod) for strided reductions (inner > 1, reduce_dim > 64).
 // Workgroup 16x16 per (o, 16 columns): lid.x = column (coalesced reads), lid.y splits r; tree over lid.y.
 // Bindings: 0 = arena window, 1 = ReduceTileParams (groups = outer * tiles; chunking as in reduce_tree).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceTileParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "reduce_combine.wgsl"
 
 var<workgroup> partial: array<f32, 256>;  // [16 r-lanes][16 columns]
-
-fn combine(a: f32, b: f32) -> f32 {
-    return {{COMBINE}};
-}
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,

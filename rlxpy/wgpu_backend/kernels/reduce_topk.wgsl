@@ -1,19 +1,16 @@
 // y[row, j] = index of the j-th largest x[row, :], j < k (NaN largest, ties -> smaller index); Argmax: k=1.
 // One workgroup of {{WG}} lanes per row, k rounds: each picks the best element ranked after the last pick
 // (strided scan + workgroup tree). Bindings: 0 = arena window, 1 = ReduceTopkParams (rounds of one dispatch).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ReduceTopkParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "reduce_order.wgsl"
+#include "common_entry_rows.wgsl"
+#include "common_workgroup_tree.wgsl"
 
 const NONE: u32 = 0xffffffffu;
 
 var<workgroup> best_value: array<f32, {{WG}}>;
 var<workgroup> best_index: array<u32, {{WG}}>;
-
-#include "reduce_order.wgsl"
 
 // ranks_before, with NONE (no element) last
 fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
@@ -26,14 +23,17 @@ fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
     return ranks_before(v1, i1, v2, i2);
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn tree_merge(tree: u32, a: u32, b: u32) {
+    if (beats(best_value[b], best_index[b], best_value[a], best_index[a])) {
+        best_value[a] = best_value[b];
+        best_index[a] = best_index[b];
+    }
+}
+
+fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {
         return;
     }
-    let lane = lid.x;
     let base = p.x + row * p.cols;
     var previous_value: f32 = 0.0;
     var previous_index: u32 = NONE;
@@ -54,15 +54,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         best_value[lane] = value;
         best_index[lane] = index;
-        workgroupBarrier();
-        for (var stride = {{WG}}u / 2u; stride > 0u; stride = stride / 2u) {
-            if (lane < stride && beats(best_value[lane + stride], best_index[lane + stride],
-                                       best_value[lane], best_index[lane])) {
-                best_value[lane] = best_value[lane + stride];
-                best_index[lane] = best_index[lane + stride];
-            }
-            workgroupBarrier();
-        }
+        tree_reduce(lane, 0u);
         previous_value = best_value[0];
         previous_index = best_index[0];
         if (lane == 0u) {

@@ -1,42 +1,37 @@
 // Split a fused QKV row block; rotate q and k (RoPE at positions pos + row); write q to the output
 // and append k, v to the KV caches at row pos + row. One thread per element of a qkv row block.
 // Bindings: 0 = arena window (u32 words), 1 = RopeKvAppendParams (word offsets in the window).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: RopeKvAppendParams;
-
-fn ld(i: u32) -> f32 { return bitcast<f32>(buf[i]); }
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_items.wgsl"
 
 // Rotated value of dim d of the head whose first element is at word `head`, at table row `t`.
 fn rotate(head: u32, d: u32, t: u32) -> f32 {
-    let x = ld(head + d);
+    let x = ld_f32(head + d);
     if (d >= p.n_rot) {
         return x;
     }
     let half = p.n_rot / 2u;
     if (p.interleaved == 1u) {  // pairs (2i, 2i+1), llama.cpp's LLAMA rope
         let i = d / 2u;
-        let c = ld(p.cos + t * half + i);
-        let s = ld(p.sin + t * half + i);
+        let c = ld_f32(p.cos + t * half + i);
+        let s = ld_f32(p.sin + t * half + i);
         if ((d & 1u) == 0u) {
-            return x * c - ld(head + d + 1u) * s;
+            return x * c - ld_f32(head + d + 1u) * s;
         }
-        return x * c + ld(head + d - 1u) * s;
+        return x * c + ld_f32(head + d - 1u) * s;
     }
     if (d < half) {  // pairs (i, i + half), transformers' rotate_half
-        let c = ld(p.cos + t * half + d);
-        let s = ld(p.sin + t * half + d);
-        return x * c - ld(head + d + half) * s;
+        let c = ld_f32(p.cos + t * half + d);
+        let s = ld_f32(p.sin + t * half + d);
+        return x * c - ld_f32(head + d + half) * s;
     }
-    let c = ld(p.cos + t * half + d - half);
-    let s = ld(p.sin + t * half + d - half);
-    return x * c + ld(head + d - half) * s;
+    let c = ld_f32(p.cos + t * half + d - half);
+    let s = ld_f32(p.sin + t * half + d - half);
+    return x * c + ld_f32(head + d - half) * s;
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(i: u32) {
     if (i >= p.n) {
         return;
     }

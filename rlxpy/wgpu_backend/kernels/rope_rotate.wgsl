@@ -1,18 +1,13 @@
 // Rotary embedding, f32: per head, pair (a, b) -> (a c - b s, b c + a s); dims >= n_rot copied unchanged.
 // One thread per output element of x [..., S, L]; pairs are (i, i + n_rot/2) or, interleaved, (2i, 2i + 1).
 // Bindings: 0 = arena window (u32 words), 1 = RopeRotateParams (position = s + offset [+ pos input value]).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: RopeRotateParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "common_entry_items.wgsl"
 
 const INTERLEAVED: bool = {{INTERLEAVED}};
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(e: u32) {
     if (e >= p.n) {
         return;
     }

@@ -1,12 +1,11 @@
 // Token sampling, f32 logits -> i32 id per row: argmax (temperature 0) or softmax/top-k/top-p + Gumbel-max.
 // One workgroup per row (grid folded into y past 65535); thread t reads tokens t + WG n, eight per batch.
 // Bindings: 0 = arena window (u32 words), 1 = SampleRowsParams (seed from the uniforms or a u32[2] input).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: SampleRowsParams;
-
-{{PRELUDE}}
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "reduce_order.wgsl"
+#include "common_entry_rows.wgsl"
+#include "common_workgroup_tree.wgsl"
 
 const WG: u32 = {{WG}}u;
 
@@ -17,36 +16,33 @@ var<workgroup> out_f: f32;
 var<workgroup> out_u: u32;
 var<workgroup> out_c: u32;
 
-// numpy.argmax order: NaN beats everything, then larger values, ties -> lower index
-fn better(av: f32, ai: u32, bv: f32, bi: u32) -> bool {
-    let an = is_nan(av);
-    let bn = is_nan(bv);
-    if (an != bn) {
-        return an;
-    }
-    if (!an && av != bv) {
-        return av > bv;
-    }
-    return ai < bi;
-}
-
 struct Best {
     value: f32,
     index: u32,
+}
+
+// the workgroup trees: BEST keeps the first (value, index) in numpy.argmax order (ranks_before), TALLY sums
+const BEST: u32 = 0u;
+const TALLY: u32 = 1u;
+
+fn tree_merge(tree: u32, a: u32, b: u32) {
+    if (tree == BEST) {
+        if (ranks_before(red_f[b], red_u[b], red_f[a], red_u[a])) {
+            red_f[a] = red_f[b];
+            red_u[a] = red_u[b];
+        }
+        return;
+    }
+    red_u[a] += red_u[b];
+    red_c[a] += red_c[b];
+    red_f[a] += red_f[b];
 }
 
 // argmax of (value, index) pairs over the workgroup; call from uniform control flow
 fn reduce_best(t: u32, value: f32, index: u32) -> Best {
     red_f[t] = value;
     red_u[t] = index;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (t < stride && better(red_f[t + stride], red_u[t + stride], red_f[t], red_u[t])) {
-            red_f[t] = red_f[t + stride];
-            red_u[t] = red_u[t + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_reduce(t, BEST);
     if (t == 0u) {
         out_f = red_f[0];
         out_u = red_u[0];
@@ -65,15 +61,7 @@ fn reduce_tally(t: u32, mine: Tally) -> Tally {
     red_u[t] = mine.count;
     red_c[t] = mine.ties;
     red_f[t] = mine.mass;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (t < stride) {
-            red_u[t] += red_u[t + stride];
-            red_c[t] += red_c[t + stride];
-            red_f[t] += red_f[t + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_reduce(t, TALLY);
     if (t == 0u) {
         out_u = red_u[0];
         out_c = red_c[0];
@@ -110,7 +98,7 @@ fn mix4(x_in: vec2<u32>, r: vec4<u32>) -> vec2<u32> {
     return x;
 }
 
-// Threefry2x32 with 20 rounds (Random123), as threefry2x32 in ir/reference/nn.py; written out so the
+// Threefry2x32 with 20 rounds (Random123), as threefry2x32 in ir/reference/sample.py; written out so the
 // key schedule stays in registers (an indexed key array would live in local memory)
 fn threefry(c0: u32, c1: u32, k0: u32, k1: u32) -> vec2<u32> {
     let k2 = 0x1BD11BDAu ^ k0 ^ k1;
@@ -156,10 +144,7 @@ fn prob(x: f32, x_max: f32, total: f32) -> f32 {
     return exp((x - x_max) / p.temperature) / total;
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn run_row(row: u32, t: u32) {
     if (row >= p.rows) {
         return;
     }
@@ -170,7 +155,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         var xs = load8(base, j0);
         for (var c = 0u; c < 8u; c++) {
             let j = j0 + c * WG;
-            if (j < p.vocab && better(xs[c], j, best_v, best_i)) {
+            if (j < p.vocab && ranks_before(xs[c], j, best_v, best_i)) {
                 best_v = xs[c];
                 best_i = j;
             }
@@ -301,7 +286,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
                 let gumbel = -log_accurate(-log_accurate(u));
                 // log p = (x - max) / T - log(sum): the constant does not move the argmax
                 let score = z + gumbel;
-                if (better(score, j, best_s, best_j)) {
+                if (ranks_before(score, j, best_s, best_j)) {
                     best_s = score;
                     best_j = j;
                 }

@@ -1,14 +1,33 @@
 // y[o, k, t] = table[o, clamp(trunc(idx[k]), 0, dim-1), t]: numpy.take along one axis (embedding lookup at axis 0).
 // 4/8-byte elements: one thread per output word; 1/2-byte: one thread per packed output word (no shared words).
 // Bindings: 0 = arena window (u32 words), 1 = ShapeGatherParams (word offsets x, idx, y; inner/count/dim in elements).
-#params
+#include "common_arena.wgsl"
+#include "common_entry_items.wgsl"
 
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ShapeGatherParams;
-
-// Row picked by index k, clamped into [0, dim - 1]; the body depends on the index dtype.
+// Row picked by index k: truncated, then clamped into [0, dim - 1] (NaN -> 0), read as the index
+// dtype {{INDEX}}.
+fn row_i32(k: u32) -> u32 {
+    let v = bitcast<i32>(buf[p.idx + k]);
+    return select(min(u32(v), p.dim - 1u), 0u, v < 0);
+}
+fn row_u32(k: u32) -> u32 {
+    return min(buf[p.idx + k], p.dim - 1u);
+}
+fn row_f32(k: u32) -> u32 {
+    let v = bitcast<f32>(buf[p.idx + k]);
+    return select(min(u32(v), p.dim - 1u), 0u, !(v >= 1.0));
+}
+// little-endian i64: a negative high word clamps to 0, any other non-zero high word to dim - 1
+fn row_i64(k: u32) -> u32 {
+    let low = buf[p.idx + 2u * k];
+    let high = buf[p.idx + 2u * k + 1u];
+    if ((high & 0x80000000u) != 0u) {
+        return 0u;
+    }
+    return select(min(low, p.dim - 1u), p.dim - 1u, high != 0u);
+}
 fn row_of(k: u32) -> u32 {
-    {{ROW}}
+    return row_{{INDEX}}(k);
 }
 
 // Table element read by output element e.
@@ -20,9 +39,7 @@ fn source(e: u32) -> u32 {
     return (o * p.dim + row_of(k)) * p.inner + t;
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let w = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(w: u32) {
     if (w >= p.words) {
         return;
     }

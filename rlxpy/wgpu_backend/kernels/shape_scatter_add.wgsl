@@ -1,16 +1,33 @@
 // y = zeros([out_dim, width]); y[row(idx[u]), c] += updates[u, c] for u = 0..count-1 in order (numpy.add.at).
 // One thread per column c: it owns y[:, c], zeroes it, then accumulates sequentially, so the result is deterministic.
 // Bindings: 0 = arena window (u32 words), 1 = ShapeScatterAddParams (word offsets x, idx, y; rows outside skipped).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ShapeScatterAddParams;
+#include "common_arena.wgsl"
+#include "common_entry_items.wgsl"
 
 const SKIP: u32 = 0xffffffffu;
 
-// Output row of update u (fractions truncate), or SKIP when it falls outside [0, out_dim).
+// Output row of update u (fractions truncate), or SKIP when it falls outside [0, out_dim), read as the
+// index dtype {{INDEX}}.
+fn row_i32(u: u32) -> u32 {
+    let v = bitcast<i32>(buf[p.idx + u]);
+    return select(SKIP, u32(v), v >= 0 && u32(v) < p.out_dim);
+}
+fn row_u32(u: u32) -> u32 {
+    let v = buf[p.idx + u];
+    return select(SKIP, v, v < p.out_dim);
+}
+fn row_f32(u: u32) -> u32 {
+    let v = bitcast<f32>(buf[p.idx + u]);
+    let r = u32(v);
+    return select(SKIP, r, v > -1.0 && r < p.out_dim);
+}
+fn row_i64(u: u32) -> u32 {
+    let low = buf[p.idx + 2u * u];
+    let high = buf[p.idx + 2u * u + 1u];
+    return select(SKIP, low, high == 0u && low < p.out_dim);
+}
 fn row_of(u: u32) -> u32 {
-    {{ROW}}
+    return row_{{INDEX}}(u);
 }
 
 // acc + v on the raw words of the element type.
@@ -18,9 +35,7 @@ fn accumulate(acc: u32, v: u32) -> u32 {
     return {{ADD}};
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let c = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(c: u32) {
     if (c >= p.width) {
         return;
     }

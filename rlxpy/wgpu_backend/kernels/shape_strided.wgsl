@@ -1,10 +1,8 @@
 // y[dst(e)] = x[src(e)] over a rank-6 index space, src/dst = base + sum(coord_k * stride_k) in elements.
 // 4/8-byte elements: one thread per output word; 1/2-byte: one thread per packed (contiguous) destination word.
 // Bindings: 0 = arena window (u32 words), 1 = ShapeStridedParams (x, y in words; dims, strides, bases in elements).
-#params
-
-@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
-@group(0) @binding(1) var<uniform> p: ShapeStridedParams;
+#include "common_arena.wgsl"
+#include "common_entry_items.wgsl"
 
 const SKIP: u32 = 0xffffffffu;
 
@@ -29,9 +27,7 @@ fn locate(e: u32) -> vec2<u32> {
     return vec2<u32>(src, dst);
 }
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = gid.x + gid.y * nwg.x * {{WG}}u;
+fn run_item(t: u32) {
     if (t >= p.words) {
         return;
     }

@@ -20,15 +20,17 @@ decoding: one compiled graph serves every position, and work grows with the posi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
+from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.base import TensorType
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, word_type
+from rlxpy.wgpu_backend.kernels.wgsl import word_type
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_HEAD_DIM = 256
@@ -74,20 +76,24 @@ _COMMON = dict(
     kv_pos=U32,
     kv_dyn=U32,
 )
+#: q, k, v (or the packed parent, three times: ``operands``) are f32; a mask any word type, pos i32
+ATTENTION_DTYPES = accepts(DType.F32, DType.F32, DType.F32, out=DType.F32)
 ATTENTION_FLASH = kernel(
-    "attention_flash", params("AttentionFlashParams", ("kv_len",), **_COMMON), workgroup=(256, 1, 1),
-    shared_bytes=14976,
+    "attention_flash", params("AttentionFlashParams", ("kv_len",), **_COMMON), dtypes=ATTENTION_DTYPES,
+    workgroup=(256, 1, 1), shared_bytes=14976,  # the two workgroup arrays of attention_flash.wgsl
 )
-FLASH_SHARED_BYTES = ATTENTION_FLASH.shared_bytes  # the two workgroup arrays of attention_flash.wgsl
 FLASH_QUERIES = 64  # queries per attention_flash workgroup
 ATTENTION_DECODE = kernel(
     "attention_decode",
     params("AttentionDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
+    dtypes=ATTENTION_DTYPES,
     workgroup=(DECODE_WG, 1, 1),
-    shared_bytes=14336,
+    # the staged queries (QS_LEN vec4s: 4 KiB at most), then red_lo/red_hi (2 x 4 KiB) and ps_lo/ps_hi
+    shared_bytes=lambda s: 16 * int(s["QS_LEN"]) + 2 * 4096 + 2 * 1024, sizes={"QS_LEN": 256},
 )
 ATTENTION_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
-ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, workgroup=(ATTENTION_ROWS_WG, 1, 1))
+ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, dtypes=ATTENTION_DTYPES,
+                        workgroup=(ATTENTION_ROWS_WG, 1, 1))
 ATTENTION_COMBINE = kernel(
     "attention_combine",
     params(
@@ -102,6 +108,7 @@ ATTENTION_COMBINE = kernel(
         o_sh=U32,
         o_ss=U32,
     ),
+    dtypes=ATTENTION_DTYPES,
     workgroup=(COMBINE_WG, 1, 1),
 )
 
@@ -239,7 +246,7 @@ def _decode_splits(groups: int, rows: int, s_k: int, head_dim: int, ctx: LowerCt
     return max(1, min(wanted_splits(groups, s_k), fit))
 
 
-@lowers(ops.Attention)
+@lowers(ops.Attention, scratch=scratch_bytes)
 def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.Attention = node.op  # type: ignore[assignment]
     q, k, v = ctx.inputs(node)[:3]
@@ -247,7 +254,7 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     pos = extra.pop() if op.dynamic_kv else None  # KV-cache mode: kv_len = pos + S_q, read at run time
     mask = extra[0] if extra else None
     heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
-    _check_operands(node, op, ((q, "q"), (k, "k"), (v, "v")))
+    _check_head_dim(node, op)
     layout_q = attention_layout(TensorType(q.shape, q.dtype), heads, head_dim)
     layout_k = attention_layout(TensorType(k.shape, k.dtype), kv_heads, head_dim)
     batch, s_q, q_strides = _seq_strides(node, q, layout_q, heads, head_dim, "q")
@@ -261,26 +268,23 @@ def lower_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     return attention_steps(node, ctx, op, offsets, sizes, q_strides, k_strides, q_strides, mask, pos)
 
 
-@lowers(ops.PackedAttention)
+@lowers(ops.PackedAttention, scratch=scratch_bytes)
 def lower_packed_attention(node: Node, ctx: LowerCtx) -> list[Step]:
     """Attention reading q, k, v in place from the packed parent: each is a column run of the parent's
     token rows, so (batch, head, seq) strides are (S * row, D, row) and offsets parent + column."""
     op: ops.PackedAttention = node.op  # type: ignore[assignment]
     parent, *extra = ctx.inputs(node)
-    _check_operands(node, op, ((parent, "the packed parent"),))
+    _check_head_dim(node, op)
     base = ctx.offset(parent)
     strides = (op.seq * op.row, op.head_dim, op.row)
     out = (op.seq * op.num_heads * op.head_dim, op.head_dim, op.num_heads * op.head_dim)
     offsets = (base + op.q_col, base + op.k_col, base + op.v_col)
     sizes = (op.batch, op.seq, op.seq)
     return attention_steps(node, ctx, op.unpacked(), offsets, sizes, strides, strides, out,
-                           extra[0] if extra else None, None)
+                           extra[0] if extra else None, None, operands=[parent, parent, parent, *extra])
 
 
-def _check_operands(node: Node, op: ops.Attention, tensors) -> None:
-    for t, what in tensors:
-        if t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: attention is lowered for f32 only, {what} is {t.type}")
+def _check_head_dim(node: Node, op: ops.Attention) -> None:
     if op.head_dim > MAX_HEAD_DIM:
         raise LimitError(
             f"{where(node)}: head_dim {op.head_dim} exceeds the {MAX_HEAD_DIM} the attention kernels support"
@@ -292,9 +296,10 @@ Triple = tuple[int, int, int]
 
 def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Triple, sizes: Triple,
                     q_strides: Triple, k_strides: Triple, o_strides: Triple, mask: Node | None,
-                    pos: Node | None) -> list[Step]:
+                    pos: Node | None, operands: Sequence[Node] | None = None) -> list[Step]:
     """The attention dispatches for operands at element ``offsets`` (q, k, v) with (batch, head, seq)
-    strides (v shares k's), ``sizes`` = (batch, S_q, S_k); the output is written with ``o_strides``."""
+    strides (v shares k's), ``sizes`` = (batch, S_q, S_k); the output is written with ``o_strides``.
+    ``operands``: the tensors read as q, k, v, mask, when they are not the node's inputs."""
     heads, kv_heads, head_dim = op.num_heads, op.kv_heads, op.head_dim
     batch, s_q, s_k = sizes
     (q_sb, q_sh, q_ss), (k_sb, k_sh, k_ss) = q_strides, k_strides
@@ -335,34 +340,24 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
         kv_pos=ctx.offset(pos) if pos is not None else 0,
         kv_dyn=int(pos is not None),
     )
-    subs = {"PRELUDE": PRELUDE, "D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
+    subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q and ctx.facts.cpu:
         grid = (math.ceil(heads * s_q / ATTENTION_ROWS_WG), 1, batch)
-        return [ctx.dispatch(ATTENTION_ROWS, node, grid, subs, **fields, heads=heads, splits=1, part=0)]
+        return [ctx.dispatch(ATTENTION_ROWS, node, grid, subs, operands=operands, **fields, heads=heads,
+                             splits=1, part=0)]
     if s_q <= DECODE_MAX_Q:
-        return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim)
-    if FLASH_SHARED_BYTES > ctx.facts.max_workgroup_storage or 256 > ctx.facts.max_invocations:
-        raise LimitError(
-            f"{where(node)}: attention_flash needs {FLASH_SHARED_BYTES} B of workgroup memory and "
-            f"256 threads; the device allows {ctx.facts.max_workgroup_storage} B / "
-            f"{ctx.facts.max_invocations}"
-        )
+        return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim, operands)
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
-    return [ctx.dispatch(ATTENTION_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, **fields)]
+    return [ctx.dispatch(ATTENTION_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, operands=operands,
+                         **fields)]
 
 
 def _lower_decode(
-    node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int, head_dim: int
+    node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int, head_dim: int,
+    operands: Sequence[Node] | None
 ) -> list[Step]:
     """attention_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
     head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine."""
-    shared = ATTENTION_DECODE.shared_bytes
-    if DECODE_WG > ctx.facts.max_invocations or shared > ctx.facts.max_workgroup_storage:
-        raise LimitError(
-            f"{where(node)}: attention_decode needs {DECODE_WG} threads and "
-            f"{ATTENTION_DECODE.shared_bytes} B of workgroup memory; the device allows "
-            f"{ctx.facts.max_invocations} / {ctx.facts.max_workgroup_storage} B"
-        )
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
     row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
@@ -385,6 +380,7 @@ def _lower_decode(
             node,
             (splits, kv_heads * chunks, batch),
             decode_subs,
+            operands=operands,
             **fields,
             heads=heads,
             splits=splits,
@@ -392,13 +388,14 @@ def _lower_decode(
         )
     ]
     if splits > 1:
-        combine_subs = {"PRELUDE": PRELUDE, "D": head_dim}
+        combine_subs = {"D": head_dim}
         steps.append(
             ctx.dispatch(
                 ATTENTION_COMBINE,
                 node,
                 ctx.grid_rows(rows),
                 combine_subs,
+                operands=operands,
                 rows=rows,
                 heads=heads,
                 s_q=s_q,

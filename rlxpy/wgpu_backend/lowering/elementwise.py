@@ -15,25 +15,33 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.reference.elementwise import cast_values
+from rlxpy.wgpu_backend.kernels.contract import WORDS, accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE, WORD_TYPES, store_fn, word_type
+from rlxpy.wgpu_backend.kernels.wgsl import WORD_TYPES, store_fn, word_type
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 _WORDS_1 = {"x": U32, "y": U32}  # one input word offset, one output
+#: f32/i32/u32/bool on one side of a half cast, f16/bf16 on the other (``is_half_cast``)
+_HALF_CASTS = (DType.F16, DType.BF16, *WORDS)
 ELEMENTWISE_UNARY = kernel("elementwise_unary", params("ElementwiseUnaryParams", ("n",), n=U32, **_WORDS_1),
-                           extent_axis=0)
+                           dtypes=accepts(DType.F32, out=DType.F32), extent_axis=0)
 ELEMENTWISE_BINARY = kernel("elementwise_binary", params("ElementwiseBinaryParams", ("n",), n=U32, a=U32,
-                                                         b=U32, y=U32), extent_axis=0)
+                                                         b=U32, y=U32),
+                            dtypes=accepts(WORDS, WORDS, out=WORDS), extent_axis=0)
 ELEMENTWISE_COMPARE = kernel("elementwise_compare", params("ElementwiseCompareParams", ("n",), n=U32, a=U32,
-                                                           b=U32, y=U32), extent_axis=0)
+                                                           b=U32, y=U32),
+                             dtypes=accepts(WORDS, WORDS, out=DType.BOOL), extent_axis=0)
 ELEMENTWISE_WHERE = kernel("elementwise_where", params("ElementwiseWhereParams", ("n",), n=U32, c=U32, a=U32,
-                                                       b=U32, y=U32), extent_axis=0)
+                                                       b=U32, y=U32),
+                           dtypes=accepts(WORDS, WORDS, WORDS, out=WORDS), extent_axis=0)
 ELEMENTWISE_CAST = kernel("elementwise_cast", params("ElementwiseCastParams", ("n",), n=U32, **_WORDS_1),
-                          extent_axis=0)
+                          dtypes=accepts(WORDS, out=WORDS), extent_axis=0)
+# also the compiler's staging copies, for any node: words whatever they hold
 ELEMENTWISE_COPY_WORDS = kernel("elementwise_copy_words", params("ElementwiseCopyWordsParams", ("n",), n=U32,
-                                                                 **_WORDS_1), extent_axis=0)
+                                                                 **_WORDS_1), dtypes=accepts(), extent_axis=0)
 ELEMENTWISE_CAST_HALF = kernel("elementwise_cast_half", params("ElementwiseCastHalfParams", ("n",), n=U32,
-                                                               **_WORDS_1), extent_axis=0)
+                                                               **_WORDS_1),
+                               dtypes=accepts(_HALF_CASTS, out=_HALF_CASTS), extent_axis=0)
 
 #: WGSL expression of each activation on ``v`` (f32), matching the reference's formulas.
 ACTIVATION_WGSL = {
@@ -62,37 +70,16 @@ _FLOAT_BINARY = {
     BinaryOp.ADD: "a + b", BinaryOp.SUB: "a - b", BinaryOp.MUL: "a * b", BinaryOp.DIV: "a / b",
     BinaryOp.MAX: "maxp(a, b)", BinaryOp.MIN: "minp(a, b)", BinaryOp.POW: "pow_f32(a, b)",
 }
+#: Integer variants (T = i32/u32; pow_int from include/elementwise_pow_int.wgsl).
 _INT_BINARY = {
     **_FLOAT_BINARY, BinaryOp.MAX: "max(a, b)", BinaryOp.MIN: "min(a, b)", BinaryOp.POW: "pow_int(a, b)",
-    BinaryOp.DIV: "select(a / b, a, b == {T}(0))",  # trunc division; x / 0 = x like the reference
+    BinaryOp.DIV: "select(a / b, a, b == T(0))",  # trunc division; x / 0 = x like the reference
 }
-# Integer pow by squaring; only pasted into integer variants (WGSL has no integer pow). A negative
-# exponent gives the truncated real power like the reference: 1 and -1 stay +-1, others give 0
-# (0 ** -k, undefined in integers, gives 0). ``x + 1 == 0`` tests x == -1 without a u32(-1) literal.
-INT_POW_WGSL = """
-fn pow_int(x: {T}, y: {T}) -> {T} {
-    var result: {T} = {T}(1);
-    var base = x;
-    var e = y;
-    if (e < {T}(0)) {
-        if (x == {T}(1) || (x + {T}(1) == {T}(0) && (e & {T}(1)) == {T}(0))) {
-            return {T}(1);
-        }
-        return select({T}(0), x, x + {T}(1) == {T}(0));
-    }
-    while (e > {T}(0)) {
-        if ((e & {T}(1)) == {T}(1)) {
-            result = result * base;
-        }
-        base = base * base;
-        e = e >> u32(1);
-    }
-    return result;
-}
-"""
 
-_COMPARE = {CmpOp.EQ: "a == b", CmpOp.NE: "a != b", CmpOp.LT: "a < b", CmpOp.LE: "a <= b",
-            CmpOp.GT: "a > b", CmpOp.GE: "a >= b"}
+_CMP_SYMBOL = {CmpOp.EQ: "==", CmpOp.NE: "!=", CmpOp.LT: "<", CmpOp.LE: "<=", CmpOp.GT: ">", CmpOp.GE: ">="}
+_COMPARE = {op: f"a {symbol} b" for op, symbol in _CMP_SYMBOL.items()}
+#: Mixed i32 / u32 operands are ordering keys (elementwise_compare.wgsl): the sign of order(a, b).
+_MIXED_COMPARE = {op: f"order(a, b) {symbol} 0" for op, symbol in _CMP_SYMBOL.items()}
 # WGSL lets a compiler assume no NaN (lavapipe's NaN != x is false), so f32 compares test NaN by bits
 _NAN_GUARD = "(is_nan(a) || is_nan(b))"
 _FLOAT_COMPARE = {op: (f"{_NAN_GUARD} || a != b" if op is CmpOp.NE else f"!{_NAN_GUARD} && {expr}")
@@ -106,10 +93,9 @@ def _compute_type(node: Node, dtype: DType) -> str:
 @lowers(ops.Activation)
 def lower_activation(node: Node, ctx: LowerCtx) -> list[Step]:
     (x,) = ctx.inputs(node)
-    if x.dtype is not DType.F32:
-        raise UnsupportedOpError(f"{where(node)}: activations are lowered for f32 only, got {x.dtype}")
-    expr = ACTIVATION_WGSL[node.op.fn]
-    return [ctx.dispatch(ELEMENTWISE_UNARY, node, ctx.grid_1d(node.numel), {"PRELUDE": PRELUDE, "EXPR": expr},
+    subs = {"TX": "f32", "TY": "f32", "LOAD_X": "ld_f32", "STORE": "st_f32",
+            "CONVERT": ACTIVATION_WGSL[node.op.fn]}
+    return [ctx.dispatch(ELEMENTWISE_UNARY, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
 
 
@@ -118,10 +104,9 @@ def lower_binary(node: Node, ctx: LowerCtx) -> list[Step]:
     a, b = ctx.inputs(node)
     compute = _compute_type(node, node.dtype)
     table = _FLOAT_BINARY if compute == "f32" else _INT_BINARY
-    subs = {"PRELUDE": PRELUDE, "T": compute,
-            "INT_FNS": INT_POW_WGSL.replace("{T}", compute) if compute != "f32" else "",
+    subs = {"T": compute, "POW": "float" if compute == "f32" else "int",
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
-            "STORE": store_fn(node.dtype), "EXPR": table[node.op.op].replace("{T}", compute)}
+            "STORE": store_fn(node.dtype), "EXPR": table[node.op.op]}
     if node.dtype is DType.BOOL:  # bool is stored 0/1: True + True must not store 2
         subs["EXPR"] = f"select(0u, 1u, ({subs['EXPR']}) != 0u)"
     return [ctx.dispatch(ELEMENTWISE_BINARY, node, ctx.grid_1d(node.numel), subs,
@@ -133,36 +118,17 @@ def _common_type(node: Node, *dtypes: DType) -> str:
     return "f32" if "f32" in kinds else ("i32" if "i32" in kinds else "u32")
 
 
-# Mixed i32 / u32 compares (no common 32-bit type): an ordering key (0 for negative i32, else 1;
-# then the bits) keeps -1 < 4294967295 as numpy's int64 promotion does.
-MIXED_COMPARE_WGSL = """
-fn key_i32(i: u32) -> vec2<u32> { return vec2<u32>(select(1u, 0u, bitcast<i32>(buf[i]) < 0), buf[i]); }
-fn key_u32(i: u32) -> vec2<u32> { return vec2<u32>(1u, buf[i]); }
-fn order(a: vec2<u32>, b: vec2<u32>) -> i32 {
-    if (a.x != b.x) {
-        return select(1, -1, a.x < b.x);
-    }
-    if (a.y != b.y) {
-        return select(1, -1, a.y < b.y);
-    }
-    return 0;
-}
-"""
-
-
 @lowers(ops.Compare)
 def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
     a, b = ctx.inputs(node)
     common = _common_type(node, a.dtype, b.dtype)
-    subs = {"PRELUDE": PRELUDE, "T": common,
+    subs = {"T": common,
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
             "EXPR": (_FLOAT_COMPARE if common == "f32" else _COMPARE)[node.op.op]}
     if {_compute_type(node, a.dtype), _compute_type(node, b.dtype)} == {"i32", "u32"}:
         keys = {"i32": "key_i32", "u32": "key_u32"}
-        subs.update({"PRELUDE": PRELUDE + MIXED_COMPARE_WGSL, "T": "vec2<u32>",
-                     "LOAD_A": keys[_compute_type(node, a.dtype)],
-                     "LOAD_B": keys[_compute_type(node, b.dtype)],
-                     "EXPR": _COMPARE[node.op.op].replace(" b", " 0").replace("a ", "order(a, b) ")})
+        subs.update({"T": "vec2<u32>", "LOAD_A": keys[_compute_type(node, a.dtype)],
+                     "LOAD_B": keys[_compute_type(node, b.dtype)], "EXPR": _MIXED_COMPARE[node.op.op]})
     return [ctx.dispatch(ELEMENTWISE_COMPARE, node, ctx.grid_1d(node.numel), subs,
                          n=node.numel, a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
@@ -172,7 +138,7 @@ def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
     c, a, b = ctx.inputs(node)
     cond_type = word_type(c.dtype, where(node))[0]
     # the condition's bits: an f32 is true unless +-0 (NaN is true), without a float compare
-    subs = {"PRELUDE": PRELUDE, "T": _compute_type(node, node.dtype),
+    subs = {"T": _compute_type(node, node.dtype),
             "COND_MASK": "0x7fffffffu" if cond_type == "f32" else "0xffffffffu",
             "LOAD_A": word_type(a.dtype, where(node))[1],
             "LOAD_B": word_type(b.dtype, where(node))[1], "STORE": store_fn(node.dtype)}
@@ -195,9 +161,9 @@ def _cast_expr(src: DType, dst: DType) -> str:
 def lower_cast(node: Node, ctx: LowerCtx) -> list[Step]:
     (x,) = ctx.inputs(node)
     if x.dtype in WORD_TYPES and node.dtype in WORD_TYPES:
-        subs = {"PRELUDE": PRELUDE, "TX": WORD_TYPES[x.dtype][0], "TY": WORD_TYPES[node.dtype][0],
+        subs = {"TX": WORD_TYPES[x.dtype][0], "TY": WORD_TYPES[node.dtype][0],
                 "LOAD_X": WORD_TYPES[x.dtype][1], "STORE": store_fn(node.dtype),
-                "EXPR": _cast_expr(x.dtype, node.dtype)}
+                "CONVERT": _cast_expr(x.dtype, node.dtype)}
         return [ctx.dispatch(ELEMENTWISE_CAST, node, ctx.grid_1d(node.numel), subs,
                              n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
     if is_half_cast(x.dtype, node.dtype):  # f16/bf16 <-> f32/i32/u32/bool: two elements per thread
@@ -239,16 +205,6 @@ _HALF_LOAD = {
     DType.BOOL: "select(0.0, 1.0, ld_u32(p.x + e) != 0u)",
 }
 
-#: f32 value v -> destination word type: float -> int through the prelude's saturating conversions
-#: (truncate, saturate, NaN -> 0), exactly like elementwise_cast.
-_FROM_F32 = {
-    DType.F32: "{v}",
-    DType.I32: "sat_i32({v})",
-    DType.U32: "sat_u32({v})",
-    DType.BOOL: "select(0u, 1u, (bitcast<u32>({v}) & 0x7fffffffu) != 0u)",  # NaN -> true, +-0 -> false
-}
-
-
 def is_half_cast(src: DType, dst: DType) -> bool:
     """Casts this module runs on the GPU: f16/bf16 on one side, f16/bf16/f32/i32/u32/bool on the other."""
     return src != dst and (src in HALF_TYPES or dst in HALF_TYPES) and {src, dst} <= set(_HALF_LOAD)
@@ -263,14 +219,11 @@ def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     dst = node.dtype
-    if dst in HALF_TYPES:
-        pack = "f32_to_f16" if dst is DType.F16 else "f32_to_bf16"
-        store = f"buf[p.y + t] = {pack}(a) | ({pack}(b) << 16u);"
-    else:
-        write, first, second = store_fn(dst), _FROM_F32[dst].format(v="a"), _FROM_F32[dst].format(v="b")
-        store = (f"{write}(p.y + 2u * t, {first});\n"
-                 f"    if (has_b) {{\n        {write}(p.y + 2u * t + 1u, {second});\n    }}")
-    subs = {"PRELUDE": PRELUDE, "LOAD": _HALF_LOAD[x.dtype], "STORE": store}
+    subs: dict[str, object] = {"LOAD": _HALF_LOAD[x.dtype]}
+    if dst in HALF_TYPES:  # the pair is one word
+        subs.update(TO="half", PACK="f32_to_f16" if dst is DType.F16 else "f32_to_bf16")
+    else:  # float -> int saturates, exactly like elementwise_cast
+        subs.update(TO="word", TY=WORD_TYPES[dst][0], STORE=store_fn(dst), CONVERT=_cast_expr(DType.F32, dst))
     pairs = -(-node.numel // 2)
     return [ctx.dispatch(ELEMENTWISE_CAST_HALF, node, ctx.grid_1d(pairs), subs, n=node.numel, x=ctx.offset(x),
                          y=ctx.offset(node))]

@@ -17,8 +17,8 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import GEMM_Y_INDEX, PRELUDE
 from rlxpy.wgpu_backend.lowering import matmul_skinny
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
@@ -27,7 +27,10 @@ MATMUL_TILED = kernel(
     "matmul_tiled",
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
            stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32),
-    workgroup=(16, 16, 1), shared_bytes=2 * 8 * (128 + 128) * 4, extent_axis=1)
+    dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # a, w, bias
+    # the double-buffered a and w tiles, [2][BK][BM] and [2][BK][BN] (a 128 x 128 tile: 16 KiB)
+    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
+    sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1)
 BK = 8  # K per step (kernel constant)
 #: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken. On an
 #: H100, 64x128 (4 x 8 per thread) matched or beat 128x128 at 2048^3 and 4096^3 (28.6 TFLOP/s), and
@@ -38,72 +41,6 @@ MIN_GROUPS = 256
 #: Benches only: force one (BM, BN), or the word-by-word loads. Not user flags.
 FORCE_TILE: tuple[int, int] | None = None
 VEC4 = True
-
-# The PRELUDE's ld/st helpers index buf as u32 words; the vec4 binding keeps only its math helpers.
-MATH_PRELUDE = "\n".join(line for line in PRELUDE.splitlines() if not line.startswith(("fn ld_", "fn st_")))
-ACCESS_VEC4 = """fn ld4(i: u32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(buf[i >> 2u]);
-}
-fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
-    if (row < p.m && k < p.k) {  // k is a multiple of 4 and so is p.k: all four or none
-        return ld4(base + row * p.k + k);
-    }
-    return vec4<f32>();
-}
-fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
-    if (k < p.k && col < p.n) {
-        return ld4(base + k * p.n + col);
-    }
-    return vec4<f32>();
-}
-fn load_bias(col: u32) -> vec4<f32> {
-    return ld4(p.bias + col);
-}
-fn store_y(base: u32, row: u32, col: u32, v: vec4<f32>) {
-    buf[(base + y_index(row, col)) >> 2u] = bitcast<vec4<u32>>(v);  // the 4 columns share a split block
-}"""
-ACCESS_WORDS = """fn ld4(i: u32, count: u32) -> vec4<f32> {  // the first min(count, 4) elements, zeros after
-    var v = vec4<f32>();
-    v.x = ld_f32(i);
-    if (count > 1u) {
-        v.y = ld_f32(i + 1u);
-    }
-    if (count > 2u) {
-        v.z = ld_f32(i + 2u);
-    }
-    if (count > 3u) {
-        v.w = ld_f32(i + 3u);
-    }
-    return v;
-}
-fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
-    if (row < p.m && k < p.k) {
-        return ld4(base + row * p.k + k, p.k - k);
-    }
-    return vec4<f32>();
-}
-fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
-    if (k < p.k && col < p.n) {
-        return ld4(base + k * p.n + col, p.n - col);
-    }
-    return vec4<f32>();
-}
-fn load_bias(col: u32) -> vec4<f32> {
-    return ld4(p.bias + col, p.n - col);
-}
-fn store_y(base: u32, row: u32, col: u32, v: vec4<f32>) {
-    st_f32(base + y_index(row, col), v.x);
-    if (col + 1u < p.n) {
-        st_f32(base + y_index(row, col + 1u), v.y);
-    }
-    if (col + 2u < p.n) {
-        st_f32(base + y_index(row, col + 2u), v.z);
-    }
-    if (col + 3u < p.n) {
-        st_f32(base + y_index(row, col + 3u), v.w);
-    }
-}"""
-
 
 def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
     if FORCE_TILE is not None:
@@ -139,19 +76,15 @@ def store_block(bm: int, bn: int) -> str:
 
 
 def tiled_source(bm: int, bn: int, vec4: bool, expr: str) -> dict[str, object]:
-    """The placeholders of matmul_tiled.wgsl for one tile shape and access mode."""
-    return {"BUF": "array<vec4<u32>>" if vec4 else "array<u32>", "PRELUDE": MATH_PRELUDE if vec4 else PRELUDE,
-            "ACCESS": ACCESS_VEC4 if vec4 else ACCESS_WORDS, "EXPR": expr, "BM": bm, "BN": bn,
+    """The placeholders of matmul_tiled.wgsl for one tile shape and access mode (include/matmul_access_*)."""
+    return {"ACCESS": "vec4" if vec4 else "words", "EXPR": expr, "BM": bm, "BN": bn,
             "A_VECS": 2 * BK * bm // 4, "W_VECS": 2 * BK * bn // 4, "ACC": bm * bn // 64,
-            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn), "Y_INDEX": GEMM_Y_INDEX}
+            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn)}
 
 
 def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
                splits: tuple[int, int] | None = None) -> list[Step]:
     """The tiled GEMM; ``splits`` = (split1, split2) stores the columns as three blocks (SplitMatMul)."""
-    for t in (a, w, *(x for x in (bias,) if x is not None)):
-        if t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: f32 matmul only, got {t.type}")
     k, n = w.shape[-2], w.shape[-1]
     if w.rank == 2:  # [..., M, K] x [K, N]: one GEMM over all leading rows
         m, batch = matmul_skinny.rows_of(a, w), 1

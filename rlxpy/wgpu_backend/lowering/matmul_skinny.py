@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import math
 
-from rlxpy.errors import LimitError, where
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import GEMM_Y_INDEX, PRELUDE
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
-from rlxpy.wgpu_backend.schedule import LowerCtx, Step
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, fits
 
 MAX_ROWS = 16  # rows per block: 16 accumulator pairs per lane; more rows re-read w once per block
 MAX_WY = 32  # row lanes per workgroup (32 x 32 = 1024 invocations where the device allows)
@@ -42,19 +41,9 @@ MATMUL_SKINNY = kernel(
     "matmul_skinny",
     params("MatmulSkinnyParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
            split1=U32, split2=U32, block_rows=U32),
-    workgroup=(32, MAX_WY, 1), shared_bytes=8 * 32 * MAX_WY, extent_axis=1)
-
-LOAD_PAIR = {
-    DType.F32: "    return vec2<f32>(ld_f32(e), select(0.0, ld_f32(e + 1u), two));",
-    DType.F16: """    let word = buf[e >> 1u];
-    if ((e & 1u) == 0u) {
-        let v = unpack2x16float(word);
-        return vec2<f32>(v.x, select(0.0, v.y, two));
-    }
-    let next = unpack2x16float(buf[(e >> 1u) + 1u]);  // an odd start: the pair spans two words
-    return vec2<f32>(unpack2x16float(word).y, select(0.0, next.x, two));""",
-}
-
+    dtypes=accepts(DType.F32, (DType.F32, DType.F16), DType.F32, out=DType.F32),  # a, w, bias
+    # WY row lanes of 32 (8 on a 256-invocation device), a vec2 partial sum per invocation
+    workgroup=(32, "WY", 1), shared_bytes=lambda s: 8 * 32 * int(s["WY"]), sizes={"WY": 8}, extent_axis=1)
 
 def rows_of(a: Node, w: Node) -> int:
     """GEMM rows of ``a @ w`` with a 2-D weight: every leading dim of ``a`` flattened."""
@@ -78,9 +67,8 @@ def row_lanes(k: int, rows: int, ctx: LowerCtx) -> int:
     """WY: a power of two within the device's invocation and workgroup-memory limits, and no more
     than the weight has rows."""
     widest = MAX_WY if rows <= WIDE_ROWS else MAX_WY // 2
-    limit = min(widest, ctx.facts.max_invocations // 32, ctx.facts.max_workgroup_storage // (8 * 32))
     lanes = 1
-    while lanes * 2 <= limit and lanes < k:
+    while lanes * 2 <= widest and lanes < k and fits(MATMUL_SKINNY, ctx.facts, {"WY": lanes * 2}):
         lanes *= 2
     return lanes
 
@@ -90,15 +78,11 @@ def skinny_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, 
     """``splits`` = (split1, split2): store the columns as three blocks, as the tiled GEMM does."""
     k, n = w.shape
     m = rows_of(a, w)
-    if ctx.facts.max_invocations < 32:
-        raise LimitError(f"{where(node)}: the skinny GEMM needs 32 invocations per workgroup, the device "
-                         f"allows {ctx.facts.max_invocations}")
     mr = max(1, min(m, MAX_ROWS))
     wy = row_lanes(k, mr, ctx)
     grid = (max(1, math.ceil(n / 64)), max(1, math.ceil(m / mr)), 1)
-    subs = {"PRELUDE": PRELUDE, "EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr,
-            "WY": wy, "PARTS": 32 * wy, "LOAD_PAIR": LOAD_PAIR[w.dtype], "W_TYPE": str(w.dtype),
-            "Y_INDEX": GEMM_Y_INDEX}
+    subs = {"EXPR": ACTIVATION_WGSL[act] if act is not None else "v", "MR": mr, "WY": wy, "PARTS": 32 * wy,
+            "W_TYPE": {DType.F32: "f32", DType.F16: "f16"}[w.dtype]}
     unit = w.dtype.itemsize
     split1, split2 = splits if splits else (n, n)
     return [ctx.dispatch(MATMUL_SKINNY, node, grid, subs, m=m, n=n, k=k, a=ctx.offset(a),

@@ -11,27 +11,26 @@ from __future__ import annotations
 
 import math
 
-from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.lowering.reduce import chunks, row_lanes, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
+F32_ONLY = accepts(rest=DType.F32, out=DType.F32)  # every input (x, residual, bias, gamma, beta) f32
 NORM_SOFTMAX_ROWS = kernel("norm_softmax_rows", params(
-    "NormSoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), shared_bytes=256 * 8,
-    extent_axis=0)
+    "NormSoftmaxRowsParams", ("rows",), rows=U32, cols=U32, x=U32, y=U32), dtypes=F32_ONLY,
+    shared_bytes=lambda s: 2 * 4 * int(s["WG"]), extent_axis=0)
 NORM_SOFTMAX_LINES = kernel("norm_softmax_lines", params(
     "NormSoftmaxLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, phase=U32,
-    x=U32, y=U32), extent_axis=0)
+    x=U32, y=U32), dtypes=F32_ONLY, extent_axis=0)
 NORM_ROWS = kernel("norm_rows", params(
     "NormRowsParams", ("rows",), rows=U32, cols=U32, x=U32, residual=U32, bias=U32, gamma=U32, beta=U32,
     y=U32, has_residual=U32, has_bias=U32, has_beta=U32, center=U32, eps=F32, tee=U32, has_tee=U32),
-    shared_bytes=256 * 4,
-    extent_axis=0)
+    dtypes=F32_ONLY, shared_bytes=lambda s: 4 * int(s["WG"]), extent_axis=0)
 
 #: Contiguous softmax rows up to this length run one thread per row (a workgroup would idle).
 SOFTMAX_LINE_MAX_COLS = 32
@@ -39,18 +38,11 @@ SOFTMAX_LINE_MAX_COLS = 32
 BOTH_PASSES, STATISTICS, OUTPUTS = 0, 1, 2
 
 
-def _require_f32(node: Node, tensors: list[Node], what: str) -> None:
-    for t in tensors:
-        if t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: {what} is lowered for f32 only, got {t.name} {t.type}")
-
-
 @lowers(ops.Softmax)
 def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``, like torch.softmax (a row holding NaN,
     +inf, or only -inf comes out all NaN)."""
     (x,) = ctx.inputs(node)
-    _require_f32(node, [x], "Softmax")
     axis = normalize_axis(node.op.axis, x.rank)
     outer, axis_dim, inner = split_axes(x.shape, axis, axis)
     if node.numel == 0:
@@ -59,7 +51,7 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
     if inner == 1 and axis_dim > SOFTMAX_LINE_MAX_COLS:
         lanes = row_lanes(axis_dim)
         steps_per_dispatch(node, 2 * math.ceil(axis_dim / lanes), 32, "Softmax")
-        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        subs = {"WG": lanes}
         return [ctx.dispatch(NORM_SOFTMAX_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
                              cols=axis_dim, x=ctx.offset(x), y=ctx.offset(node))]
     lines = outer * inner
@@ -71,7 +63,7 @@ def lower_softmax(node: Node, ctx: LowerCtx) -> list[Step]:
         # first, so the chunk holding that state overwrites it only after reading it
         pieces = chunks(axis_dim, max(2, per_dispatch))
         order = [(STATISTICS, piece) for piece in pieces] + [(OUTPUTS, piece) for piece in reversed(pieces)]
-    return [ctx.dispatch(NORM_SOFTMAX_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable,
+    return [ctx.dispatch(NORM_SOFTMAX_LINES, node, ctx.grid_1d(lines), None, scalable,
                          lines=lines, axis_dim=axis_dim, inner=inner, start=start, count=count, phase=phase,
                          x=ctx.offset(x), y=ctx.offset(node))
             for phase, (start, count) in order]
@@ -81,8 +73,6 @@ def norm_rows(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node |
               gamma: Node, beta: Node | None, eps: float, what: str, tee: int | None = None) -> list[Step]:
     """One norm_rows dispatch; ``tee`` = arena element offset where the sum x + residual is stored
     too (ResidualNormTee, whose output holds the sum then the norm)."""
-    present = [t for t in (x, residual, bias, gamma, beta) if t is not None]
-    _require_f32(node, present, what)
     cols = x.shape[-1]
     if x.numel == 0:
         return []
@@ -96,7 +86,7 @@ def norm_rows(node: Node, ctx: LowerCtx, center: bool, x: Node, residual: Node |
     flags = {"has_residual": int(residual is not None), "has_bias": int(bias is not None),
              "has_beta": int(beta is not None)}
     y = ctx.offset(node) + (x.numel if tee is not None else 0)
-    return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": lanes},
+    return [ctx.dispatch(NORM_ROWS, node, ctx.grid_rows(rows), {"WG": lanes},
                          rows=rows, cols=cols, x=ctx.offset(x), gamma=ctx.offset(gamma), y=y,
                          center=int(center), eps=eps, tee=tee or 0, has_tee=int(tee is not None), **fields,
                          **flags)]

@@ -16,87 +16,32 @@ from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import HELPERS
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 _FIELDS = dict(m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, scale=U32, zp=U32, block=U32, blocks=U32)
+#: x f32; the weight, scales and zero points as the scheme stores them (checked in ``_validate``)
+_DTYPES = accepts(DType.F32, out=DType.F32)
 QUANT_GENERIC_GEMV = kernel("quant_generic_gemv", params("QuantGenericGemvParams", ("m",), **_FIELDS),
-                            workgroup=(64, 1, 1))
+                            dtypes=_DTYPES, workgroup=(64, 1, 1))
 QUANT_GENERIC_TILED = kernel("quant_generic_tiled", params("QuantGenericTiledParams", ("m",), **_FIELDS),
-                             workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
+                             dtypes=_DTYPES, workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
 GEMV_MAX_ROWS = 8
 TILE = 64
 NVFP4_GROUP = 16  # nvfp4 scales cover 16 rows of K whatever block_size says
 #: inputs each scheme reads (x, w_q, then scale, then zp / global scale)
 NEEDS = {"int8": 3, "int8_asym": 4, "int4": 3, "fp8_e4m3": 2, "fp8_e5m2": 2, "nvfp4": 4}
 
-# Minifloat decoders (OCP FP8 and E2M1); exact in f32. NaN/inf codes decode to 0 like the reference.
-MINIFLOATS = """
-fn fp8_e4m3(b: u32) -> f32 {
-    let ex = (b >> 3u) & 15u;
-    let mant = f32(b & 7u) * 0.125;
-    var mag = select(ldexp(1.0 + mant, i32(ex) - 7), mant * 0.015625, ex == 0u);
-    mag = select(mag, 0.0, (b & 0x7fu) == 0x7fu);
-    return select(mag, -mag, (b & 0x80u) != 0u);
-}
-fn fp8_e5m2(b: u32) -> f32 {
-    let ex = (b >> 2u) & 31u;
-    let mant = f32(b & 3u) * 0.25;
-    var mag = select(ldexp(1.0 + mant, i32(ex) - 15), mant * 6.103515625e-5, ex == 0u);
-    mag = select(mag, 0.0, ex == 31u);
-    return select(mag, -mag, (b & 0x80u) != 0u);
-}
-fn fp4_e2m1(c: u32) -> f32 {
-    let ex = (c >> 1u) & 3u;
-    let half = f32(c & 1u) * 0.5;
-    let mag = select(ldexp(1.0 + half, i32(ex) - 1), half, ex == 0u);
-    return select(mag, -mag, (c & 8u) != 0u);
-}
-struct Affine {
-    scale: vec4<f32>,
-    zero: vec4<f32>,
-}
-fn col_mask(col: u32) -> vec4<f32> {
-    let cols = vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u);
-    return select(vec4<f32>(1.0), vec4<f32>(0.0), cols >= vec4<u32>(p.n));
-}
-// f32 words at word offset base + col .. col + 3 (only those inside the row are read)
-fn words4(base: u32, col: u32) -> vec4<f32> {
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        if (col + i < p.n) {
-            v[i] = bitcast<f32>(buf[base + col + i]);
-        }
-    }
-    return v;
-}
-"""
-
-# codes4(e): decoded codes of W elements e .. e+3; affine4(blk, col): scale/zero of 4 columns
-_CODES_8BIT = "let w = ld_word(p.w + e);"
-_CODES_4BIT = "let w = ld_word(p.w + (e >> 1u)) >> ((e & 1u) << 2u);"
+#: scheme -> the include files of its decode (include/quant_generic_codes_<CODES>.wgsl and
+#: quant_generic_scale_<SCALE>.wgsl), plus FP8's byte decoder: value = (codes - zero) * scale.
 _SCHEMES = {
-    "int8": (_CODES_8BIT + "\n    return sbytes4(w);",
-             "return Affine(words4(p.scale + blk * p.n, col), vec4<f32>(0.0));"),
-    "int8_asym": (_CODES_8BIT + "\n    return sbytes4(w);",
-                  "return Affine(words4(p.scale + blk * p.n, col), words4(p.zp + blk * p.n, col));"),
-    "int4": (_CODES_4BIT + "\n    let s = bitcast<i32>(w);\n"
-             "    return vec4<f32>(f32((s << 28u) >> 28u), f32((s << 24u) >> 28u), f32((s << 20u) >> 28u),\n"
-             "                     f32((s << 16u) >> 28u));",
-             "return Affine(words4(p.scale + blk * p.n, col), vec4<f32>(0.0));"),
-    "fp8_e4m3": (_CODES_8BIT + "\n    return vec4<f32>(fp8_e4m3(w & 0xffu), fp8_e4m3((w >> 8u) & 0xffu),\n"
-                 "                     fp8_e4m3((w >> 16u) & 0xffu), fp8_e4m3(w >> 24u));",
-                 "return Affine(col_mask(col), vec4<f32>(0.0));"),
-    "fp8_e5m2": (_CODES_8BIT + "\n    return vec4<f32>(fp8_e5m2(w & 0xffu), fp8_e5m2((w >> 8u) & 0xffu),\n"
-                 "                     fp8_e5m2((w >> 16u) & 0xffu), fp8_e5m2(w >> 24u));",
-                 "return Affine(col_mask(col), vec4<f32>(0.0));"),
-    "nvfp4": (_CODES_4BIT + "\n    return vec4<f32>(fp4_e2m1(w & 15u), fp4_e2m1((w >> 4u) & 15u),\n"
-              "                     fp4_e2m1((w >> 8u) & 15u), fp4_e2m1((w >> 12u) & 15u));",
-              "let s = ld_word(p.scale + blk * p.n + col);\n"
-              "    let group = vec4<f32>(fp8_e4m3(s & 0xffu), fp8_e4m3((s >> 8u) & 0xffu),\n"
-              "                          fp8_e4m3((s >> 16u) & 0xffu), fp8_e4m3(s >> 24u));\n"
-              "    return Affine(group * global_scale() * col_mask(col), vec4<f32>(0.0));"),
+    "int8": {"CODES": "int8", "SCALE": "column"},
+    "int8_asym": {"CODES": "int8", "SCALE": "zero"},
+    "int4": {"CODES": "int4", "SCALE": "column"},
+    "fp8_e4m3": {"CODES": "fp8", "SCALE": "none", "FP8": "fp8_e4m3"},
+    "fp8_e5m2": {"CODES": "fp8", "SCALE": "none", "FP8": "fp8_e5m2"},
+    "nvfp4": {"CODES": "fp4", "SCALE": "nvfp4"},
 }
 #: nvfp4's global scale is the first value of input 3: an f32 (or raw f32 bytes), or a half.
 _GLOBAL_SCALE = {
@@ -107,13 +52,12 @@ _GLOBAL_SCALE = {
 }
 
 
-def decode_source(scheme: str, global_dtype: DType | None) -> str:
-    codes, affine = _SCHEMES[scheme]
-    global_fn = (f"fn global_scale() -> f32 {{ return {_GLOBAL_SCALE[global_dtype]}; }}\n"
-                 if global_dtype is not None else "")
-    return (HELPERS + MINIFLOATS + global_fn
-            + f"fn codes4(e: u32) -> vec4<f32> {{\n    {codes}\n}}\n"
-            + f"fn affine4(blk: u32, col: u32) -> Affine {{\n    {affine}\n}}\n")
+def decode_subs(scheme: str, global_dtype: DType | None) -> dict[str, str]:
+    """The placeholders that pick a scheme's decode in quant_generic_gemv / quant_generic_tiled."""
+    subs = dict(_SCHEMES[scheme])
+    if global_dtype is not None:
+        subs["GLOBAL_SCALE"] = _GLOBAL_SCALE[global_dtype]
+    return subs
 
 
 def _validate(node: Node, ins: list[Node]) -> tuple[int, int]:
@@ -123,9 +67,7 @@ def _validate(node: Node, ins: list[Node]) -> tuple[int, int]:
     if len(ins) < NEEDS[scheme]:
         names = ("x", "w_q", "scale", "zp")[:NEEDS[scheme]]
         raise GraphError(f"{where(node)}: scheme {scheme} takes inputs {', '.join(names)}, got {len(ins)}")
-    x, w = ins[0], ins[1]
-    if x.dtype is not DType.F32:
-        raise UnsupportedOpError(f"{where(node)}: x must be f32, got {x.type}")
+    w = ins[1]
     bits = 4 if scheme in ("int4", "nvfp4") else 8
     need_bytes = math.ceil(k * n * bits / 8)
     if w.numel * w.dtype.itemsize < need_bytes:
@@ -173,11 +115,9 @@ def lower_dequant_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     scale_off = 0 if scale is None else ctx.offset(scale) * (4 if op.scheme == "nvfp4" else 1)
     fields = dict(m=m, n=op.n, k=op.k, x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
                   scale=scale_off, zp=0 if zp is None else ctx.offset(zp), block=block, blocks=blocks)
-    source = decode_source(op.scheme, zp.dtype if op.scheme == "nvfp4" else None)
+    source = decode_subs(op.scheme, zp.dtype if op.scheme == "nvfp4" else None)
     if m <= GEMV_MAX_ROWS:
         grid = ctx.grid_1d(math.ceil(op.n / 4), QUANT_GENERIC_GEMV.workgroup[0])
-        return [ctx.dispatch(QUANT_GENERIC_GEMV, node, grid, {"DECODE": source, "MR": m}, **fields)]
-    if QUANT_GENERIC_TILED.shared_bytes > ctx.facts.max_workgroup_storage:
-        raise LimitError(f"{where(node)}: needs {QUANT_GENERIC_TILED.shared_bytes} B of workgroup memory")
+        return [ctx.dispatch(QUANT_GENERIC_GEMV, node, grid, {**source, "MR": m}, **fields)]
     grid = (math.ceil(op.n / TILE), math.ceil(m / TILE), 1)
-    return [ctx.dispatch(QUANT_GENERIC_TILED, node, grid, {"DECODE": source}, **fields)]
+    return [ctx.dispatch(QUANT_GENERIC_TILED, node, grid, source, **fields)]

@@ -22,26 +22,36 @@ from __future__ import annotations
 
 import math
 
-from rlxpy.errors import GraphError, LimitError, UnsupportedOpError, where
+from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.host_ops import gguf_matmul
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.quant import ROPE_ROLES, gguf_row_bytes
 from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.kernels.contract import ANY, accepts, workgroup_var_bytes
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, decode_source
+from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, UNIT, decode_subs
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
 
 GEMV_THREADS = 256
-XS_FLOATS = 4096  # workgroup floats of the GEMV's x chunk (16 KiB, the portable limit)
+XS_FLOATS = 4096  # workgroup floats of the GEMV's x chunk (16 KiB)
+#: x f32 (w, w_up: GGML blocks; idx, pos: indices); the fused epilogue's f32 inputs by role
+#: (FusedGgufMatMul.input_roles); the RoPE epilogue appends to the KV caches in place
+GEMV_DTYPES = accepts(DType.F32, out=DType.F32, gamma=DType.F32, residual=DType.F32, k_cache=DType.F32,
+                      v_cache=DType.F32, cos=DType.F32, sin=DType.F32)
 QUANT_GGUF_GEMV = kernel(
     "quant_gguf_gemv",
     params("QuantGgufGemvParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32,
            units=U32, tpr=U32, rows_per_wg=U32, w_stride=U32, idx=U32, experts=U32, w_up=U32, gamma=U32,
            residual=U32, eps=F32, q_width=U32, kv_width=U32, capacity=U32, max_pos=U32, k_cache=U32,
            v_cache=U32, cos=U32, sin=U32, pos=U32),
-    workgroup=(GEMV_THREADS, 1, 1), shared_bytes=4 * XS_FLOATS)  # grid spans n: m shrinks, the grid stays
+    dtypes=GEMV_DTYPES, mutates=("k_cache", "v_cache"),
+    # xs (XS vec4s: the x chunk, then the partial sums), norm_parts (128 f32), inv_rms (8), ys (YS f32);
+    # the default variant stages 2048 floats of one x row (a full 16 KiB chunk needs ~16.5 KiB in all)
+    workgroup=(GEMV_THREADS, 1, 1),
+    shared_bytes=lambda s: 16 * int(s["XS"]) + 4 * (128 + 8) + workgroup_var_bytes(4 * int(s["YS"])),
+    sizes={"XS": 512, "YS": 1})  # grid spans n: m shrinks, the grid stays
 ROWS_WG = 8  # one SIMD batch of lavapipe per workgroup: few invocations still spread over the cores
 # The CPU variant's work per invocation: every storage load is a per-lane scalar load on llvmpipe, so
 # an invocation takes several weight rows (x units shared; half as many with SwiGLU's two weight
@@ -51,15 +61,17 @@ ROWS_WG = 8  # one SIMD batch of lavapipe per workgroup: few invocations still s
 ROWS_PER_INVOCATION = 16
 ROWS_PER_INVOCATION_BLOCK = 8
 ROWS_X_MAX = 4
-QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, workgroup=(ROWS_WG, 1, 1))
+QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, dtypes=GEMV_DTYPES,
+                         mutates=("k_cache", "v_cache"), workgroup=(ROWS_WG, 1, 1))
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
     params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
-    workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
+    dtypes=accepts(DType.F32, out=DType.F32), workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
 QUANT_GGUF_GATHER = kernel(
     "quant_gguf_gather",
     params("QuantGgufGatherParams", ("count",), count=U32, rows=U32, k=U32, table=U32, idx=U32, y=U32,
-           row_bytes=U32), extent_axis=0)
+           row_bytes=U32), dtypes=accepts(ANY, (DType.F32, DType.I32, DType.U32), out=DType.F32),
+    extent_axis=0)
 
 #: QuantGgufGemvParams fields of FusedGgufMatMul's extra inputs (0 when absent).
 FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", "max_pos") + ROPE_ROLES
@@ -78,24 +90,10 @@ MAX_TEAM_ROWS = 4  # weight rows per team (their accumulators are registers)
 MAX_ACCUMULATORS = 8  # weight rows x x rows per lane
 MIN_GROUPS = 128  # teams take more rows only while the grid keeps this many workgroups
 TILE = 64
-UNIT = 32  # elements per decode unit (quant_gguf_wgsl)
 
-#: WGSL body of ``expert_of(i)`` per expert-index dtype (truncate toward zero, like the reference).
-EXPERT_LOADS = {
-    DType.F32: "let v = trunc(bitcast<f32>(buf[p.idx + i]));\n"
-               "    if (v >= 0.0 && v < f32(p.experts)) { return i32(v); }\n    return -1;",
-    DType.I32: "let v = bitcast<i32>(buf[p.idx + i]);\n"
-               "    if (v >= 0 && u32(v) < p.experts) { return v; }\n    return -1;",
-    DType.U32: "let v = buf[p.idx + i];\n    if (v < p.experts) { return i32(v); }\n    return -1;",
-}
-#: WGSL body of ``row_of(i)`` per index dtype: truncate, then clamp into [0, rows - 1].
-INDEX_LOADS = {
-    DType.F32: "let v = trunc(bitcast<f32>(buf[p.idx + i]));\n"
-               "    if (!(v > 0.0)) { return 0u; }  // negative or NaN\n"
-               "    return min(u32(min(v, f32(p.rows - 1u))), p.rows - 1u);",
-    DType.I32: "return u32(clamp(bitcast<i32>(buf[p.idx + i]), 0, i32(p.rows) - 1));",
-    DType.U32: "return min(buf[p.idx + i], p.rows - 1u);",
-}
+#: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
+#: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
+INDEX_TYPES = {DType.F32: "f32", DType.I32: "i32", DType.U32: "u32"}
 
 
 def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
@@ -134,12 +132,11 @@ def chunk_elems(x_rows: int, k: int) -> int:
 
 
 def unit_dot_source(qtype: str, x_rows: int, team_rows: int, swiglu: bool = False) -> str:
-    """WGSL ``unit_dot`` for ``x_rows`` x rows and ``team_rows`` weight rows (times two with
-    SwiGLU's W_up), fully unrolled: the accumulators are then registers, the chunk indices
-    constants, and each weight word is loaded once (``q_unit``)."""
+    """The statements of quant_gguf_gemv.wgsl's ``unit_dot`` for ``x_rows`` x rows and ``team_rows``
+    weight rows (times two with SwiGLU's W_up), fully unrolled: the accumulators are then registers,
+    the chunk indices constants, and each weight word is loaded once (``q_unit``)."""
     weights = [("", "rb", "acc")] + ([("u", "rbu", "acc_up")] if swiglu else [])
-    lines = ["fn unit_dot(rb: u32, rbu: u32, u: u32, uc: u32) {",
-             "    let stride = p.rows_per_wg * p.row_bytes;"]
+    lines = []
     for tag, base, _ in weights:
         for i in range(team_rows):
             second = f"s{tag}{i}_0" if qtype in SCALE_PER_UNIT else f"q_scale({base}{i}, u, 1u)"
@@ -160,7 +157,6 @@ def unit_dot_source(qtype: str, x_rows: int, team_rows: int, swiglu: bool = Fals
                     target = f"{accumulator}[{i}][{r}]"
                     lines.append(f"    {target} = {target} + combine(s{tag}{i}_{half}, "
                                  f"({dots[0]} + {dots[1]}) + ({dots[2]} + {dots[3]}), sx{r}_{half});")
-    lines.append("}")
     return "\n".join(lines)
 
 
@@ -176,26 +172,21 @@ def partials_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _check(node: Node, ctx: LowerCtx, x: Node, shared_bytes: int) -> None:
-    if x.dtype is not DType.F32:
-        raise UnsupportedOpError(f"{where(node)}: x must be f32, got {x.type}")
+def _check_window(node: Node, ctx: LowerCtx) -> None:
     if ctx.window_size >= 1 << 32:
         raise LimitError(f"{where(node)}: byte offsets of a {ctx.window_size / 2**30:.1f} GiB window "
                          f"do not fit the kernels' u32 addressing")
-    if shared_bytes > ctx.facts.max_workgroup_storage:
-        raise LimitError(f"{where(node)}: needs {shared_bytes} B of workgroup memory, the device "
-                         f"allows {ctx.facts.max_workgroup_storage}")
 
 
 def _epilogue_subs(qtype: str, grouped: bool, fused: dict[str, Node], rope: ops.RopeKvAppend | None,
                    idx: Node | None) -> dict[str, object]:
     """The WGSL constants both GEMV variants share: decoder, mode and fused epilogues."""
     flag = {True: "true", False: "false"}
-    return {"DECODE": decode_source(qtype), "GROUPED": flag[grouped], "NORM": flag["gamma" in fused],
+    return {**decode_subs(qtype), "GROUPED": flag[grouped], "NORM": flag["gamma" in fused],
             "SWIGLU": flag["w_up" in fused], "RESIDUAL": flag["residual" in fused],
             "ROPE": flag[rope is not None], "RD": rope.head_dim if rope else 2,
             "ROT": rope.rot if rope else 2, "INTERLEAVED": flag[bool(rope and rope.interleaved)],
-            "EXPERT": EXPERT_LOADS[idx.dtype] if idx is not None else "return 0;"}
+            "EXPERT": INDEX_TYPES[idx.dtype] if idx is not None else "none"}
 
 
 def _gemv_fields(ctx: LowerCtx, qtype: str, x: Node, w: Node, node: Node, m: int, n: int, k: int,
@@ -235,7 +226,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
         lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node))
     xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS * (2 if swiglu else 1))
     ys_floats = rows_in_wg * teams * team_rows if rope is not None else 1
-    _check(node, ctx, x, 4 * (xs_floats + ys_floats))
+    _check_window(node, ctx)
     groups = max(1, math.ceil(n / (teams * team_rows)))
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
     subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
@@ -264,7 +255,7 @@ def rows_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     blocks = 1 if grouped else math.ceil(m / rows_in_inv)
     if blocks > 1 and epilogue:
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
-    _check(node, ctx, x, 0)
+    _check_window(node, ctx)
     rr = ROWS_PER_INVOCATION if rows_in_inv == 1 else ROWS_PER_INVOCATION_BLOCK
     rr //= 2 if "w_up" in fused else 1
     groups = math.ceil(math.ceil(n / rr) / ROWS_WG)
@@ -281,12 +272,12 @@ def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
     """quant_gguf_rows' main loop, unrolled over ``rows`` weight rows (twice with SwiGLU's W_up) and
     ``x_rows`` x rows: scalar accumulators (registers), each weight unit decoded once, each x unit
     loaded once per invocation."""
-    sets = [("a", "w_base")] + ([("b", "p.w_up")] if swiglu else [])
+    sets = [("a", "blk.w")] + ([("b", "p.w_up")] if swiglu else [])
     out = [f"    var {t}{i}_{r} = 0.0;" for t, _ in sets for i in range(rows) for r in range(x_rows)]
     out += [f"    let rb{t}{i} = {base} + rows[{i}] * p.row_bytes;" for t, base in sets for i in range(rows)]
     out.append("    for (var u = 0u; u < p.units; u = u + 1u) {")
     for r in range(x_rows):
-        out += [f"        let x{r} = x_unit(x_base, {r}u, u);", f"        let sx{r} = half_sums(x{r});"]
+        out += [f"        let x{r} = x_unit(blk.x, {r}u, u);", f"        let sx{r} = half_sums(x{r});"]
     for t, _ in sets:
         for i in range(rows):
             out += [f"        let q{t}{i} = q_unit(rb{t}{i}, u);",
@@ -301,9 +292,9 @@ def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
 
 
 def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
-    _check(node, ctx, x, QUANT_GGUF_TILED.shared_bytes)
+    _check_window(node, ctx)
     grid = (math.ceil(n / TILE), math.ceil(m / TILE), 1)
-    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, {"DECODE": decode_source(qtype)}, m=m, n=n, k=k,
+    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, decode_subs(qtype), m=m, n=n, k=k,
                         x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
                         row_bytes=gguf_row_bytes(qtype, k))
 
@@ -327,7 +318,7 @@ def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
 def lower_dequant_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     x, w, idx = ctx.inputs(node)
     op: ops.DequantGroupedMatMul = node.op
-    if op.qtype not in GPU_TYPES or idx.dtype not in EXPERT_LOADS:
+    if op.qtype not in GPU_TYPES or idx.dtype not in INDEX_TYPES:
         # other index dtypes are rare enough that the host step (any dtype) covers them
         return [ctx.host(node, "gguf_grouped_matmul",
                          gguf_matmul.grouped_step(x.id, w.id, idx.id, node.id, op.qtype, op.n, op.k))]
@@ -349,9 +340,9 @@ def lower_gather_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
         return []
     if table.shape[0] == 0:
         raise GraphError(f"{where(node)}: table {table.type} has no rows to look up")
-    _check(node, ctx, node, 0)
+    _check_window(node, ctx)
     return [ctx.dispatch(QUANT_GGUF_GATHER, node, ctx.grid_rows(count),
-                         {"DECODE": decode_source(op.qtype), "INDEX": INDEX_LOADS[idx.dtype]},
+                         {**decode_subs(op.qtype), "INDEX": INDEX_TYPES[idx.dtype]},
                          count=count, rows=table.shape[0], k=op.k, table=ctx.offset(table) * 4,
                          idx=ctx.offset(idx), y=ctx.offset(node), row_bytes=gguf_row_bytes(op.qtype, op.k))]
 
@@ -367,13 +358,8 @@ def lower_fused_gguf_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     if m == 0 or op.n == 0:
         return []
     extra = {role: t for role, t in by_role.items() if role not in ("x", "w")}
-    for role, t in extra.items():
-        if role not in ("w_up", "pos") and t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: {role} must be f32, got {t.type}")
     if op.qtype in GPU_TYPES and m <= GEMV_MAX_ROWS:
         return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k, fused=extra, eps=op.eps, rope=op.rope)]
     # the pattern pass only fuses GEMV-sized rows; anything else is correct but on the host, where
-    # the RoPE epilogue's cache appends are written back too
-    roles = op.input_roles()
-    updated = [roles.index("k_cache"), roles.index("v_cache")] if op.rope else []
-    return host_steps(node, ctx, updated, name="gguf_fused_matmul")
+    # the RoPE epilogue's cache appends (the op's mutated inputs) are written back too
+    return host_steps(node, ctx, name="gguf_fused_matmul")

@@ -28,31 +28,41 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import ReduceOp
 from rlxpy.ir.shape import normalize_axis
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+F32_IN = accepts(DType.F32, out=DType.F32)  # Reduce, Cumsum: f32 in and out
+INDICES = accepts(DType.F32, out=DType.I32)  # Argmax, TopK: f32 values, i32 indices
+
+
+def _lanes_bytes(per_lane: int):
+    """Workgroup memory of a kernel with ``per_lane`` bytes per lane of its ``{{WG}}`` lanes."""
+    return lambda subs: per_lane * int(subs["WG"])
+
 
 REDUCE_SERIAL = kernel("reduce_serial", params(
     "ReduceSerialParams", ("outputs",), outputs=U32, reduce_dim=U32, inner=U32, x=U32, y=U32, divisor=F32),
-    extent_axis=0)
+    dtypes=F32_IN, extent_axis=0)
 REDUCE_TREE = kernel("reduce_tree", params(
     "ReduceTreeParams", ("rows",), rows=U32, reduce_dim=U32, start=U32, count=U32, accumulate=U32, x=U32,
-    y=U32, divisor=F32), shared_bytes=256 * 4, extent_axis=0)
+    y=U32, divisor=F32), dtypes=F32_IN, shared_bytes=_lanes_bytes(4), extent_axis=0)
 REDUCE_TILE = kernel("reduce_tile", params(
     "ReduceTileParams", ("groups",), groups=U32, tiles=U32, reduce_dim=U32, inner=U32, start=U32, count=U32,
-    accumulate=U32, x=U32, y=U32, divisor=F32), workgroup=(16, 16, 1), shared_bytes=256 * 4, extent_axis=0)
+    accumulate=U32, x=U32, y=U32, divisor=F32), dtypes=F32_IN, workgroup=(16, 16, 1), shared_bytes=256 * 4,
+    extent_axis=0)
 REDUCE_CUMSUM_LINES = kernel("reduce_cumsum_lines", params(
     "ReduceCumsumLinesParams", ("lines",), lines=U32, axis_dim=U32, inner=U32, start=U32, count=U32, x=U32,
-    y=U32, exclusive=U32), extent_axis=0)
+    y=U32, exclusive=U32), dtypes=F32_IN, extent_axis=0)
 REDUCE_CUMSUM_ROWS = kernel("reduce_cumsum_rows", params(
     "ReduceCumsumRowsParams", ("rows",), rows=U32, cols=U32, start=U32, count=U32, x=U32, y=U32,
-    exclusive=U32), shared_bytes=256 * 4, extent_axis=0)
+    exclusive=U32), dtypes=F32_IN, shared_bytes=_lanes_bytes(4), extent_axis=0)
 REDUCE_TOPK = kernel("reduce_topk", params(
     "ReduceTopkParams", ("rows",), rows=U32, cols=U32, k=U32, round_start=U32, round_count=U32, x=U32,
-    y=U32), shared_bytes=256 * 8, extent_axis=0)
+    y=U32), dtypes=INDICES, shared_bytes=_lanes_bytes(8), extent_axis=0)
 REDUCE_RANK = kernel("reduce_rank", params(
     "ReduceRankParams", ("groups",), groups=U32, tiles=U32, cols=U32, k=U32, x=U32, y=U32),
-    shared_bytes=256 * 4, extent_axis=0)
+    dtypes=INDICES, shared_bytes=_lanes_bytes(4), extent_axis=0)
 
 #: Reductions up to this length run one thread per output (the catalogue's split).
 SERIAL_MAX = 64
@@ -103,16 +113,10 @@ def steps_per_dispatch(node: Node, per_step: int, overhead: int, what: str) -> i
     return fitting
 
 
-def require_f32(node: Node, x: Node, what: str) -> None:
-    if x.dtype is not DType.F32:
-        raise UnsupportedOpError(f"{where(node)}: {what} is lowered for f32 input only, got {x.type}")
-
-
 @lowers(ops.Reduce)
 def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
     """``y[o, i] = op_r x[o, r, i]`` like torch.sum/mean/amax/amin/prod (NaN propagates in max/min)."""
     (x,) = ctx.inputs(node)
-    require_f32(node, x, "Reduce")
     op: ops.Reduce = node.op
     axes = sorted({normalize_axis(a, x.rank) for a in op.axes})
     outer, reduce_dim, inner = split_axes(x.shape, axes[0], axes[-1])
@@ -122,7 +126,7 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     identity, combine = _REDUCE_WGSL[op.op]
-    subs = {"PRELUDE": PRELUDE, "IDENTITY": identity, "COMBINE": combine}
+    subs = {"IDENTITY": identity, "COMBINE": combine}
     # the active extent (first rows only) scales the outputs only when the leading axis is kept
     scalable = axes[0] > 0
     # mean divides the sum by n at the end, like torch.mean (0 / 0 = NaN for an empty axis)
@@ -152,7 +156,6 @@ def lower_reduce(node: Node, ctx: LowerCtx) -> list[Step]:
 def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
     """Prefix sums along any axis, like torch.cumsum; exclusive shifts by one (y[0] = 0)."""
     (x,) = ctx.inputs(node)
-    require_f32(node, x, "Cumsum")
     axis = normalize_axis(node.op.axis, x.rank)
     outer, axis_dim, inner = split_axes(x.shape, axis, axis)
     if node.numel == 0:
@@ -163,19 +166,18 @@ def lower_cumsum(node: Node, ctx: LowerCtx) -> list[Step]:
         lanes = row_lanes(axis_dim)
         # per block of `lanes` values: 1 + log2(lanes) loop steps (the Hillis-Steele scan)
         blocks = steps_per_dispatch(node, 1 + int(math.log2(lanes)), 16, "Cumsum")
-        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        subs = {"WG": lanes}
         return [ctx.dispatch(REDUCE_CUMSUM_ROWS, node, ctx.grid_rows(outer), subs, scalable, rows=outer,
                              cols=axis_dim, start=start, count=count, **fields)
                 for start, count in chunks(axis_dim, blocks * lanes)]
     lines = outer * inner
-    return [ctx.dispatch(REDUCE_CUMSUM_LINES, node, ctx.grid_1d(lines), {"PRELUDE": PRELUDE}, scalable,
+    return [ctx.dispatch(REDUCE_CUMSUM_LINES, node, ctx.grid_1d(lines), None, scalable,
                          lines=lines, axis_dim=axis_dim, inner=inner, start=start, count=count, **fields)
             for start, count in chunks(axis_dim, steps_per_dispatch(node, 1, 16, "Cumsum"))]
 
 
 def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]:
     """Indices of the k best per last-axis row into ``node`` (i32 [rows, k])."""
-    require_f32(node, x, what)
     cols = x.shape[-1]
     if cols == 0:
         raise UnsupportedOpError(f"{where(node)}: {what} of an empty last axis has no answer ({x.type})")
@@ -188,12 +190,12 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
         # one round: a strided scan of cols / lanes values plus the log2(lanes) tree steps
         per_round = math.ceil(cols / lanes) + int(math.log2(lanes)) + 1
         rounds = steps_per_dispatch(node, per_round, 16, what)
-        subs = {"PRELUDE": PRELUDE, "WG": lanes}
+        subs = {"WG": lanes}
         return [ctx.dispatch(REDUCE_TOPK, node, ctx.grid_rows(rows), subs, rows=rows, round_start=start,
                              round_count=count, **fields)
                 for start, count in chunks(k, rounds)]
     tiles = math.ceil(cols / REDUCE_RANK.workgroup[0])
-    return [ctx.dispatch(REDUCE_RANK, node, ctx.grid_rows(rows * tiles), {"PRELUDE": PRELUDE},
+    return [ctx.dispatch(REDUCE_RANK, node, ctx.grid_rows(rows * tiles),
                          groups=rows * tiles, tiles=tiles, **fields)]
 
 

@@ -11,17 +11,18 @@ Matches transformers' ``apply_rotary_pos_emb`` (half-split) and llama.cpp's inte
 
 from __future__ import annotations
 
-from rlxpy.errors import GraphError, UnsupportedOpError, where
+from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import I32, U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 ROPE_ROTATE = kernel("rope_rotate", params(
     "RopeRotateParams", n=U32, seq=U32, width=U32, head_dim=U32, n_rot=U32, x=U32, cos=U32, sin=U32, y=U32,
-    max_pos=U32, offset=I32, pos_input=U32, has_pos=U32))
+    max_pos=U32, offset=I32, pos_input=U32, has_pos=U32),
+    dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32))  # x, cos, sin (the position: below)
 
 
 @lowers(ops.Rope)
@@ -29,9 +30,6 @@ def lower_rope(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.Rope = node.op  # type: ignore[assignment]
     x, cos, sin = ctx.inputs(node)[:3]
     position = ctx.inputs(node)[3] if len(node.inputs) > 3 else None
-    for t, what in ((x, "x"), (cos, "cos"), (sin, "sin")):
-        if t.dtype is not DType.F32:
-            raise UnsupportedOpError(f"{where(node)}: rope is lowered for f32 only, {what} is {t.type}")
     if position is not None and position.dtype not in (DType.I32, DType.U32):
         raise GraphError(f"{where(node)}: position input must be i32[1], got {position.type}")
     seq, width = x.shape[-2], x.shape[-1]
@@ -42,7 +40,7 @@ def lower_rope(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     return [ctx.dispatch(ROPE_ROTATE, node, ctx.grid_1d(node.numel),
-                         {"PRELUDE": PRELUDE, "INTERLEAVED": "true" if op.interleaved else "false"},
+                         {"INTERLEAVED": "true" if op.interleaved else "false"},
                          n=node.numel, seq=seq, width=width, head_dim=op.head_dim, n_rot=op.rot,
                          x=ctx.offset(x), cos=ctx.offset(cos), sin=ctx.offset(sin), y=ctx.offset(node),
                          max_pos=max_pos, offset=op.position_offset,
@@ -72,6 +70,9 @@ ROPE_KV_APPEND = kernel(
         pos=U32,
         q_out=U32,
     ),
+    # qkv, k_cache, v_cache, cos, sin f32, pos i32; the caches are appended to in place
+    dtypes=accepts(*[DType.F32] * 5, out=DType.F32),
+    mutates=("k_cache", "v_cache"),
 )
 
 
@@ -79,9 +80,6 @@ ROPE_KV_APPEND = kernel(
 def lower_rope_kv_append(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.RopeKvAppend = node.op  # type: ignore[assignment]
     qkv, k_cache, v_cache, cos, sin, pos = ctx.inputs(node)
-    for t in (qkv, k_cache, v_cache, cos, sin):
-        if t.dtype.itemsize != 4 or not t.dtype.is_float:
-            raise UnsupportedOpError(f"{where(node)}: f32 tensors only, got {t.type}")
     rows = qkv.shape[0]
     n = rows * (op.q_width + 2 * op.kv_width)
     # writes the caches too: never extent-scaled (the node's leading dim is S, but the cache rows

@@ -10,13 +10,13 @@ the logits are only read, never overwritten.
 
 from __future__ import annotations
 
-from rlxpy.errors import GraphError, UnsupportedOpError, where
+from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts, workgroup_var_bytes
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.kernels.wgsl import PRELUDE
-from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, fits, lowers
 
 SAMPLE_WG = 256
 SMALL_VOCAB = 2048  # below this, 64 threads per row
@@ -24,7 +24,9 @@ LARGE_VOCAB = 16384  # from this, 1024 threads per row where the device allows t
 SAMPLE_ROWS = kernel("sample_rows", params(
     "SampleRowsParams", rows=U32, vocab=U32, x=U32, y=U32, greedy=U32, temperature=F32, top_k=U32,
     top_p=F32, filtered=U32, seed_lo=U32, seed_hi=U32, seed_input=U32, has_seed=U32),
-    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=3 * 4 * SAMPLE_WG + 12)  # 1024 lanes: 12 KiB + 12 B
+    dtypes=accepts(DType.F32, out=DType.I32),  # the seed input is checked below (a graph error)
+    # three WG-lane reduction arrays and three scalars (1024 lanes: 12 KiB + 48 B)
+    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=lambda s: 3 * 4 * int(s["WG"]) + 3 * workgroup_var_bytes(4))
 
 
 @lowers(ops.Sample)
@@ -32,8 +34,6 @@ def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.Sample = node.op  # type: ignore[assignment]
     logits = ctx.inputs(node)[0]
     seed_input = ctx.inputs(node)[1] if len(node.inputs) > 1 else None
-    if logits.dtype is not DType.F32:
-        raise UnsupportedOpError(f"{where(node)}: sample is lowered for f32 logits only, got {logits.type}")
     if seed_input is not None and seed_input.dtype not in (DType.U32, DType.I32):
         raise GraphError(f"{where(node)}: seed input must be u32[2] or i32[2], got {seed_input.type}")
     vocab = logits.shape[-1]
@@ -48,10 +48,9 @@ def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
     # small vocabularies: 64 lanes idle less in each of the ~40 reductions; large ones: up to 1024 lanes
     # cut the memory round trips of each pass over the row (one workgroup per row)
     threads = 64 if vocab < SMALL_VOCAB else SAMPLE_WG
-    wide_ok = ctx.facts.max_invocations >= 1024 and ctx.facts.max_workgroup_storage >= 3 * 4 * 1024 + 12
-    if vocab >= LARGE_VOCAB and wide_ok:
+    if vocab >= LARGE_VOCAB and fits(SAMPLE_ROWS, ctx.facts, {"WG": 1024}):
         threads = 1024
-    return [ctx.dispatch(SAMPLE_ROWS, node, ctx.grid_rows(rows), {"PRELUDE": PRELUDE, "WG": threads},
+    return [ctx.dispatch(SAMPLE_ROWS, node, ctx.grid_rows(rows), {"WG": threads},
                          rows=rows, vocab=vocab, x=ctx.offset(logits), y=ctx.offset(node),
                          greedy=int(op.temperature == 0.0), temperature=max(op.temperature, 1e-6),
                          top_k=top_k, top_p=op.top_p, filtered=int(filtering),

@@ -18,6 +18,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
+from rlxpy.wgpu_backend.kernels.contract import ANY, WORDS, accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -31,12 +32,14 @@ _STRIDED_FIELDS = {
 # Active extent: a strided copy may map output rows to any input rows (concat on axis 0, a transpose
 # that moves the row axis) and every scatter row may receive any update, so those two run in full;
 # the first rows of a gather or a cast need only the first indices / source rows.
-SHAPE_STRIDED = kernel("shape_strided", params("ShapeStridedParams", **_STRIDED_FIELDS))
+_INDICES = (DType.I32, DType.U32, DType.F32, DType.I64)  # index dtypes with a row_of (below)
+SHAPE_STRIDED = kernel("shape_strided", params("ShapeStridedParams", **_STRIDED_FIELDS), dtypes=accepts())
 SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", ("n", "words"), n=U32, words=U32, x=U32,
                                               idx=U32, y=U32, elem_bytes=U32, inner=U32, count=U32, dim=U32),
-                      extent_axis=0)
+                      dtypes=accepts(ANY, _INDICES), extent_axis=0)
 SHAPE_SCATTER_ADD = kernel("shape_scatter_add", params("ShapeScatterAddParams", width=U32, count=U32,
-                                                        out_dim=U32, x=U32, idx=U32, y=U32))
+                                                        out_dim=U32, x=U32, idx=U32, y=U32),
+                           dtypes=accepts(WORDS, _INDICES, out=WORDS))
 
 #: Largest element index the kernels address (0xffffffff is their "skip" marker).
 MAX_ELEMENTS = (1 << 32) - 2
@@ -209,29 +212,9 @@ def lower_concat(node: Node, ctx: LowerCtx) -> list[Step]:
 
 
 # -- Gather, ScatterAdd -----------------------------------------------------------------------
-#: WGSL body of ``row_of(k)`` per index dtype: truncate, then clamp into [0, dim - 1] (NaN -> 0).
-_GATHER_ROW = {
-    DType.I32: "let v = bitcast<i32>(buf[p.idx + k]);\n"
-               "    return select(min(u32(v), p.dim - 1u), 0u, v < 0);",
-    DType.U32: "return min(buf[p.idx + k], p.dim - 1u);",
-    DType.F32: "let v = bitcast<f32>(buf[p.idx + k]);\n"
-               "    return select(min(u32(v), p.dim - 1u), 0u, !(v >= 1.0));",
-    # little-endian i64: a negative high word clamps to 0, any other non-zero high word to dim - 1
-    DType.I64: "let low = buf[p.idx + 2u * k];\n    let high = buf[p.idx + 2u * k + 1u];\n"
-               "    if ((high & 0x80000000u) != 0u) {\n        return 0u;\n    }\n"
-               "    return select(min(low, p.dim - 1u), p.dim - 1u, high != 0u);",
-}
-
-#: WGSL body of ``row_of(u)`` per index dtype: truncate; rows outside [0, out_dim) -> SKIP.
-_SCATTER_ROW = {
-    DType.I32: "let v = bitcast<i32>(buf[p.idx + u]);\n"
-               "    return select(SKIP, u32(v), v >= 0 && u32(v) < p.out_dim);",
-    DType.U32: "let v = buf[p.idx + u];\n    return select(SKIP, v, v < p.out_dim);",
-    DType.F32: "let v = bitcast<f32>(buf[p.idx + u]);\n    let r = u32(v);\n"
-               "    return select(SKIP, r, v > -1.0 && r < p.out_dim);",
-    DType.I64: "let low = buf[p.idx + 2u * u];\n    let high = buf[p.idx + 2u * u + 1u];\n"
-               "    return select(SKIP, low, high == 0u && low < p.out_dim);",
-}
+#: Index dtypes of shape_gather / shape_scatter_add (their ``row_<dtype>`` functions): truncated,
+#: then clamped into [0, dim - 1] (gather, NaN -> 0) or skipped outside [0, out_dim) (scatter).
+_INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 
 _SCATTER_ADD = {
     DType.F32: "bitcast<u32>(bitcast<f32>(acc) + bitcast<f32>(v))",
@@ -241,11 +224,11 @@ _SCATTER_ADD = {
 }
 
 
-def _index_dtype(node: Node, idx: Node, table: dict[DType, str]) -> str:
-    if idx.dtype not in table:
+def _index_dtype(node: Node, idx: Node) -> str:
+    if idx.dtype not in _INDEX_TYPES:
         raise UnsupportedOpError(f"{where(node)}: indices of dtype {idx.dtype} are not lowered "
                                  f"(i32/u32/f32/i64)")
-    return table[idx.dtype]
+    return _INDEX_TYPES[idx.dtype]
 
 
 @lowers(ops.Gather)
@@ -262,7 +245,7 @@ def lower_gather(node: Node, ctx: LowerCtx) -> list[Step]:
     elem_bytes = _element_bytes(node, node.dtype)
     _check_indexing(node, node.numel, table.numel)
     words = node.numel * elem_bytes // 4 if elem_bytes >= 4 else -(-node.numel * elem_bytes // 4)
-    subs = {"ROW": _index_dtype(node, idx, _GATHER_ROW)}
+    subs = {"INDEX": _index_dtype(node, idx)}
     return [ctx.dispatch(SHAPE_GATHER, node, ctx.grid_1d(words), subs, n=node.numel, words=words,
                          x=ctx.offset(table), idx=ctx.offset(idx), y=ctx.offset(node), elem_bytes=elem_bytes,
                          inner=math.prod(table.shape[axis + 1:]), count=idx.numel, dim=dim)]
@@ -280,7 +263,7 @@ def lower_scatter_add(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     _check_indexing(node, node.numel, updates.numel, node.op.out_dim)
-    subs = {"ROW": _index_dtype(node, idx, _SCATTER_ROW), "ADD": _SCATTER_ADD[node.dtype]}
+    subs = {"INDEX": _index_dtype(node, idx), "ADD": _SCATTER_ADD[node.dtype]}
     return [ctx.dispatch(SHAPE_SCATTER_ADD, node, ctx.grid_1d(width), subs, width=width, count=idx.numel,
                          out_dim=node.op.out_dim, x=ctx.offset(updates), idx=ctx.offset(idx),
                          y=ctx.offset(node))]

@@ -1,7 +1,10 @@
 // Attention score semantics shared by the attention kernels (#include "attention_mask.wgsl"): needs the
-// params fields scale, softcap, window, mask, m_sb/m_sh/m_sq/m_sk, the constant MASK_KIND, the
-// LOAD_MASK loader and the prelude's tanh_safe. Mask kinds: MaskKind (ir/ops/core.py); the order of
-// scale, softcap and mask follows ref_attention (ir/reference/nn.py).
+// params fields scale, softcap, window, mask, m_sb/m_sh/m_sq/m_sk, the constant MASK_KIND and the mask's
+// loader {{LOAD_MASK}} (common_words). Mask kinds: MaskKind (ir/ops/base.py); the order of scale,
+// softcap and mask follows ref_attention (ir/reference/attention.py).
+#include "common_words.wgsl"
+#include "common_math.wgsl"
+
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
 }
@@ -10,7 +13,7 @@ fn mask_value(i: u32) -> f32 {
     return f32({{LOAD_MASK}}(i));
 }
 
-// scale, softcap, then the mask, as the reference does (ref_attention in ir/reference/nn.py)
+// scale, softcap, then the mask, as the reference does (ref_attention in ir/reference/attention.py)
 fn masked_score(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> f32 {
     var s = dot * p.scale;
     if (p.softcap != 0.0) {

@@ -1,0 +1,30 @@
+// matmul_tiled's arena access where every offset, row length and split is a multiple of 4 elements:
+// the arena is bound as vec4 words, so each load and store moves 16 bytes.
+// load_a: a[row, k .. k+3], load_w: w[k, col .. col+3], load_bias: bias[col .. col+3], zero outside
+// the matrix; store_y: y[row, col .. col+3] (the 4 columns share a split block).
+#params
+
+@group(0) @binding(0) var<storage, read_write> buf: array<vec4<u32>>;
+@group(0) @binding(1) var<uniform> p: {{PARAMS}};
+
+fn ld4(i: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(buf[i >> 2u]);
+}
+fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
+    if (row < p.m && k < p.k) {  // k is a multiple of 4 and so is p.k: all four or none
+        return ld4(base + row * p.k + k);
+    }
+    return vec4<f32>();
+}
+fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
+    if (k < p.k && col < p.n) {
+        return ld4(base + k * p.n + col);
+    }
+    return vec4<f32>();
+}
+fn load_bias(col: u32) -> vec4<f32> {
+    return ld4(p.bias + col);
+}
+fn store_y(base: u32, row: u32, col: u32, v: vec4<f32>) {
+    buf[(base + y_index(row, col)) >> 2u] = bitcast<vec4<u32>>(v);  // the 4 columns share a split block
+}

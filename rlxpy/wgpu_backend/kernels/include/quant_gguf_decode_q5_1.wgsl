@@ -1,0 +1,19 @@
+// Q5_1: d, m (f16) | qh (u32) | qs[16]: value = d * q5 + m (24-byte blocks stay word aligned).
+#include "quant_gguf_layout.wgsl"
+#include "quant_gguf_nibbles.wgsl"
+
+const IS_FLOAT: bool = false;
+const HAS_MIN: bool = true;
+fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
+    let h = buf[block_at(rb, u) >> 2u];
+    return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
+}
+fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
+    let i = block_at(rb, u) >> 2u;
+    let lo = (buf[i + 2u + (c & 3u)] >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu;
+    return bytes4(lo | qh_bits(buf[i + 1u] >> (c << 2u)));
+}
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let i = block_at(rb, u) >> 2u;
+    return nibble_unit(buf[i + 2u], buf[i + 3u], buf[i + 4u], buf[i + 5u], buf[i + 1u], vec4<f32>(0.0));
+}

@@ -1,0 +1,35 @@
+// Q8_0: d (f16) | qs[32] (i8): value = d * q.
+#include "quant_gguf_layout.wgsl"
+
+const IS_FLOAT: bool = false;
+const HAS_MIN: bool = false;
+fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
+    return vec2<f32>(f16_to_f32(ld_half(block_at(rb, u))), 0.0);
+}
+fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
+    return sbytes4(ld_word(block_at(rb, u) + 2u + (c << 2u)));
+}
+// quant word j of a block at byte 0 mod 4 (a, b: words j, j + 1) or 2 mod 4 (b: word j + 1)
+fn q8_word(a: u32, b: u32, odd: bool) -> u32 {
+    return select((a >> 16u) | (b << 16u), b, odd);
+}
+// the 32 quants from the nine words that cover the block (blocks are 2-byte aligned): nine loads
+// instead of two per ld_word
+fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
+    let b = block_at(rb, u);
+    let i = b >> 2u;
+    let odd = (b & 2u) != 0u;
+    let w0 = buf[i];
+    let w1 = buf[i + 1u];
+    let w2 = buf[i + 2u];
+    let w3 = buf[i + 3u];
+    let w4 = buf[i + 4u];
+    let w5 = buf[i + 5u];
+    let w6 = buf[i + 6u];
+    let w7 = buf[i + 7u];
+    let w8 = buf[i + 8u];
+    return array<vec4<f32>, 8>(sbytes4(q8_word(w0, w1, odd)), sbytes4(q8_word(w1, w2, odd)),
+                               sbytes4(q8_word(w2, w3, odd)), sbytes4(q8_word(w3, w4, odd)),
+                               sbytes4(q8_word(w4, w5, odd)), sbytes4(q8_word(w5, w6, odd)),
+                               sbytes4(q8_word(w6, w7, odd)), sbytes4(q8_word(w7, w8, odd)));
+}
