@@ -149,19 +149,16 @@ fn run_row(row: u32, t: u32) {
         return;
     }
     let base = p.x + row * p.vocab;
-    var best_v = bitcast<f32>(0xff800000u);
-    var best_i = 0xffffffffu;
+    var best = Best(bitcast<f32>(0xff800000u), 0xffffffffu);  // (-inf, no index): any token beats it
     for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
         var xs = load8(base, j0);
         for (var c = 0u; c < 8u; c++) {
-            let j = j0 + c * WG;
-            if (j < p.vocab && ranks_before(xs[c], j, best_v, best_i)) {
-                best_v = xs[c];
-                best_i = j;
+            if (j0 + c * WG < p.vocab && ranks_before(xs[c], j0 + c * WG, best.value, best.index)) {
+                best = Best(xs[c], j0 + c * WG);
             }
         }
     }
-    let top = reduce_best(t, best_v, best_i);
+    let top = reduce_best(t, best.value, best.index);
     if (p.greedy == 1u) {
         if (t == 0u) {
             st_i32(p.y + row, i32(top.index));

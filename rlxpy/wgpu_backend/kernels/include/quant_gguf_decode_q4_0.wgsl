@@ -1,12 +1,7 @@
 // Q4_0: d (f16) | qs[16]: element j = nibble (j < 16: low of qs[j], else high of qs[j-16]) - 8.
-#include "quant_gguf_layout.wgsl"
+#include "quant_gguf_scale_d.wgsl"
 #include "quant_gguf_nibbles.wgsl"
 
-const IS_FLOAT: bool = false;
-const HAS_MIN: bool = false;
-fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    return vec2<f32>(f16_to_f32(ld_half(block_at(rb, u))), 0.0);
-}
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let w = ld_word(block_at(rb, u) + 2u + ((c & 3u) << 2u));
     return bytes4((w >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu) - vec4<f32>(8.0);

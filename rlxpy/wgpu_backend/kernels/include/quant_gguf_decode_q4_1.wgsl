@@ -1,13 +1,7 @@
 // Q4_1: d, m (f16) | qs[16]: value = d * nibble + m (20-byte blocks stay word aligned).
-#include "quant_gguf_layout.wgsl"
+#include "quant_gguf_scale_dm.wgsl"
 #include "quant_gguf_nibbles.wgsl"
 
-const IS_FLOAT: bool = false;
-const HAS_MIN: bool = true;
-fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    let h = buf[block_at(rb, u) >> 2u];
-    return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
-}
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let w = buf[(block_at(rb, u) >> 2u) + 1u + (c & 3u)];
     return bytes4((w >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu);

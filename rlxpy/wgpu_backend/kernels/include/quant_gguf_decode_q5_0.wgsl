@@ -1,12 +1,7 @@
 // Q5_0: d (f16) | qh (u32: bit j = 5th bit of element j) | qs[16]: value = d * (q5 - 16).
-#include "quant_gguf_layout.wgsl"
+#include "quant_gguf_scale_d.wgsl"
 #include "quant_gguf_nibbles.wgsl"
 
-const IS_FLOAT: bool = false;
-const HAS_MIN: bool = false;
-fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    return vec2<f32>(f16_to_f32(ld_half(block_at(rb, u))), 0.0);
-}
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = block_at(rb, u);
     let lo = (ld_word(b + 6u + ((c & 3u) << 2u)) >> ((c >> 2u) << 2u)) & 0x0f0f0f0fu;

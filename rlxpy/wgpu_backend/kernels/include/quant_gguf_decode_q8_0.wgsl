@@ -1,11 +1,6 @@
 // Q8_0: d (f16) | qs[32] (i8): value = d * q.
-#include "quant_gguf_layout.wgsl"
+#include "quant_gguf_scale_d.wgsl"
 
-const IS_FLOAT: bool = false;
-const HAS_MIN: bool = false;
-fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    return vec2<f32>(f16_to_f32(ld_half(block_at(rb, u))), 0.0);
-}
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     return sbytes4(ld_word(block_at(rb, u) + 2u + (c << 2u)));
 }
