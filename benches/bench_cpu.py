@@ -32,10 +32,10 @@ def prompt_ids(path: Path) -> list[int]:
 
 
 def rlxpy_side(path: Path, ids: list[int], tokens: int) -> dict:
-    from rlxpy.models.generate import Generator
+    from rlxpy.frontends.gguf import load_generator
 
     started = time.perf_counter()
-    gen, _ = Generator.from_gguf(path, context=512)
+    gen, _ = load_generator(path, context=512)
     load = time.perf_counter() - started
     list(gen.generate(ids[:4], 2))  # warm-up: compiles every pipeline once
     out = list(gen.generate(ids, tokens))

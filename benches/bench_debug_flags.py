@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import rlxpy  # noqa: E402
 from rlxpy import env  # noqa: E402
+from rlxpy.frontends.gguf import load_generator  # noqa: E402
 from rlxpy.models.generate import Generator  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def main() -> None:
     results = {"run_us": timeit(lambda: exe.run({"x": value}), repeat=200, warmup=20) * 1e6}
     tokens = 8 if args.quick else 32
     with tempfile.TemporaryDirectory() as tmp:
-        gen, _ = Generator.from_gguf(write_tiny_llama(Path(tmp) / "tiny.gguf"), chunk=8)
+        gen, _ = load_generator(write_tiny_llama(Path(tmp) / "tiny.gguf"), chunk=8)
         results["decode_tps_off"] = decode_tps(gen, tokens)
         if hasattr(env, "run_debug_flags"):  # absent before the flags were reworked
             names = {"nan": "nan_trace", "dump": "dump_nodes", "profile": "profile"}

@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 from common import emit, parse_args, torch_cuda
 
-from rlxpy.frontends.gguf import default_model_path
-from rlxpy.models.generate import Generator
+from rlxpy.frontends.gguf import default_model_path, load_generator
 
 
 @contextlib.contextmanager
@@ -65,7 +64,7 @@ def rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int, rope: bool
 
 def _rlxpy_side(path, prompt_len: int, decode_tokens: int, chunk: int) -> dict:
     started = time.perf_counter()
-    gen, model = Generator.from_gguf(path, context=max(1024, prompt_len + decode_tokens + 8), chunk=chunk)
+    gen, model = load_generator(path, context=max(1024, prompt_len + decode_tokens + 8), chunk=chunk)
     load = time.perf_counter() - started
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(100, 40000, size=prompt_len)]

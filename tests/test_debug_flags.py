@@ -18,7 +18,7 @@ import rlxpy
 from rlxpy import env
 from rlxpy.cli import main
 from rlxpy.errors import NumericsError
-from rlxpy.models.generate import Generator
+from rlxpy.frontends.gguf import load_generator
 
 FLAGS = {
     "nan": ({"RLX_WGPU_NAN_TRACE": 1}, "rlxpy NaN trace: every node finite"),
@@ -73,7 +73,7 @@ def test_generate_trace_has_one_span_per_step_of_each_run(device, tiny, tmp_path
         code, text, _ = generate(capsys, tiny, "--max-tokens", "3")
     assert code == 0 and text.strip() != "the cat"
     events = check_trace(path)
-    gen = Generator.from_gguf(tiny, chunk=8)[0]  # the same graph: count its steps per branch
+    gen = load_generator(tiny, chunk=8)[0]  # the same graph: count its steps per branch
     for run, branch in enumerate(("prefill_next", "decode_next", "decode_next")):
         steps = sorted(e["args"]["step"] for e in events if e["args"]["run"] == run and "step" in e["args"])
         assert steps == gen.exe.step_indices([branch]), branch
@@ -98,7 +98,7 @@ def test_nan_trace_names_the_first_node_reading_a_poisoned_weight(device, tmp_pa
 def test_nan_at_a_decode_step_names_its_token_position(device, tiny):
     prompt = [1, 260, 265, 270]
     with env.override(RLX_WGPU_NAN_TRACE=1):  # an executable copies the flags when it is built
-        gen, _ = Generator.from_gguf(tiny, chunk=8)
+        gen, _ = load_generator(tiny, chunk=8)
         tokens = gen.generate(prompt, 8)
         next(tokens)  # prefill: finite
         next(tokens)  # the first decode step: finite

@@ -158,7 +158,7 @@ def test_function_level_imports_in_wgpu_backend_say_why():
             said = "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
             if in_function and not said:
                 unexplained.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
-    assert not unexplained, "hoist these imports, or say why they stay in the function:\n" + "\n".join(unexplained)
+    assert not unexplained, "hoist these imports, or say why they stay:\n" + "\n".join(unexplained)
 
 
 def _private(name: str) -> bool:

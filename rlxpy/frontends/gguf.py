@@ -6,6 +6,7 @@ and range, and every tensor the graph builder needs exists with the shape and ty
 hyper-parameters imply, before anything is planned or compiled. Every refusal is a ``ModelError``
 that names the file and the metadata key or tensor. Tensor bytes go from a memory map straight into
 the arena (no second copy in RAM); weights stay in their GGML block format on the GPU.
+:func:`load_generator` is the whole way from a file to a text Generator (models/generate.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +25,7 @@ import numpy as np
 from rlxpy.errors import ModelError
 from rlxpy.frontends.gguf_check import FLOATS, INTEGERS, STRING, GgufLayout, TensorInfo, read_layout
 from rlxpy.ir.ops.quant import GGUF_BLOCKS
+from rlxpy.models.generate import Generator
 from rlxpy.models.llama import LlamaConfig, param_sources
 
 #: Architectures whose tensors and hyper-parameters follow llama's naming.
@@ -257,3 +260,14 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
         exe.set_param_bytes(name, raw)
         total += raw.nbytes
     return total
+
+
+def load_generator(path: str | os.PathLike, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
+                   seed: int = 0) -> tuple[Generator, GgufModel]:
+    """(a Generator compiled for the GGUF's llama config, with its weights uploaded; the model)."""
+    model = load_gguf(path, context)
+    gen = Generator(model.config, chunk, sampler, seed)
+    started = time.perf_counter()
+    upload_weights(gen.exe, model)
+    gen.stats.upload_seconds = time.perf_counter() - started
+    return gen, model

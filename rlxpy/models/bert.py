@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+import rlxpy
 from rlxpy.errors import InputError, ModelError
 from rlxpy.ir import DType, Graph, Node, Sym
 from rlxpy.ir.ops.base import MaskKind
@@ -153,7 +154,7 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     """Every tensor of a .safetensors file as a numpy array (``safetensors.numpy`` when installed,
     else the format read directly: u64 header size, JSON header, little-endian raw data)."""
     try:
-        from safetensors.numpy import load_file
+        from safetensors.numpy import load_file  # optional: the format is read directly without it
     except ImportError:
         load_file = None
     if load_file is not None:
@@ -225,8 +226,6 @@ class BertEncoder:
 
     def __init__(self, cfg: BertConfig, params: Mapping[str, np.ndarray], fuse_qkv: bool = True,
                  **options: Any) -> None:
-        import rlxpy
-
         self.cfg = cfg
         self.graph = build_bert(cfg, fuse_qkv=fuse_qkv)
         self.exe = rlxpy.compile(self.graph, **options)

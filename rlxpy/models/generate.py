@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+import rlxpy
 from rlxpy.errors import InputError, NumericsError
 from rlxpy.models.llama import LlamaConfig, build_llama
+from rlxpy.wgpu_backend.debug import describe
 
 
 @dataclass
@@ -34,12 +34,11 @@ class GenerationStats:
 
 
 class Generator:
-    """Owns the compiled prefill+decode executable and the KV-cache position."""
+    """Owns the compiled prefill+decode executable and the KV-cache position. From a GGUF file:
+    ``rlxpy.frontends.gguf.load_generator``."""
 
     def __init__(self, config: LlamaConfig, chunk: int = 32, sampler: dict | None = None,
                  seed: int = 0) -> None:
-        import rlxpy
-
         started = time.perf_counter()
         self.config = config
         self.chunk = chunk
@@ -48,18 +47,6 @@ class Generator:
         self.graph = build_llama(config, chunk, sampler)
         self.exe = rlxpy.compile(self.graph)
         self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
-
-    @classmethod
-    def from_gguf(cls, path: str | Path, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
-                  seed: int = 0) -> tuple[Generator, Any]:
-        from rlxpy.frontends.gguf import load_gguf, upload_weights
-
-        model = load_gguf(path, context)
-        gen = cls(model.config, chunk, sampler, seed)
-        started = time.perf_counter()
-        upload_weights(gen.exe, model)
-        gen.stats.upload_seconds = time.perf_counter() - started
-        return gen, model
 
     def _seed_input(self, prefix: str, step: int) -> dict[str, np.ndarray]:
         if not self.sampling:
@@ -128,8 +115,6 @@ class Generator:
         found = self.exe.last_nan if self.exe.flags.nan_trace else None
         if not found:
             return
-        from rlxpy.wgpu_backend.debug import describe
-
         row = found["index"][0] if rows > 1 and found["shape"][:1] == [rows] else 0
         raise NumericsError(f"NaN trace: generation stopped at token position {start + row} ({branch} step): "
                             f"the first bad node is {describe(found)}")

@@ -7,9 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from rlxpy.frontends.gguf import default_model_path
+from rlxpy.frontends.gguf import default_model_path, load_generator
 from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
-from rlxpy.models.generate import Generator
 
 PROMPT = "The three primary colors are"
 
@@ -31,7 +30,7 @@ def hf_model(path):
 
 @pytest.fixture(scope="module")
 def generator(device, path):
-    gen, model = Generator.from_gguf(path, context=256, chunk=16)
+    gen, model = load_generator(path, context=256, chunk=16)
     return gen, model
 
 
