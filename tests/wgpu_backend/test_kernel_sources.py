@@ -180,3 +180,19 @@ def test_python_holds_no_wgsl_functions():
                 assert not re.search(r"\bfn \w+\(", node.value), f"{path.name}: WGSL function text in Python"
     wgsl = KERNEL_DIR / "wgsl.py"
     assert not wgsl.exists() or "fn " not in wgsl.read_text(), "wgsl.py holds WGSL function text"
+
+
+@pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
+def test_gguf_block_geometry_comes_from_gguf_py(qtype):
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from rlxpy.ir.ops.quant import GGUF_BLOCKS
+    from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import decode_subs
+
+    elements, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+    assert GGUF_BLOCKS[qtype] == (elements, nbytes)
+    subs = decode_subs(qtype)
+    assert subs["BLOCK_BYTES"] == nbytes and 32 << subs["UNIT_SHIFT"] == max(32, elements)
+    decoder = (INCLUDE_DIR / f"quant_gguf_decode_{subs['DECODER']}.wgsl").read_text()
+    if elements > 1:  # a float type's "block" is one element
+        assert f"{nbytes}u" not in decoder, f"{qtype}: its block size is written in its decoder"
