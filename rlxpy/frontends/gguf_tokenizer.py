@@ -535,6 +535,10 @@ class GgufTokenizer:
 
     # -- decoding --------------------------------------------------------------------------------------
 
+    def token_id(self, text: str) -> int | None:
+        """The id of the token spelled ``text`` in the vocabulary (e.g. ``"<|im_end|>"``), or None."""
+        return self._ids.get(text)
+
     def is_special(self, token_id: int) -> bool:
         """Whether ``token_id`` is a control or unknown token (what ``skip_special`` drops)."""
         self._check_id(token_id)
