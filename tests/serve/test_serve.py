@@ -119,14 +119,16 @@ def test_embeddings_float_and_base64(client, server):
     assert vectors.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
-    plain = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": texts[0],
+    # The same batch as plain floats (one batch shape: the encoder compiles once).
+    plain = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": texts,
                                                         "encoding_format": "float"}, timeout=120).json()
-    assert np.allclose(plain["data"][0]["embedding"], vectors[0], atol=1e-6)
-    assert plain["usage"]["prompt_tokens"] > 5
-    raw = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": [texts[0]],
+    floats = np.array([item["embedding"] for item in plain["data"]])
+    assert np.array_equal(np.float32(floats), np.float32(vectors))
+    assert [item["index"] for item in plain["data"]] == [0, 1, 2] and plain["usage"]["prompt_tokens"] > 15
+    raw = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": texts,
                                                       "encoding_format": "base64"}, timeout=120).json()
-    decoded = np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), "<f4")
-    assert np.array_equal(decoded, np.float32(plain["data"][0]["embedding"]))
+    decoded = np.frombuffer(base64.b64decode(raw["data"][2]["embedding"]), "<f4")
+    assert np.array_equal(decoded, np.float32(floats[2]))
 
 
 def test_eight_concurrent_streaming_clients_each_get_their_own_tokens(client, model, server):
@@ -188,8 +190,8 @@ def test_bad_requests_get_a_clear_4xx_and_the_server_keeps_serving(server, clien
     assert "max_tokens=5000 is beyond the context of 256 tokens" in message
     long = {**chat, "messages": [{"role": "user", "content": "word " * 400}]}
     assert "more than the context of 256" in _error(post("chat/completions", json=long), 400)
-    message = _error(post("completions", json={"model": model, "prompt": "Hi " * 100, "max_tokens": 200}), 400)
-    assert "together exceed the context of 256 tokens" in message
+    too_much = {"model": model, "prompt": "Hi " * 100, "max_tokens": 200}
+    assert "together exceed the context of 256 tokens" in _error(post("completions", json=too_much), 400)
     assert "temperature 0.7 is not available" in _error(
         post("chat/completions", json={**chat, "temperature": 0.7}), 400)
     assert "n=2" in _error(post("chat/completions", json={**chat, "n": 2}), 400)
