@@ -19,7 +19,7 @@ from typing import Any
 
 from rlxpy.errors import InputError, RlxError
 from rlxpy.models.session import PrefixCache, TurnStats, stop_ids
-from rlxpy.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, _Request
+from rlxpy.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, GenerationRequest
 from rlxpy.serve.scheduler import END, Job, SerialScheduler
 
 DEFAULT_EMBED_ID = "all-MiniLM-L6-v2"
@@ -132,7 +132,7 @@ class Engine:
         raise ApiError(404, f"the model {name!r} does not exist here; this server serves {served}", "model",
                        "model_not_found")
 
-    def check_sampling(self, request: _Request) -> None:
+    def check_sampling(self, request: GenerationRequest) -> None:
         """The sampler is compiled into the graph: a request may only ask for the one the server has."""
         temperature = float(self.sampler.get("temperature", 0.0))
         top_p = float(self.sampler.get("top_p", 1.0))

@@ -28,7 +28,9 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
-class _Request(BaseModel):
+class GenerationRequest(BaseModel):
+    """What chat and text completions share."""
+
     model_config = ConfigDict(extra="allow")
 
     model: str
@@ -73,7 +75,7 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
-class ChatCompletionRequest(_Request):
+class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
@@ -114,7 +116,7 @@ class ChatCompletionRequest(_Request):
         return messages
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(GenerationRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's default for completions
     echo: bool = False
