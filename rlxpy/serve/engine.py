@@ -79,6 +79,7 @@ class Engine:
         self.cache = PrefixCache(generator)
         self.stop = stop_ids(tokenizer)
         self.sampler = dict(sampler or {})
+        self.seed = int(getattr(generator, "seed", 0))  # a request without "seed" samples with this one
         self.default_max_tokens = default_max_tokens
         self.embed_dir = embed_dir
         self.embed_id = embed_id if embed_dir is not None else None
@@ -197,8 +198,7 @@ class Engine:
         tokenizer, cache, stop = self.tokenizer, self.cache, self.stop
 
         def work(job: Job) -> None:
-            if seed is not None:
-                cache.generator.seed = seed
+            cache.generator.seed = self.seed if seed is None else seed
             stats = TurnStats()
             decoder = tokenizer.stream(skip_special=True)
             completion = 0

@@ -112,6 +112,8 @@ class ChatCompletionRequest(GenerationRequest):
                 content = "".join(texts)
             plain = message.model_dump(exclude_none=True)
             plain["content"] = content if content is not None else ""
+            if plain["role"] == "developer":  # OpenAI's newer name for the system role
+                plain["role"] = "system"
             messages.append(plain)
         return messages
 
