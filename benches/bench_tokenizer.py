@@ -8,15 +8,18 @@ Encoders compared (SmolLM2-135M-Instruct's GGUF, pre-tokenizer ``smollm``):
   pre-tokenizer is GPT-2's split for this file, and the same backend with SmolLM2's own
   pre-tokenizer (each digit apart, then GPT-2's split), as its ``tokenizer.json`` has.
 
-"load" is reading the file (and building the ``tokenizers`` twin), "cold" the first encode of a
-fresh tokenizer (empty word caches), "warm" the median of later ones. Ids are compared position by
-position with the Python encoder (the llama.cpp reference).
+"load" is reading the file (and building the ``tokenizers`` twin); then, on ~20k-token documents:
+"first" is the first encode of a fresh tokenizer (empty word caches, one-time tables), "new text"
+the median over three other documents after it (the steady state of a server: common words cached,
+the text new), "same text" the median of encoding the first document again. Ids of every document
+are compared position by position with the Python encoder (the llama.cpp reference).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,14 +35,17 @@ MULTILINGUAL = (
 )
 
 
-def document(chars: int) -> str:
-    """Python's own help topics (English prose and code) with multilingual lines between them."""
+def documents(chars: int, count: int = 4) -> list[str]:
+    """``count`` documents of ``chars`` characters: Python's own help topics (English prose and code)
+    with multilingual lines between them."""
     import pydoc_data.topics as topics
 
     parts = []
     for name in sorted(topics.topics):
         parts.extend((topics.topics[name], MULTILINGUAL))
-    return "".join(parts)[:chars]
+    text = "".join(parts)
+    assert len(text) >= chars * count, "pydoc_data holds too little text for these documents"
+    return [text[index * chars:(index + 1) * chars] for index in range(count)]
 
 
 def timed(fn):
@@ -48,71 +54,65 @@ def timed(fn):
     return value, time.perf_counter() - started
 
 
-def mismatches(ids: list[int], reference: list[int]) -> dict:
-    differ = sum(a != b for a, b in zip(ids, reference))
-    first = next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), None)
-    return {"equal": ids == reference, "tokens": len(ids), "positions_differing": differ,
-            "first_difference": first}
-
-
-def measure_gguf_tokenizer(path: str, text: str, backend: str) -> tuple[dict, list[int]]:
-    def load() -> GgufTokenizer:
-        tokenizer = GgufTokenizer.from_gguf(path, backend=backend)
-        tokenizer.backend  # noqa: B018  (builds the tokenizers twin, otherwise built on first encode)
-        return tokenizer
-
-    tokenizer, build = timed(load)
-    ids, cold = timed(lambda: tokenizer.encode(text))
-    warm = timeit(lambda: tokenizer.encode(text), repeat=9, warmup=1)
-    assert tokenizer.decode(ids) == text
-    return {"backend": tokenizer.backend, "load_s": build, "cold_s": cold, "warm_s": warm}, ids
-
-
-def measure_transformers(path: str, text: str) -> tuple[dict, dict, list[int], list[int]]:
-    from tokenizers import Tokenizer, pre_tokenizers
-    from transformers import AutoTokenizer
-
-    directory, name = os.path.split(path)
-    hf, load = timed(lambda: AutoTokenizer.from_pretrained(directory, gguf_file=name))
-    backend = hf.backend_tokenizer
-    converted, cold = timed(lambda: backend.encode(text, add_special_tokens=False).ids)
-    warm = timeit(lambda: backend.encode(text, add_special_tokens=False), repeat=9, warmup=1)
-    own = Tokenizer.from_str(backend.to_str())
-    own.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
-    split_ids, split_cold = timed(lambda: own.encode(text, add_special_tokens=False).ids)
-    split_warm = timeit(lambda: own.encode(text, add_special_tokens=False), repeat=9, warmup=1)
-    return ({"load_s": load, "cold_s": cold, "warm_s": warm},
-            {"cold_s": split_cold, "warm_s": split_warm}, converted, split_ids)
+def measure(encode, texts: list[str], reference: list[list[int]] | None) -> tuple[dict, list[list[int]]]:
+    first_ids, first = timed(lambda: encode(texts[0]))
+    others = [timed(lambda text=text: encode(text)) for text in texts[1:]]
+    same = timeit(lambda: encode(texts[0]), repeat=5, warmup=0)
+    ids = [first_ids] + [found for found, _ in others]
+    row = {"first_s": first, "new_text_s": statistics.median(t for _, t in others), "same_text_s": same}
+    if reference is not None:
+        flat, want = sum(ids, []), sum(reference, [])
+        differ = sum(a != b for a, b in zip(flat, want))
+        row.update(equal=ids == reference, tokens=len(flat), positions_differing=differ)
+    return row, ids
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     path = str(args.model or default_model_path())
-    text = document(20_000 if args.quick else 75_000)
-    python, reference = measure_gguf_tokenizer(path, text, "python")
-    fast, fast_ids = measure_gguf_tokenizer(path, text, "auto")
-    converted, own_split, converted_ids, split_ids = measure_transformers(path, text)
-    results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "document": {"chars": len(text), "tokens": len(reference)},
-        "gguf_tokenizer_python": {**python, **mismatches(reference, reference)},
-        "gguf_tokenizer_tokenizers": {**fast, **mismatches(fast_ids, reference)},
-        "transformers_gguf_conversion": {**converted, **mismatches(converted_ids, reference)},
-        "transformers_with_smollm_split": {**own_split, **mismatches(split_ids, reference)},
-    }
-    print(f"document: {len(text)} chars, {len(reference)} tokens ({results['machine']})")
-    print(f"{'encoder':34} {'load s':>8} {'cold ms':>8} {'warm ms':>8}  ids equal to the Python encoder")
+    texts = documents(20_000 if args.quick else 75_000)
+
+    def gguf_tokenizer(backend: str) -> GgufTokenizer:
+        tokenizer = GgufTokenizer.from_gguf(path, backend=backend)
+        tokenizer.backend  # noqa: B018  (builds the tokenizers twin, otherwise built on first encode)
+        return tokenizer
+
+    python, load_python = timed(lambda: gguf_tokenizer("python"))
+    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
+                                f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}"}
+    row, reference = measure(python.encode, texts, None)
+    results["gguf_tokenizer_python"] = {"load_s": load_python, **row, "equal": True,
+                                        "tokens": sum(map(len, reference)), "positions_differing": 0}
+    assert python.decode(reference[0]) == texts[0]
+    fast, load_fast = timed(lambda: gguf_tokenizer("auto"))
+    row, _ = measure(fast.encode, texts, reference)
+    results["gguf_tokenizer_tokenizers"] = {"load_s": load_fast, "backend": fast.backend, **row}
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    directory, name = os.path.split(path)
+    hf, load_hf = timed(lambda: AutoTokenizer.from_pretrained(directory, gguf_file=name))
+    backend = hf.backend_tokenizer
+    row, _ = measure(lambda text: backend.encode(text, add_special_tokens=False).ids, texts, reference)
+    results["transformers_gguf_conversion"] = {"load_s": load_hf, **row}
+    own = Tokenizer.from_str(backend.to_str())
+    own.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    row, _ = measure(lambda text: own.encode(text, add_special_tokens=False).ids, texts, reference)
+    results["transformers_with_smollm_split"] = row
+
+    print(f"4 documents of {len(texts[0])} chars, {sum(map(len, reference))} tokens ({results['machine']})")
+    print(f"{'encoder':32} {'load s':>7} {'first ms':>9} {'new text ms':>12} {'same text ms':>13}  ids equal")
     for name, row in results.items():
-        if not isinstance(row, dict) or "cold_s" not in row:
+        if not isinstance(row, dict):
             continue
         load = f"{row['load_s']:.2f}" if "load_s" in row else "-"
-        verdict = "yes" if row["equal"] else (
-            f"no: {row['positions_differing']} positions differ, first at {row['first_difference']}, "
-            f"{row['tokens']} tokens")
-        print(f"{name:34} {load:>8} {row['cold_s'] * 1e3:8.1f} {row['warm_s'] * 1e3:8.1f}  {verdict}")
+        verdict = "yes" if row["equal"] else f"no: {row['positions_differing']} of {row['tokens']} positions"
+        print(f"{name:32} {load:>7} {row['first_s'] * 1e3:9.1f} {row['new_text_s'] * 1e3:12.1f} "
+              f"{row['same_text_s'] * 1e3:13.1f}  {verdict}")
     emit(results, args.json)
 
 
