@@ -29,10 +29,9 @@ from rlxpy.wgpu_backend import (
     windows,
 )
 from rlxpy.wgpu_backend.arena import ArenaPlan, is_view, pinned, plan_arena, tensor_bytes
-from rlxpy.wgpu_backend.lowering.attention import scratch_bytes
 from rlxpy.wgpu_backend.lowering.elementwise import ELEMENTWISE_COPY_WORDS
 from rlxpy.wgpu_backend.memplan import align_up
-from rlxpy.wgpu_backend.schedule import LOWERERS, DeviceFacts, LowerCtx, Step, lower_node
+from rlxpy.wgpu_backend.schedule import LOWERERS, DeviceFacts, LowerCtx, Step, lower_node, scratch_needed
 from rlxpy.wgpu_backend.windows import WindowPlan
 
 MAX_GAP_ROUNDS = 64  # each round fixes every node that failed in it, so a few rounds suffice
@@ -142,13 +141,15 @@ def plan_windows(graph: Graph, nodes: list[Node], arena: ArenaPlan, cap: int, al
 
 
 def accesses(node: Node, graph: Graph, arena: ArenaPlan) -> list[windows.Access]:
-    """The tensors a node's steps touch: its inputs (read) and its output (written)."""
+    """The tensors a node's steps touch: its inputs (read), its output and the inputs it mutates
+    (written: a staged KV cache is copied back after the node too)."""
     seen: dict[int, windows.Access] = {}
     for i in node.inputs:
         src = graph.nodes[i]
         seen[i] = windows.Access(i, arena.offsets[i], tensor_bytes(src), False, src.name)
     seen[node.id] = windows.Access(node.id, arena.offsets[node.id], tensor_bytes(node), True, node.name)
-    return list(seen.values())
+    mutated = sorted({node.inputs[k] for k in node.op.mutated_inputs()})
+    return list(seen.values()) + [dataclasses.replace(seen[i], written=True) for i in mutated]
 
 
 def _free(live: windows.Liveness, step: int, alignment: int, lo: int, hi: int) -> list[windows.Region]:
@@ -245,11 +246,6 @@ def _span(node: Node, graph: Graph, arena: ArenaPlan, alignment: int, window: in
     units = windows.merge_units(accesses(node, graph, arena))
     windows.check_fits(units, window, alignment, where(node))
     return min(u.offset for u in units), max(u.end for u in units)
-
-
-def scratch_needed(graph: Graph) -> int:
-    """The largest scratch any node asks for (split-K attention's partial records)."""
-    return max((scratch_bytes(n, graph) for n in graph.nodes if isinstance(n.op, ops.Attention)), default=0)
 
 
 def is_leaf(node: Node) -> bool:

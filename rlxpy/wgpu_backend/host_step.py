@@ -9,8 +9,6 @@ lowered this way lists its ops in ``HOST_OPS`` (op -> why no kernel yet) of its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from rlxpy.ir.graph import Node
@@ -18,12 +16,13 @@ from rlxpy.ir.reference import reference_of
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step
 
 
-def host_steps(node: Node, ctx: LowerCtx, written_back: Sequence[int] = (), name: str = "") -> list[Step]:
-    """One host step running the op's reference; inputs listed in ``written_back`` are updated in
-    place by the reference (e.g. a carried recurrent state) and written back to the arena too."""
+def host_steps(node: Node, ctx: LowerCtx, name: str = "") -> list[Step]:
+    """One host step running the op's reference; the inputs the op mutates (``Op.mutated_inputs``:
+    a carried recurrent state, KV caches), which the reference updates in place, are written back
+    to the arena too."""
     reference = reference_of(type(node.op))
     op, input_ids, output_id = node.op, list(node.inputs), node.id
-    written_back = list(written_back)
+    written_back = node.op.mutated_inputs()
 
     def run(io) -> None:
         args = [np.array(io.read(i)) for i in input_ids]

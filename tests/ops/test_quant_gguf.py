@@ -341,7 +341,8 @@ def test_non_f32_x_is_refused_naming_the_node(device):
     x = g.input("x", (1, 32), DType.F16)
     y = g.dequant_matmul_gguf(x, g.param("w", (2, 34), DType.U8), "Q8_0", 2, 32, name="proj")
     g.output(y)
-    with pytest.raises(UnsupportedOpError, match=r"proj \(DequantMatMulGguf\): x must be f32"):
+    with pytest.raises(UnsupportedOpError, match=r"proj \(DequantMatMulGguf\): quant_gguf_\w+ is lowered for "
+                                                 r"f32 only, input 0 x"):
         rlxpy.compile(g)
 
 

@@ -131,7 +131,8 @@ def test_rope_bad_inputs_are_named_errors(device):
     g = rlxpy.Graph("rope_f16")
     y = g.rope(g.input("x", (2, 8), "f16"), g.input("c", (2, 4), "f16"), g.input("s", (2, 4), "f16"), 8)
     g.output(y)
-    with pytest.raises(UnsupportedOpError, match=r"\(Rope\): rope is lowered for f32 only"):
+    with pytest.raises(UnsupportedOpError, match=r"\(Rope\): rope_rotate is lowered for f32 only, "
+                                                 r"input 0 x is f16"):
         rlxpy.compile(g)
     g = rlxpy.Graph("rope_bad")
     x, c = g.input("x", (2, 8)), g.input("c", (2, 4))

@@ -191,7 +191,8 @@ def test_logits_are_not_overwritten(device):
 def test_bad_sample_inputs_are_named_errors(device):
     g = rlxpy.Graph("bad")
     g.output(g.sample(g.input("x", (2, 8), "f16"), 1.0))
-    with pytest.raises(UnsupportedOpError, match=r"sample_0 \(Sample\): sample is lowered for f32 logits"):
+    with pytest.raises(UnsupportedOpError, match=r"sample_0 \(Sample\): sample_rows is lowered for f32 only, "
+                                                 r"input 0 x"):
         rlxpy.compile(g)
     g = rlxpy.Graph("bad_seed")
     g.output(g.sample(g.input("x", (2, 8)), 1.0, seed_input=g.input("s", (2,), "f32")))

@@ -71,6 +71,9 @@ class RopeKvAppend(Op):
     def rot(self) -> int:
         return self.n_rot or self.head_dim
 
+    def mutated_inputs(self) -> tuple[int, ...]:
+        return (1, 2)  # k_cache, v_cache
+
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         qkv, k_cache, v_cache, cos, sin, pos = ins
         width = self.q_width + 2 * self.kv_width

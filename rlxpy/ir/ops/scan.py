@@ -55,6 +55,9 @@ class GatedDeltaNet(Op):
     carry_state: bool = False
     arity = (5, 6)
 
+    def mutated_inputs(self) -> tuple[int, ...]:
+        return (5,) if self.carry_state else ()  # the carried state
+
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         want_inputs = 6 if self.carry_state else 5
         need(len(ins) == want_inputs,

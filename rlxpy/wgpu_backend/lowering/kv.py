@@ -5,11 +5,13 @@ from __future__ import annotations
 from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 KV_WRITE = kernel(
-    "kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32, rows=U32, pos=U32)
+    "kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32, rows=U32, pos=U32),
+    dtypes=accepts(),  # rows are copied word by word, whatever their dtype (checked below: whole words)
 )
 
 

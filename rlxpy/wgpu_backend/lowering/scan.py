@@ -14,13 +14,6 @@ HOST_OPS: dict[type[ops.Op], str] = {
 }
 
 
-def mutated_inputs(op: ops.Op) -> list[int]:
-    """Inputs the op updates in place (its reference mutates them): written back to the arena."""
-    if isinstance(op, ops.GatedDeltaNet) and op.carry_state:
-        return [5]
-    return []
-
-
 @lowers(*HOST_OPS)
 def lower_scan_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx, mutated_inputs(node.op))
+    return host_steps(node, ctx)
