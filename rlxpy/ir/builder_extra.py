@@ -11,7 +11,7 @@ from rlxpy.errors import GraphError
 from rlxpy.ir import ops
 from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
 from rlxpy.ir.ops.backward import AttentionWrt
-from rlxpy.ir.ops.base import FftNorm, MaskKind, ReduceOp, enum_value
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, FftNorm, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.ops.custom import GROUP_LIMITED_GATE, UMAP_KNN, GateParams
 from rlxpy.ir.ops.region import ChainStep, RegionPrologue
 from rlxpy.ir.shape import as_shape
@@ -24,6 +24,10 @@ def _window(value: Window | None) -> tuple[int, ...]:
     if value is None:
         return ()
     return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def _activation(value: ActKind | str | None) -> ActKind | None:
+    return None if value is None else enum_value(ActKind, value)  # type: ignore[return-value]
 
 
 def _enum(kind: type, value: object) -> object:
@@ -43,29 +47,70 @@ class BuilderExtra(GraphCore):
 
     # -- convolution, pooling -------------------------------------------------------------------
     def conv(self, x: NodeRef, w: NodeRef, stride: Window = 1, padding: Window = 0, dilation: Window = 1,
-             groups: int = 1, name: str | None = None) -> Node:
-        """torch.nn.functional.conv{1,2,3}d(x, w, None, stride, padding, dilation, groups)."""
+             groups: int = 1, name: str | None = None, *, bias: NodeRef | None = None,
+             activation: ActKind | str | None = None, padding_end: Window | None = None) -> Node:
+        """act(torch.nn.functional.conv{1,2,3}d(x, w, bias, stride, padding, dilation, groups));
+        ``padding_end`` pads after each dim (default: ``padding``, symmetric)."""
         kernel = self._shape_of(w, "conv weight")[2:]
-        op = ops.Conv(kernel, _window(stride), _window(padding), _window(dilation), groups)
-        return self.apply(op, [x, w], name)
+        op = ops.Conv(kernel, _window(stride), _window(padding), _window(dilation), groups,
+                      _window(padding_end), _activation(activation))
+        return self.apply(op, [x, w] + ([bias] if bias is not None else []), name)
+
+    def conv_transpose(self, x: NodeRef, w: NodeRef, stride: Window = 1, padding: Window = 0,
+                       output_padding: Window = 0, dilation: Window = 1, groups: int = 1,
+                       name: str | None = None, *, bias: NodeRef | None = None,
+                       activation: ActKind | str | None = None, padding_end: Window | None = None) -> Node:
+        """act(torch.nn.functional.conv_transpose{1,2,3}d(x, w, bias, stride, padding, output_padding,
+        groups, dilation)); w is [C_in, C_out/groups, *kernel]."""
+        kernel = self._shape_of(w, "conv_transpose weight")[2:]
+        op = ops.ConvTranspose(kernel, _window(stride), _window(padding), _window(output_padding),
+                               _window(dilation), groups, _window(padding_end), _activation(activation))
+        return self.apply(op, [x, w] + ([bias] if bias is not None else []), name)
 
     def pool(self, x: NodeRef, kind: ReduceOp | str, kernel_size: Window, stride: Window = 1,
-             padding: Window = 0, name: str | None = None) -> Node:
+             padding: Window = 0, name: str | None = None, *, dilation: Window = 1,
+             padding_end: Window | None = None, ceil_mode: bool = False, count_include_pad: bool = True,
+             divisor: int = 0) -> Node:
         kind = _enum(ReduceOp, kind)  # type: ignore[assignment]
-        op = ops.Pool(kind, _window(kernel_size), _window(stride), _window(padding))  # type: ignore[arg-type]
+        op = ops.Pool(kind, _window(kernel_size), _window(stride), _window(padding),  # type: ignore[arg-type]
+                      _window(dilation), _window(padding_end), ceil_mode, count_include_pad, divisor)
         return self.apply(op, [x], name)
 
     def max_pool(self, x: NodeRef, kernel_size: Window, stride: Window | None = None, padding: Window = 0,
-                 name: str | None = None) -> Node:
+                 name: str | None = None, *, dilation: Window = 1, ceil_mode: bool = False) -> Node:
         """torch's max_pool{1,2,3}d: stride defaults to the kernel size here, as in torch."""
         stride = kernel_size if stride is None else stride
-        return self.pool(x, ReduceOp.MAX, kernel_size, stride, padding, name)
+        return self.pool(x, ReduceOp.MAX, kernel_size, stride, padding, name, dilation=dilation,
+                         ceil_mode=ceil_mode)
 
     def avg_pool(self, x: NodeRef, kernel_size: Window, stride: Window | None = None, padding: Window = 0,
-                 name: str | None = None) -> Node:
-        """torch's avg_pool{1,2,3}d(count_include_pad=True); stride defaults to the kernel size."""
+                 name: str | None = None, *, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> Node:
+        """torch's avg_pool{1,2,3}d; stride defaults to the kernel size."""
         stride = kernel_size if stride is None else stride
-        return self.pool(x, ReduceOp.MEAN, kernel_size, stride, padding, name)
+        return self.pool(x, ReduceOp.MEAN, kernel_size, stride, padding, name, ceil_mode=ceil_mode,
+                         count_include_pad=count_include_pad, divisor=divisor_override or 0)
+
+    def adaptive_pool(self, x: NodeRef, kind: ReduceOp | str, output_size: Window,
+                      name: str | None = None) -> Node:
+        kind = _enum(ReduceOp, kind)  # type: ignore[assignment]
+        return self.apply(ops.AdaptivePool(kind, _window(output_size)), [x], name)  # type: ignore[arg-type]
+
+    def adaptive_avg_pool(self, x: NodeRef, output_size: Window, name: str | None = None) -> Node:
+        """torch's adaptive_avg_pool{1,2,3}d."""
+        return self.adaptive_pool(x, ReduceOp.MEAN, output_size, name)
+
+    def adaptive_max_pool(self, x: NodeRef, output_size: Window, name: str | None = None) -> Node:
+        """torch's adaptive_max_pool{1,2,3}d (values only)."""
+        return self.adaptive_pool(x, ReduceOp.MAX, output_size, name)
+
+    def global_avg_pool(self, x: NodeRef, name: str | None = None) -> Node:
+        """Mean over every spatial dim, keeping them as 1s (ONNX GlobalAveragePool)."""
+        return self.adaptive_pool(x, ReduceOp.MEAN, 1, name)
+
+    def global_max_pool(self, x: NodeRef, name: str | None = None) -> Node:
+        """Max over every spatial dim, keeping them as 1s (ONNX GlobalMaxPool)."""
+        return self.adaptive_pool(x, ReduceOp.MAX, 1, name)
 
     def im2col(self, x: NodeRef, kernel_size: Window, stride: Window = 1, padding: Window = 0,
                dilation: Window = 1, name: str | None = None) -> Node:
@@ -74,9 +119,10 @@ class BuilderExtra(GraphCore):
 
     # -- sequence models --------------------------------------------------------------------------
     def selective_scan(self, x: NodeRef, delta: NodeRef, a: NodeRef, b: NodeRef, c: NodeRef,
-                       name: str | None = None) -> Node:
+                       state: NodeRef | None = None, name: str | None = None) -> Node:
         state_size = (self._shape_of(a, "selective_scan A") or (0,))[-1]
-        return self.apply(ops.SelectiveScan(state_size), [x, delta, a, b, c], name)
+        ins = [x, delta, a, b, c] + ([state] if state is not None else [])
+        return self.apply(ops.SelectiveScan(state_size, state is not None), ins, name)
 
     def gated_delta_net(self, q: NodeRef, k: NodeRef, v: NodeRef, g: NodeRef, beta: NodeRef,
                         state: NodeRef | None = None, name: str | None = None) -> Node:
@@ -113,6 +159,34 @@ class BuilderExtra(GraphCore):
 
     def umap_knn(self, pairwise: NodeRef, k: int, name: str | None = None) -> Node:
         return self.custom(UMAP_KNN, [pairwise], struct.pack("<I", k), name)
+
+    # -- losses ------------------------------------------------------------------------------------
+    def log_softmax(self, x: NodeRef, axis: int = -1, name: str | None = None) -> Node:
+        return self.apply(ops.LogSoftmax(axis), [x], name)
+
+    def cross_entropy(self, logits: NodeRef, targets: NodeRef, reduction: str = "mean",
+                      name: str | None = None) -> Node:
+        """torch.nn.functional.cross_entropy over the last axis of ``logits``: ``reduction`` "none"
+        (per row), "sum", or "mean" over the targets in [0, C) (out-of-range targets are ignored)."""
+        if reduction not in ("none", "sum", "mean"):
+            raise GraphError(f"{name or 'cross_entropy'} (CrossEntropy): reduction must be none, sum or "
+                             f"mean, got {reduction!r}")
+        rows = self.apply(ops.CrossEntropy(), [logits, targets], name if reduction == "none" else None)
+        if reduction == "none":
+            return rows
+        axes = tuple(range(rows.rank)) or (0,)
+        flat = rows if rows.rank else self.apply(ops.Reshape((1,)), [rows])
+        total = self.apply(ops.Reduce(ReduceOp.SUM, axes), [flat], name if reduction == "sum" else None)
+        if reduction == "sum":
+            return total
+        classes = self[logits].shape[-1]
+        t = targets if rows.rank else self.apply(ops.Reshape((1,)), [targets])
+        lower = self.apply(ops.Compare(CmpOp.GE), [t, self.constant(0, self[t].dtype)])
+        upper = self.apply(ops.Compare(CmpOp.LT), [t, self.constant(classes, self[t].dtype)])
+        inside = self.apply(ops.Binary(BinaryOp.MUL), [self.apply(ops.Cast(rows.dtype), [lower]),
+                                                       self.apply(ops.Cast(rows.dtype), [upper])])
+        count = self.apply(ops.Reduce(ReduceOp.SUM, axes), [inside])
+        return self.apply(ops.Binary(BinaryOp.DIV), [total, count], name)
 
     # -- backward ops -----------------------------------------------------------------------------
     def rms_norm_backward_input(self, x: NodeRef, gamma: NodeRef, dy: NodeRef, beta: NodeRef | None = None,
@@ -159,6 +233,10 @@ class BuilderExtra(GraphCore):
         op = ops.AttentionBackward(num_heads, head_dim, _enum(AttentionWrt, wrt), num_kv_heads,  # type: ignore[arg-type]
                                      _enum(MaskKind, mask_kind), score_scale, softcap, window)  # type: ignore[arg-type]
         return self.apply(op, [q, k, v, dy] + ([mask] if mask is not None else []), name)
+
+    def cross_entropy_backward(self, logits: NodeRef, targets: NodeRef, dy: NodeRef,
+                               name: str | None = None) -> Node:
+        return self.apply(ops.CrossEntropyBackward(), [logits, targets, dy], name)
 
     # -- fused element-wise regions ---------------------------------------------------------------
     def elementwise_region(self, inputs: Sequence[NodeRef], chain: Sequence[ChainStep],

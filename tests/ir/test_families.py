@@ -10,7 +10,7 @@ from rlxpy.ir.reference import REFERENCE, run_reference
 
 EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
-    "AttentionBackward", "BatchElementwiseRegion", "Conv", "CumsumBackward", "Custom",
+    "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward", "Custom",
     "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
     "GaussianSplatRasterize", "GaussianSplatRender", "GaussianSplatRenderBackward", "Im2Col",
     "LayerNormBackwardGamma", "LayerNormBackwardInput", "LogMel", "LogMelBackward", "Pool",
@@ -26,7 +26,7 @@ def _extra_ops() -> list[type]:
 def test_every_extra_op_is_registered_with_a_reference():
     found = {cls.__name__ for cls in _extra_ops()}
     assert found == {name for name in EXTRA_OPS if name in ops.OP_TYPES}
-    assert len(found) == 25  # 9 backward, 3 conv, 5 custom/splat, 2 region, 2 sequence, 4 signal
+    assert len(found) == 27  # 9 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 4 signal
     assert [cls.__name__ for cls in _extra_ops() if cls not in REFERENCE] == []
     assert ops.DequantMatMul in REFERENCE
 
@@ -37,6 +37,8 @@ def _one_of_each() -> tuple[Graph, dict]:
     conv = g.conv(x, g.param("w", (4, 1, 3, 3)), stride=2, padding=1, groups=2)
     pool = g.avg_pool(conv, 2)
     cols = g.im2col(x, 2, stride=2)
+    up = g.conv_transpose(conv, g.param("wt", (4, 2, 2, 2)), stride=2, groups=2, activation="relu")
+    ada = g.adaptive_max_pool(conv, 2)
     seq = g.input("seq", (1, 3, 2))
     bc = g.input("bc", (1, 3, 4))
     scan = g.selective_scan(seq, seq, g.param("A", (2, 4)), bc, bc)
@@ -60,7 +62,7 @@ def _one_of_each() -> tuple[Graph, dict]:
     tables = g.param("cos", (8, 2)), g.param("sin", (8, 2))
     rope = g.rope_backward(g.input("dy", (3, 8)), *tables, head_dim=4, interleaved=True)
     attn = g.attention_backward(q, q, q, q, "value", 2, 4, mask_kind="sliding_window", window=1, softcap=3.0)
-    g.output(pool, cols, scan, gdn, fft, peaks, mel, dmel, gated, knn, *grads, rope, attn)
+    g.output(pool, cols, up, ada, scan, gdn, fft, peaks, mel, dmel, gated, knn, *grads, rope, attn)
     rng = np.random.default_rng(0)
     values = {n.name: rng.standard_normal(n.shape).astype(n.dtype.numpy) for n in g.nodes
               if isinstance(n.op, (ops.Input, ops.Param))}
@@ -79,4 +81,4 @@ def test_json_round_trip_keeps_every_op_and_result():
     first, second = run_reference(g, inputs, params), run_reference(again, inputs, params)
     for name, value in first.items():
         np.testing.assert_array_equal(second[name], value, err_msg=name)
-    assert "Conv(%0 x, %1 w) [kernel_size=[3, 3], stride=[2], padding=[1], dilation=[1], groups=2]" in str(g)
+    assert "Conv(%0 x, %1 w) [kernel_size=[3, 3], stride=[2], padding=[1], dilation=[1], groups=2" in str(g)

@@ -218,3 +218,171 @@ def test_im2col_shape_errors():
         g.im2col(g.input("y", ("B", 2, 8, 8)), 3)
     with pytest.raises(GraphError, match="kernel_size"):
         g.im2col(g.input("z", (1, 2, 8, 8)), (3, 3, 3))
+
+
+# -- bias + activation epilogue, asymmetric padding ---------------------------------------------------
+def test_conv_bias_activation_and_asymmetric_padding_match_torch():
+    x, w, b = _rand((2, 4, 9, 7), 12), _rand((6, 2, 3, 2), 13), _rand((6,), 14)
+    g = Graph()
+    y = g.conv(g.input("x", x.shape), g.input("w", w.shape), stride=(2, 1), padding=(1, 0), groups=2,
+               bias=g.input("b", b.shape), activation="relu", padding_end=(2, 1))
+    tx = F.pad(torch.from_numpy(x).double(), (0, 1, 1, 2))  # (w before, w after, h before, h after)
+    tw, tb = torch.from_numpy(w).double(), torch.from_numpy(b).double()
+    want = torch.relu(F.conv2d(tx, tw, tb, (2, 1), 0, 1, 2))
+    assert y.shape == tuple(want.shape)
+    _close(_run(g, y, x=x, w=w, b=b), want.float(), 1e-5)
+
+
+def test_conv_bias_shape_is_checked():
+    g = Graph()
+    x = g.input("x", (1, 4, 8))
+    with pytest.raises(GraphError, match=r"c \(Conv\): conv bias must be f32\[6\]"):
+        g.conv(x, g.param("w", (6, 4, 3)), bias=g.param("b", (4,)), name="c")
+
+
+# -- ConvTranspose -------------------------------------------------------------------------------------
+TORCH_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+CONV_T_CASES = [
+    # (x shape, c_out, kernel, stride, padding, output_padding, dilation, groups)
+    ((1, 1, 1), 1, (1,), 1, 0, 0, 1, 1),
+    ((2, 3, 7), 4, (3,), 2, 1, 1, 1, 1),
+    ((1, 4, 5), 6, (4,), 3, 0, 2, 2, 2),
+    ((2, 4, 5, 6), 2, (3, 3), 2, 1, 1, 1, 1),
+    ((1, 6, 4, 3), 6, (2, 3), (1, 2), (0, 1), (0, 1), (2, 1), 3),
+    ((1, 2, 3, 4, 2), 3, (2, 2, 3), (2, 1, 2), (1, 0, 1), 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("x_shape, c_out, kernel, stride, padding, out_pad, dilation, groups", CONV_T_CASES)
+def test_conv_transpose_matches_torch(x_shape, c_out, kernel, stride, padding, out_pad, dilation, groups):
+    w_shape = (x_shape[1], c_out // groups) + kernel
+    x, w, b = _rand(x_shape, 15), _rand(w_shape, 16), _rand((c_out,), 17)
+    g = Graph()
+    y = g.conv_transpose(g.input("x", x_shape), g.input("w", w_shape), stride, padding, out_pad, dilation,
+                         groups, bias=g.input("b", (c_out,)))
+    want = TORCH_CONV_T[len(kernel)](torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                     torch.from_numpy(b).double(), stride, padding, out_pad, groups, dilation)
+    assert y.shape == tuple(want.shape)
+    _close(_run(g, y, x=x, w=w, b=b), want.float(), 1e-5)
+
+
+def test_conv_transpose_asymmetric_padding_crops_like_onnx():
+    x, w = _rand((1, 2, 5, 4), 18), _rand((2, 3, 3, 3), 19)
+    g = Graph()
+    y = g.conv_transpose(g.input("x", x.shape), g.input("w", w.shape), stride=2, padding=(0, 1),
+                         padding_end=(1, 2))
+    full = F.conv_transpose2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), stride=2)
+    want = full[:, :, 0:full.shape[2] - 1, 1:full.shape[3] - 2]
+    _close(_run(g, y, x=x, w=w), want.float(), 1e-5)
+
+
+def test_conv_transpose_shape_errors():
+    g = Graph()
+    x = g.input("x", (1, 4, 5))
+    with pytest.raises(GraphError, match=r"t \(ConvTranspose\): conv_transpose weight f32\[3, 2, 3\] needs"):
+        g.conv_transpose(x, g.param("w", (3, 2, 3)), name="t")
+    with pytest.raises(GraphError, match="groups=3 must divide C_in=4"):
+        g.conv_transpose(x, g.param("w2", (4, 2, 3)), groups=3)
+    with pytest.raises(GraphError, match="output size -1 < 1"):
+        g.conv_transpose(g.input("x1", (1, 4, 1)), g.param("w3", (4, 2, 1)), padding=1)
+
+
+# -- Pool: ceil_mode, count_include_pad, divisor, dilation, asymmetric padding -----------------------------
+POOL_MODE_CASES = [
+    # (shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+    ((1, 2, 7), (3,), (2,), (1,), True, True, None),
+    ((1, 2, 8), (3,), (2,), (1,), True, False, None),
+    ((2, 3, 7, 6), (3, 2), (2, 2), (1, 1), True, True, None),
+    ((2, 3, 7, 6), (3, 2), (2, 2), (1, 0), True, False, None),
+    ((1, 1, 5, 5), (2, 2), (2, 2), (1, 1), False, False, None),
+    ((1, 2, 6, 5), (3, 3), (3, 2), (1, 1), True, True, 5),
+    ((1, 1, 4, 5, 6), (2, 3, 2), (2, 2, 3), (1, 1, 0), True, False, None),
+]
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding, ceil, include_pad, divisor", POOL_MODE_CASES)
+def test_avg_and_max_pool_modes_match_torch(shape, kernel, stride, padding, ceil, include_pad, divisor):
+    x = _rand(shape, 20)
+    g = Graph()
+    xin = g.input("x", shape)
+    avg = g.avg_pool(xin, kernel, stride, padding, ceil_mode=ceil, count_include_pad=include_pad,
+                     divisor_override=divisor)
+    hi = g.max_pool(xin, kernel, stride, padding, ceil_mode=ceil)
+    g.output(avg, hi)
+    out = run_reference(g, {"x": x})
+    t = torch.from_numpy(x)
+    spatial = len(kernel)
+    extra = {"divisor_override": divisor} if spatial > 1 else {}  # avg_pool1d has none
+    want = TORCH_AVG[spatial](t, kernel, stride, padding, ceil, include_pad, **extra)
+    _close(out[avg.name], want)
+    _close(out[hi.name], TORCH_MAX[spatial](t, kernel, stride, padding, 1, ceil))
+
+
+def test_max_pool_dilation_matches_torch():
+    x = _rand((2, 3, 11, 9), 21)
+    g = Graph()
+    y = g.max_pool(g.input("x", x.shape), 3, 2, 1, dilation=(2, 1), ceil_mode=True)
+    _close(_run(g, y, x=x), F.max_pool2d(torch.from_numpy(x), 3, 2, 1, (2, 1), True))
+
+
+def test_pool_asymmetric_padding_counts_the_pads_it_has():
+    x = _rand((1, 2, 6), 22)
+    g = Graph()
+    y = g.pool(g.input("x", x.shape), "mean", 3, 2, padding=0, padding_end=1)
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (0, 1)])
+    want = np.stack([padded[..., i:i + 3].mean(-1) for i in (0, 2, 4)], axis=-1)
+    _close(_run(g, y, x=x), want)
+    g2 = Graph()
+    y2 = g2.pool(g2.input("x", x.shape), "mean", 3, 2, padding_end=1, count_include_pad=False)
+    want2 = np.stack([x[..., i:min(i + 3, 6)].astype(np.float64).mean(-1) for i in (0, 2, 4)], axis=-1)
+    _close(_run(g2, y2, x=x), want2)
+
+
+def test_pool_mode_errors():
+    g = Graph()
+    x = g.input("x", (1, 2, 6))
+    with pytest.raises(GraphError, match="apply to mean pooling only, not MAX"):
+        g.pool(x, "max", 2, divisor=3)
+    with pytest.raises(GraphError, match="divisor -1"):
+        g.pool(x, "mean", 2, divisor=-1)
+
+
+# -- AdaptivePool ------------------------------------------------------------------------------------
+ADAPTIVE_CASES = [
+    ((1, 2, 7), (3,)),
+    ((2, 3, 10), (4,)),
+    ((1, 2, 5), (8,)),  # more bins than elements: overlapping bins
+    ((2, 3, 7, 9), (3, 4)),
+    ((1, 2, 7, 7), (1, 1)),
+    ((1, 1, 4, 6, 5), (2, 3, 2)),
+]
+TORCH_ADAPTIVE_AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+TORCH_ADAPTIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
+
+
+@pytest.mark.parametrize("shape, size", ADAPTIVE_CASES)
+def test_adaptive_pools_match_torch(shape, size):
+    x = _rand(shape, 23)
+    x.reshape(-1)[::11] = np.nan
+    g = Graph()
+    xin = g.input("x", shape)
+    avg, hi = g.adaptive_avg_pool(xin, size), g.adaptive_max_pool(xin, size)
+    g.output(avg, hi)
+    out = run_reference(g, {"x": x})
+    t = torch.from_numpy(x)
+    _close(out[avg.name], TORCH_ADAPTIVE_AVG[len(size)](t, size))
+    _close(out[hi.name], TORCH_ADAPTIVE_MAX[len(size)](t, size))
+
+
+def test_global_pools_keep_unit_dims():
+    x = _rand((2, 3, 5, 4), 24)
+    g = Graph()
+    xin = g.input("x", x.shape)
+    avg, hi = g.global_avg_pool(xin), g.global_max_pool(xin)
+    g.output(avg, hi)
+    out = run_reference(g, {"x": x})
+    assert avg.shape == (2, 3, 1, 1)
+    _close(out[avg.name], x.astype(np.float64).mean(axis=(2, 3), keepdims=True))
+    _close(out[hi.name], x.max(axis=(2, 3), keepdims=True))
+    with pytest.raises(GraphError, match="must be static"):
+        g.global_avg_pool(g.input("s", (1, 2, "T")))

@@ -1,4 +1,5 @@
-"""Conv family: Conv, Pool and Im2Col run as host steps (their numpy references)."""
+"""Conv family: Conv, ConvTranspose, Pool, AdaptivePool and Im2Col run as host steps (their numpy
+references)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ HOST_OPS: dict[type[ops.Op], str] = {
     ops.Conv: "no conv kernel yet",
     ops.Pool: "no pool kernel yet",
     ops.Im2Col: "im2col is a host op: no kernel yet",
+    ops.ConvTranspose: "no transposed-conv kernel yet",
+    ops.AdaptivePool: "no adaptive-pool kernel yet",
 }
 
 
