@@ -131,19 +131,38 @@ class BuilderExtra(GraphCore):
         return self.apply(ops.GatedDeltaNet(state_size, state is not None), ins, name)
 
     # -- signal / audio ---------------------------------------------------------------------------
-    def fft(self, x: NodeRef, inverse: bool = False, norm: FftNorm | str = FftNorm.BACKWARD,
+    def fft(self, x: NodeRef, inverse: bool = False, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1,
             name: str | None = None) -> Node:
-        return self.apply(ops.Fft(inverse, _enum(FftNorm, norm)), [x], name)  # type: ignore[arg-type]
+        """Complex DFT along ``axis`` (c64, or the f32/f64 block layout on the last axis)."""
+        return self.apply(ops.Fft(inverse, _enum(FftNorm, norm), axis), [x], name)  # type: ignore[arg-type]
+
+    def rfft(self, x: NodeRef, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1,
+             name: str | None = None) -> Node:
+        """f32 signal -> its c64 one-sided spectrum along ``axis`` (torch.fft.rfft)."""
+        return self.apply(ops.Fft(False, _enum(FftNorm, norm), axis, real=True), [x], name)  # type: ignore
+
+    def irfft(self, x: NodeRef, n: int = 0, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1,
+              name: str | None = None) -> Node:
+        """c64 one-sided spectrum -> f32 signal of length ``n`` (0: 2(M-1)) along ``axis`` (torch's irfft)."""
+        return self.apply(ops.Fft(True, _enum(FftNorm, norm), axis, real=True, n=n), [x], name)  # type: ignore
+
+    def stft(self, x: NodeRef, window: NodeRef, n_fft: int, hop: int, center: bool = True,
+             pad_mode: str = "reflect", onesided: bool = True, norm: FftNorm | str = FftNorm.BACKWARD,
+             name: str | None = None) -> Node:
+        """f32 [..., T] -> c64 [..., frames, bins] (torch.stft with its last two axes swapped)."""
+        op = ops.Stft(n_fft, hop, center, pad_mode, onesided, _enum(FftNorm, norm))  # type: ignore[arg-type]
+        return self.apply(op, [x, window], name)
 
     def welch_peaks(self, spectrum: NodeRef, k: int, n_segments: int, name: str | None = None) -> Node:
         return self.apply(ops.WelchPeaks(k, n_segments), [spectrum], name)
 
-    def log_mel(self, spectrum: NodeRef, filters: NodeRef, name: str | None = None) -> Node:
-        return self.apply(ops.LogMel(), [spectrum, filters], name)
+    def log_mel(self, spectrum: NodeRef, filters: NodeRef, floor_axes: int = 1,
+                name: str | None = None) -> Node:
+        return self.apply(ops.LogMel(floor_axes), [spectrum, filters], name)
 
-    def log_mel_backward(self, spectrum: NodeRef, filters: NodeRef, dy: NodeRef,
+    def log_mel_backward(self, spectrum: NodeRef, filters: NodeRef, dy: NodeRef, floor_axes: int = 1,
                          name: str | None = None) -> Node:
-        return self.apply(ops.LogMelBackward(), [spectrum, filters, dy], name)
+        return self.apply(ops.LogMelBackward(floor_axes), [spectrum, filters, dy], name)
 
     # -- custom ops -------------------------------------------------------------------------------
     def custom(self, op_name: str, inputs: Sequence[NodeRef], attr_bytes: bytes = b"",

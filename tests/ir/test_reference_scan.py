@@ -10,7 +10,7 @@ import torch
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.graph import Graph
-from rlxpy.ir.reference import run_reference
+from rlxpy.ir.reference import REFERENCE, run_reference
 
 
 def _rand(shape, seed, scale=1.0):
@@ -89,6 +89,36 @@ def test_selective_scan_propagates_nan_forward_in_time_only():
     assert not np.isnan(got[0, :3]).any() and not np.isnan(got[0, :, 0]).any()
 
 
+def test_selective_scan_carries_its_state_in_place():
+    """With a state, the scan starts from it and writes the final state back (input 5 only): two
+    halves through one state equal one scan of the whole sequence from that state."""
+    x, delta, a, b, c = _scan_inputs(2, 10, 3, 4, seed=2)
+    named = {"x": x, "delta": delta, "b": b, "c": c}
+    start = _rand((2, 3, 4), 8)
+    g = Graph()
+    state, a_node = g.param("state", (2, 3, 4)), g.param("A", (3, 4))
+    halves = []
+    for part in range(2):
+        ins = {nm: g.input(f"{nm}{part}", (2, 5, t.shape[2])) for nm, t in named.items()}
+        halves.append(g.selective_scan(ins["x"], ins["delta"], a_node, ins["b"], ins["c"], state=state))
+    both = g.concat(halves, axis=1)
+    g.output(both)
+    feed = {f"{nm}{p}": t[:, 5 * p: 5 * p + 5] for p in range(2) for nm, t in named.items()}
+    got = run_reference(g, feed, {"A": a, "state": start.copy()})[both.name]
+    np.testing.assert_allclose(got, _scan_loops_from(x, delta, a, b, c, start), rtol=1e-5, atol=1e-5)
+    args = [x, delta, a, b, c, start.copy()]
+    node = halves[0]
+    REFERENCE[type(node.op)](node.op, args, node)
+    assert node.op.mutated_inputs() == (5,) and not np.array_equal(args[5], start)
+
+
+def _scan_loops_from(x, delta, a, b, c, start):
+    """_scan_loops from a starting state: the state's effect decays by prod exp(delta * A)."""
+    y = _scan_loops(x, delta, a, b, c)
+    decay = np.cumprod(np.exp(delta[..., None].astype(np.float64) * a), axis=1)  # [B, S, Hd, N]
+    return y + np.einsum("btcn,bcn,btn->btc", decay, start.astype(np.float64), c.astype(np.float64))
+
+
 def test_selective_scan_shape_errors():
     g = Graph()
     x = g.input("x", (1, 4, 3))
@@ -100,6 +130,9 @@ def test_selective_scan_shape_errors():
     with pytest.raises(GraphError, match="state_size 300 must be in 1..256"):
         wide = g.input("b3", (1, 4, 300))
         g.selective_scan(x, x, g.param("A3", (3, 300)), wide, wide)
+    bc = g.input("bc", (1, 4, 2))
+    with pytest.raises(GraphError, match=r"state must be \[1, 3, 2\], got f32\[1, 2, 3\]"):
+        g.selective_scan(x, x, g.param("A4", (3, 2)), bc, bc, state=g.param("s", (1, 2, 3)))
 
 
 def _delta_rule_loops(q, k, v, g, beta, state=None):

@@ -1,12 +1,141 @@
-"""GatedDeltaNet runs as a host step that carries its recurrent state across runs."""
+"""Scan family on the GPU: SelectiveScan (chunked scan, carried state) against the numpy reference and a
+plain float64 torch recurrence; GatedDeltaNet carrying its state across runs."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
+import torch
+from conftest import KERNEL_VARIANTS
 from helpers import assert_close
 
 import rlxpy
+from rlxpy import env
+from rlxpy.errors import UnsupportedOpError
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.compiler import lower_graph, prepare
+from rlxpy.wgpu_backend.lowering import scan as scan_lowering
+from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
+from rlxpy.wgpu_backend.schedule import DeviceFacts
+
+#: GPU f32 vs float64: the scan's rounding grows with |y| (a sum of N state products per step).
+SCAN_TOL = (2e-4, 2e-4)
+
+
+@pytest.fixture(params=KERNEL_VARIANTS)
+def variant(request):
+    """Both chunkings: the GPU's (many short chunks) and a CPU adapter's (few long ones)."""
+    with env.override(RLX_WGPU_KERNELS=request.param):
+        yield request.param
+
+
+def scan_torch(x, delta, a, b, c, state=None):
+    """Oracle: discretise every step at once, then run the recurrence in float64 torch."""
+    x, delta, a, b, c = (torch.from_numpy(t).double() for t in (x, delta, a, b, c))
+    decay = torch.exp(delta.unsqueeze(-1) * a)  # [B, S, Hd, N]
+    drive = (delta * x).unsqueeze(-1) * b.unsqueeze(2)
+    h = torch.zeros(decay[:, 0].shape, dtype=torch.float64)
+    if state is not None:
+        h = torch.from_numpy(state).double()
+    ys = []
+    for t in range(x.shape[1]):
+        h = decay[:, t] * h + drive[:, t]
+        ys.append((h * c[:, t, None, :]).sum(-1))
+    return torch.stack(ys, dim=1).numpy(), h.numpy()
+
+
+def scan_inputs(batch, steps, channels, n, seed=0):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((batch, steps, channels)).astype(np.float32)
+    delta = np.log1p(np.exp(r.standard_normal((batch, steps, channels)))).astype(np.float32)  # softplus
+    a = -np.exp(0.5 * r.standard_normal((channels, n))).astype(np.float32)
+    b, c = (r.standard_normal((batch, steps, n)).astype(np.float32) for _ in range(2))
+    return {"x": x, "delta": delta, "b": b, "c": c}, a
+
+
+def build_scan(batch, steps, channels, n, carry=False, name="y"):
+    g = rlxpy.Graph("scan")
+    state = g.param("state", (batch, channels, n)) if carry else None
+    y = g.selective_scan(g.input("x", (batch, steps, channels)), g.input("delta", (batch, steps, channels)),
+                         g.param("A", (channels, n)), g.input("b", (batch, steps, n)),
+                         g.input("c", (batch, steps, n)), state=state, name=name)
+    g.output(y)
+    return g
+
+
+def run_scan(feeds, a, carry_state=None):
+    batch, steps, channels = feeds["x"].shape
+    g = build_scan(batch, steps, channels, a.shape[1], carry=carry_state is not None)
+    exe = rlxpy.compile(g)
+    exe.set_param("A", a)
+    if carry_state is not None:
+        exe.set_param("state", carry_state)
+    return g, exe, exe.run(feeds)["y"]
+
+
+@pytest.mark.parametrize("batch, steps, channels, n", [
+    (1, 1, 1, 1), (2, 3, 5, 16), (1, 17, 33, 1), (1, 255, 5, 64), (2, 1000, 33, 16)])
+def test_selective_scan_matches_reference_and_torch(device, variant, batch, steps, channels, n):
+    feeds, a = scan_inputs(batch, steps, channels, n, seed=steps)
+    g, exe, got = run_scan(feeds, a)
+    assert {s.kind for s in exe.schedule.steps} == {"gpu"}, "no host steps"
+    ref = run_reference(g, feeds, {"A": a})["y"]
+    want, _ = scan_torch(feeds["x"], feeds["delta"], a, feeds["b"], feeds["c"])
+    assert_close(ref, want, 1e-5, 1e-5, "reference vs torch")
+    assert_close(got, want, *SCAN_TOL, "GPU vs torch")
+
+
+def test_long_prefill_runs_in_parallel_chunks(device):
+    """A 4k-token prefill is three dispatches: the invocations (lanes x chunks) fill an H100."""
+    g = build_scan(1, 4096, 1536, 16)
+    steps = lower_graph(prepare(g), DeviceFacts()).steps
+    assert [s.kernel for s in steps] == ["scan_selective", "scan_selective_carry", "scan_selective"]
+    chunk = scan_lowering.chunk_length(4096, 1536, 16, cpu=False)
+    assert 1536 * math.ceil(4096 / chunk) >= scan_lowering.TARGET_INVOCATIONS
+    assert chunk * 17 < LOOP_BUDGET
+
+
+def test_selective_scan_propagates_nan_and_inf_forward_in_time(device, variant):
+    feeds, a = scan_inputs(1, 70, 4, 8, seed=3)
+    feeds["x"][0, 20, 1] = np.nan
+    feeds["delta"][0, 40, 2] = np.inf  # exp(inf * A) = 0 forgets the past, inf * x drives inf/NaN
+    feeds["b"][0, 50, 3] = -np.inf
+    _, _, got = run_scan(feeds, a)
+    want, _ = scan_torch(feeds["x"], feeds["delta"], a, feeds["b"], feeds["c"])
+    assert_close(got, want, *SCAN_TOL, "GPU vs torch with NaN/inf")
+    assert np.isnan(got[0, 20:, 1]).all() and not np.isnan(got[0, :20, 1]).any()
+    assert not np.isnan(got[0, :, 0]).any()
+
+
+def test_carried_state_prefill_then_decode_steps(device, variant):
+    """Prefill 37 tokens from a given state, then 3 single-token decode steps, each continuing from the
+    state the previous run left: the outputs and final state equal one scan over all 40 tokens."""
+    batch, channels, n = 2, 5, 16
+    feeds, a = scan_inputs(batch, 40, channels, n, seed=11)
+    start = np.random.default_rng(5).standard_normal((batch, channels, n)).astype(np.float32)
+    want, want_state = scan_torch(feeds["x"], feeds["delta"], a, feeds["b"], feeds["c"], start)
+
+    g, prefill, got = run_scan({k: v[:, :37] for k, v in feeds.items()}, a, start)
+    assert_close(got, want[:, :37], *SCAN_TOL, "prefill")
+    decode = rlxpy.compile(build_scan(batch, 1, channels, n, carry=True))
+    decode.set_param("A", a)
+    decode.set_param("state", prefill.read_node("state"))
+    kernels = [s.kernel for s in decode.schedule.steps]
+    assert kernels == ["scan_selective"], "a decode step is one dispatch"
+    for t in range(37, 40):
+        got = decode.run({k: v[:, t:t + 1] for k, v in feeds.items()})["y"]
+        assert_close(got, want[:, t:t + 1], *SCAN_TOL, f"decode step {t}")
+    assert_close(decode.read_node("state"), want_state, *SCAN_TOL, "final state")
+
+
+def test_selective_scan_refuses_f16_naming_the_node(device):
+    g = rlxpy.Graph("half")
+    x, bc = g.input("x", (1, 4, 3), "f16"), g.input("bc", (1, 4, 2), "f16")
+    g.output(g.selective_scan(x, x, g.param("A", (3, 2), "f16"), bc, bc, name="ssm"))
+    with pytest.raises(UnsupportedOpError, match=r"ssm \(SelectiveScan\): scan_selective is lowered for f32"):
+        rlxpy.compile(g)
 
 
 def test_gated_delta_net_host_step_carries_its_state_across_runs(device):

@@ -75,6 +75,14 @@ def _shape(g: rlxpy.Graph) -> None:
              g.scatter_add(x, g.input("sidx", [6], "i64"), 4))
 
 
+def _scan(g: rlxpy.Graph) -> None:
+    """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes."""
+    for steps, carry in ((1, True), (300, False)):
+        x, bc = g.input(f"x{steps}", [1, steps, 8]), g.input(f"bc{steps}", [1, steps, 4])
+        state = g.param(f"state{steps}", [1, 8, 4]) if carry else None
+        g.output(g.selective_scan(x, x, g.param(f"A{steps}", [8, 4]), bc, bc, state=state))
+
+
 def _quant_generic(g: rlxpy.Graph) -> None:
     k, n = 64, 12
     for scheme, extra in (("int8", 1), ("int8_asym", 2), ("int4", 1), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
@@ -119,7 +127,7 @@ def _gguf(qtype: str):
 
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
             "attention_rope_kv": _attention_rope_kv, "shape": _shape, "quant_generic": _quant_generic,
-            **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
+            "scan": _scan, **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 
 
 def rendered(name: str) -> list[tuple[str, str]]:

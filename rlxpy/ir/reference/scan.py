@@ -8,24 +8,29 @@ from rlxpy.ir.ops.scan import GatedDeltaNet, SelectiveScan
 from rlxpy.ir.reference.core import reference
 
 
-def selective_scan(x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray,
-                   c: np.ndarray) -> np.ndarray:
-    """y [B,S,Hd]: the recurrence of SelectiveScan, vectorised over (batch, channel, state)."""
+def selective_scan(x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                   state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(y [B,S,Hd], final state [B,Hd,N]): the recurrence of SelectiveScan, vectorised over
+    (batch, channel, state); ``state`` is the carried state to start from (else zeros)."""
     x64, d64, a64, b64, c64 = (t.astype(np.float64) for t in (x, delta, a, b, c))
     batch, steps, channels = x.shape
-    state = np.zeros((batch, channels, a.shape[1]))
+    h = np.zeros((batch, channels, a.shape[1])) if state is None else state.astype(np.float64).copy()
     y = np.zeros((batch, steps, channels))
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(steps):
             decay = np.exp(d64[:, t, :, None] * a64[None])  # [B, Hd, N]
-            state = decay * state + (d64[:, t] * x64[:, t])[:, :, None] * b64[:, t, None, :]
-            y[:, t] = np.einsum("bcn,bn->bc", state, c64[:, t])
-    return y
+            h = decay * h + (d64[:, t] * x64[:, t])[:, :, None] * b64[:, t, None, :]
+            y[:, t] = np.einsum("bcn,bn->bc", h, c64[:, t])
+    return y, h
 
 
 @reference(SelectiveScan)
 def ref_selective_scan(op: SelectiveScan, args, node):
-    return selective_scan(*args).astype(args[0].dtype)
+    state = args[5] if op.carry_state else None
+    y, final = selective_scan(*args[:5], state=state)
+    if state is not None:
+        state[...] = final.astype(state.dtype)  # in place, as GatedDeltaNet's carried state
+    return y.astype(args[0].dtype)
 
 
 def gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
