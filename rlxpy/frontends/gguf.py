@@ -141,6 +141,45 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
     if arch not in LLAMA_LIKE:
         raise meta.fail(f"architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})")
     meta.arch = arch
+    hp = _hyperparams(meta, layout, context)
+    tensors = layout.tensors
+    vocab = _vocab(meta, layout)
+    tied = "output.weight" not in tensors
+    _check_tensors(meta, tensors, _expected_tensors(hp, vocab, tied), hp, vocab)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden=hp.hidden,
+        layers=hp.layers,
+        heads=hp.heads,
+        kv_heads=hp.kv_heads,
+        ffn=hp.ffn,
+        head_dim=hp.head_dim,
+        eps=hp.eps,
+        rope_theta=hp.rope_theta,
+        rope_interleaved=True,  # llama.cpp's converter permutes Q/K for adjacent-pair rotation
+        context=max(1, min(context, hp.context_length)),
+        tied_embeddings=tied,
+        weight_types={name: t.type_name for name, t in tensors.items()},
+    )
+    return GgufModel(path, layout, arch, config, dict(tensors))
+
+
+@dataclass(frozen=True)
+class _Hyper:
+    """The llama hyper-parameters read from the metadata, validated."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    head_dim: int
+    context_length: int
+    eps: float
+    rope_theta: float
+
+
+def _hyperparams(meta: _Meta, layout: GgufLayout, context: int) -> _Hyper:
     layers = meta.integer("block_count", 1, MAX_LAYERS)
     hidden = meta.integer("embedding_length", 1, MAX_WIDTH)
     heads = meta.integer("attention.head_count", 1, MAX_HEADS)
@@ -164,9 +203,12 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
     context_length = meta.integer("context_length", 1, 2**31 - 1, default=max(context, 1))
     eps = meta.positive_float("attention.layer_norm_rms_epsilon", 1e-5)
     rope_theta = meta.positive_float("rope.freq_base", 10000.0)
+    return _Hyper(layers, hidden, heads, kv_heads, ffn, head_dim, context_length, eps, rope_theta)
 
-    tensors = layout.tensors
-    embd = _tensor(meta, tensors, "token_embd.weight")
+
+def _vocab(meta: _Meta, layout: GgufLayout) -> int:
+    """Rows of the token embedding, checked against the vocab size and token list when present."""
+    embd = _tensor(meta, layout.tensors, "token_embd.weight")
     if len(embd.dims) != 2:
         raise meta.fail(f"{embd.describe()} should have 2 dimensions, [hidden, vocab] in GGUF order")
     vocab = embd.dims[1]
@@ -181,36 +223,45 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
             f"metadata 'tokenizer.ggml.tokens' has {len(tokens.value)} tokens but {embd.describe()} "
             f"has {vocab} rows"
         )
-    q_width, kv_width = heads * head_dim, kv_heads * head_dim
+    return vocab
+
+
+def _expected_tensors(hp: _Hyper, vocab: int, tied: bool) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Tensor name -> (dims in GGUF order, what they mean) for every tensor the llama graph reads."""
+    hidden, ffn = hp.hidden, hp.ffn
+    q_width, kv_width = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
     expected: dict[str, tuple[tuple[int, ...], str]] = {
         "token_embd.weight": ((hidden, vocab), "[hidden, vocab]"),
         "output_norm.weight": ((hidden,), "[hidden]"),
     }
-    tied = "output.weight" not in tensors
     if not tied:
         expected["output.weight"] = ((hidden, vocab), "[hidden, vocab]")
-    for layer in range(layers):
-        blk = f"blk.{layer}"
-        shapes = {
-            "attn_norm": ((hidden,), "[hidden]"),
-            "ffn_norm": ((hidden,), "[hidden]"),
-            "attn_q": ((hidden, q_width), "[hidden, heads × head size]"),
-            "attn_k": ((hidden, kv_width), "[hidden, kv heads × head size]"),
-            "attn_v": ((hidden, kv_width), "[hidden, kv heads × head size]"),
-            "attn_output": ((q_width, hidden), "[heads × head size, hidden]"),
-            "ffn_gate": ((hidden, ffn), "[hidden, ffn]"),
-            "ffn_up": ((hidden, ffn), "[hidden, ffn]"),
-            "ffn_down": ((ffn, hidden), "[ffn, hidden]"),
-        }
+    shapes = {
+        "attn_norm": ((hidden,), "[hidden]"),
+        "ffn_norm": ((hidden,), "[hidden]"),
+        "attn_q": ((hidden, q_width), "[hidden, heads × head size]"),
+        "attn_k": ((hidden, kv_width), "[hidden, kv heads × head size]"),
+        "attn_v": ((hidden, kv_width), "[hidden, kv heads × head size]"),
+        "attn_output": ((q_width, hidden), "[heads × head size, hidden]"),
+        "ffn_gate": ((hidden, ffn), "[hidden, ffn]"),
+        "ffn_up": ((hidden, ffn), "[hidden, ffn]"),
+        "ffn_down": ((ffn, hidden), "[ffn, hidden]"),
+    }
+    for layer in range(hp.layers):
         for part, shape in shapes.items():
-            expected[f"{blk}.{part}.weight"] = shape
+            expected[f"blk.{layer}.{part}.weight"] = shape
+    return expected
+
+
+def _check_tensors(meta: _Meta, tensors: dict[str, TensorInfo],
+                   expected: dict[str, tuple[tuple[int, ...], str]], hp: _Hyper, vocab: int) -> None:
     for name, (shape, meaning) in expected.items():
         t = _tensor(meta, tensors, name)
         if t.dims != shape:
             raise meta.fail(
                 f"tensor {name!r} has shape {list(t.dims)}, expected {list(shape)} ({meaning} in GGUF "
-                f"order; hidden {hidden}, heads {heads}, kv heads {kv_heads}, head size {head_dim}, "
-                f"ffn {ffn}, vocab {vocab})"
+                f"order; hidden {hp.hidden}, heads {hp.heads}, kv heads {hp.kv_heads}, head size "
+                f"{hp.head_dim}, ffn {hp.ffn}, vocab {vocab})"
             )
         if len(shape) == 1:
             if t.type_name != "F32":
@@ -219,22 +270,6 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
             raise meta.fail(
                 f"{t.describe()}: type {t.type_name} is not supported (supported: {', '.join(GGUF_BLOCKS)})"
             )
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv_heads,
-        ffn=ffn,
-        head_dim=head_dim,
-        eps=eps,
-        rope_theta=rope_theta,
-        rope_interleaved=True,  # llama.cpp's converter permutes Q/K for adjacent-pair rotation
-        context=max(1, min(context, context_length)),
-        tied_embeddings=tied,
-        weight_types={name: t.type_name for name, t in tensors.items()},
-    )
-    return GgufModel(path, layout, arch, config, dict(tensors))
 
 
 def _tensor(meta: _Meta, tensors: dict[str, TensorInfo], name: str) -> TensorInfo:

@@ -310,6 +310,23 @@ def read_layout(path: str | os.PathLike[str]) -> GgufLayout:
 
 def _parse(path: Path, size: int, buf: Any) -> GgufLayout:
     r = _Reader(str(path), buf, size)
+    layout = _header(r, path, size, buf)
+    _read_metadata(r, layout)
+    if layout.tensor_count * MIN_TENSOR_INFO_BYTES > size - r.pos:
+        raise r.fail(
+            f"the tensor count {layout.tensor_count} is more than the {size - r.pos} bytes after the "
+            "metadata can hold"
+        )
+    layout.alignment = _alignment(r, layout)
+    _read_tensor_infos(r, layout)
+    layout.infos_end = r.pos
+    layout.data_offset = -(-r.pos // layout.alignment) * layout.alignment
+    _place_tensors(r, layout)
+    return layout
+
+
+def _header(r: _Reader, path: Path, size: int, buf: Any) -> GgufLayout:
+    """Magic, version and the two counts (each checked against what the file can hold)."""
     if size < 4 or bytes(buf[:4]) != MAGIC:
         raise r.fail(f"not a GGUF file (it starts with {bytes(buf[:4])!r}, not {MAGIC!r})")
     r.pos = 4
@@ -325,9 +342,11 @@ def _parse(path: Path, size: int, buf: Any) -> GgufLayout:
         raise r.fail(f"the metadata count {kv_count} is more than the {size}-byte file can hold")
     if tensor_count * MIN_TENSOR_INFO_BYTES > left:
         raise r.fail(f"the tensor count {tensor_count} is more than the {size}-byte file can hold")
-    layout = GgufLayout(path, size, version, tensor_count, kv_count)
+    return GgufLayout(path, size, version, tensor_count, kv_count)
 
-    for index in range(kv_count):
+
+def _read_metadata(r: _Reader, layout: GgufLayout) -> None:
+    for index in range(layout.kv_count):
         offset = r.pos
         key = r.string(f"the key of metadata pair #{index}")
         if not key:
@@ -340,22 +359,21 @@ def _parse(path: Path, size: int, buf: Any) -> GgufLayout:
         value, item_type = _value(r, value_type, f"metadata {key!r}")
         layout.meta[key] = MetaValue(key, value_type, value, offset, value_offset, r.pos, item_type)
 
-    if tensor_count * MIN_TENSOR_INFO_BYTES > size - r.pos:
-        raise r.fail(
-            f"the tensor count {tensor_count} is more than the {size - r.pos} bytes after the metadata "
-            "can hold"
-        )
-    alignment = DEFAULT_ALIGNMENT
-    entry = layout.meta.get("general.alignment")
-    if entry is not None:
-        if entry.type != UINT32:
-            raise r.fail(f"metadata 'general.alignment' is a {entry.describe_type()}, expected a uint32")
-        alignment = entry.value
-        if alignment <= 0 or alignment & (alignment - 1):
-            raise r.fail(f"metadata 'general.alignment' = {alignment} is not a power of two")
-    layout.alignment = alignment
 
-    for index in range(tensor_count):
+def _alignment(r: _Reader, layout: GgufLayout) -> int:
+    entry = layout.meta.get("general.alignment")
+    if entry is None:
+        return DEFAULT_ALIGNMENT
+    if entry.type != UINT32:
+        raise r.fail(f"metadata 'general.alignment' is a {entry.describe_type()}, expected a uint32")
+    alignment = entry.value
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise r.fail(f"metadata 'general.alignment' = {alignment} is not a power of two")
+    return alignment
+
+
+def _read_tensor_infos(r: _Reader, layout: GgufLayout) -> None:
+    for index in range(layout.tensor_count):
         info_offset = r.pos
         name = r.string(f"the name of tensor #{index}")
         if not name:
@@ -370,12 +388,7 @@ def _parse(path: Path, size: int, buf: Any) -> GgufLayout:
         type_id = r.u32(f"the type of tensor {name!r}")
         offset = r.u64(f"the data offset of tensor {name!r}")
         layout.tensors[name] = TensorInfo(name, dims, type_id, offset, info_offset, r.pos)
-        _check_tensor_info(r, layout.tensors[name], alignment)
-
-    layout.infos_end = r.pos
-    layout.data_offset = -(-r.pos // alignment) * alignment
-    _place_tensors(r, layout)
-    return layout
+        _check_tensor_info(r, layout.tensors[name], layout.alignment)
 
 
 def _signed_dims(dims: tuple[int, ...]) -> list[int]:

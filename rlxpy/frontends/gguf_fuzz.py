@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from rlxpy.errors import ModelError
 
@@ -89,6 +90,88 @@ class FieldMap:
     tensor_ranges: dict[str, tuple[int, int]]
 
 
+class _Cursor:
+    """Reads little-endian fields of a GGUF in order, recording where each one sits."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str) -> tuple[int, Any]:
+        start = self.pos
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return start, value
+
+    def field(self, kind: str, owner: str, fmt: str, entry: Entry | None = None) -> Field:
+        at, value = self.take(fmt)
+        f = Field(kind, owner, at, struct.calcsize(fmt), fmt, value)
+        if entry is not None:
+            entry.fields.append(f)
+        return f
+
+    def string(self, kind: str, owner: str, entry: Entry) -> str:
+        length = self.field(f"{kind}_len", owner, "<Q", entry).value
+        raw = bytes(self.data[self.pos : self.pos + length])
+        entry.fields.append(Field(kind, owner, self.pos, length, "", raw))
+        self.pos += length
+        return raw.decode("utf-8")
+
+    def named_entry(self, kind: str) -> Entry:
+        """A new entry whose owner is the string (key or tensor name) read first."""
+        entry = Entry("", self.pos, 0)
+        entry.owner = self.string(kind, "", entry)
+        for f in entry.fields:
+            f.owner = entry.owner
+        return entry
+
+
+def _map_array(cur: _Cursor, entry: Entry) -> None:
+    key = entry.owner
+    entry.item_type = cur.field("kv.item_type", key, "<I", entry).value
+    entry.count = cur.field("kv.count", key, "<Q", entry).value
+    for index in range(entry.count):
+        sampled = index < 32 or index % 997 == 0  # item fields kept for mutation
+        if entry.item_type == STRING:
+            if sampled:
+                cur.string("kv.item", key, entry)
+            else:
+                (length,) = struct.unpack_from("<Q", cur.data, cur.pos)
+                cur.pos += 8 + length
+        else:
+            cur.field("kv.item", key, SCALAR_FORMATS[entry.item_type], entry if sampled else None)
+
+
+def _map_kv(cur: _Cursor) -> Entry:
+    entry = cur.named_entry("kv.key")
+    key = entry.owner
+    entry.value_type = cur.field("kv.type", key, "<I", entry).value
+    if entry.value_type == STRING:
+        cur.string("kv.str", key, entry)
+    elif entry.value_type == ARRAY:
+        _map_array(cur, entry)
+    else:
+        cur.field("kv.scalar", key, SCALAR_FORMATS[entry.value_type], entry)
+    entry.end = cur.pos
+    return entry
+
+
+def _map_info(cur: _Cursor) -> Entry:
+    entry = cur.named_entry("ti.name")
+    name = entry.owner
+    entry.count = cur.field("ti.n_dims", name, "<I", entry).value
+    for _axis in range(entry.count):
+        cur.field("ti.dim", name, "<Q", entry)
+    entry.item_type = cur.field("ti.type", name, "<I", entry).value
+    cur.field("ti.offset", name, "<Q", entry)
+    entry.end = cur.pos
+    return entry
+
+
+def _gguf_tensor_bytes(type_id: int, dims: list[int]) -> int:
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
+    return int(np.prod(dims)) // block * type_size
+
+
 def field_map(
     data: bytes | memoryview, size: int | None = None, tensor_bytes: Callable | None = None
 ) -> FieldMap:
@@ -96,101 +179,20 @@ def field_map(
 
     ``tensor_bytes(type_id, dims)`` gives a tensor's byte size (gguf-py's block table by default)."""
     size = len(data) if size is None else size
-    pos = 0
-
-    def take(fmt: str) -> tuple[int, Any]:
-        nonlocal pos
-        start = pos
-        (value,) = struct.unpack_from(fmt, data, pos)
-        pos += struct.calcsize(fmt)
-        return start, value
-
+    cur = _Cursor(data)
     header = {"magic": Field("magic", "header", 0, 4)}
-    pos = 4
+    cur.pos = 4
     for name, fmt in (("version", "<I"), ("tensor_count", "<Q"), ("kv_count", "<Q")):
-        at, value = take(fmt)
-        header[name] = Field(name, "header", at, struct.calcsize(fmt), fmt, value)
-
-    def string(kind: str, owner: str, entry: Entry) -> str:
-        nonlocal pos
-        at, length = take("<Q")
-        entry.fields.append(Field(f"{kind}_len", owner, at, 8, "<Q", length))
-        entry.fields.append(Field(kind, owner, pos, length, "", bytes(data[pos : pos + length])))
-        pos += length
-        return bytes(data[pos - length : pos]).decode("utf-8")
-
-    kvs: list[Entry] = []
+        header[name] = cur.field(name, "header", fmt)
+    kvs = [_map_kv(cur) for _ in range(header["kv_count"].value)]
     alignment = 32
-    for _ in range(header["kv_count"].value):
-        entry = Entry("", pos, 0)
-        key = string("kv.key", "", entry)
-        entry.owner = key
-        for f in entry.fields:
-            f.owner = key
-        at, value_type = take("<I")
-        entry.value_type = value_type
-        entry.fields.append(Field("kv.type", key, at, 4, "<I", value_type))
-        if value_type == STRING:
-            string("kv.str", key, entry)
-        elif value_type == ARRAY:
-            at, item_type = take("<I")
-            entry.fields.append(Field("kv.item_type", key, at, 4, "<I", item_type))
-            at, count = take("<Q")
-            entry.fields.append(Field("kv.count", key, at, 8, "<Q", count))
-            entry.item_type, entry.count = item_type, count
-            for index in range(count):
-                sampled = index < 32 or index % 997 == 0  # item fields kept for mutation
-                if item_type == STRING:
-                    if sampled:
-                        string("kv.item", key, entry)
-                    else:
-                        (length,) = struct.unpack_from("<Q", data, pos)
-                        pos += 8 + length
-                else:
-                    fmt = SCALAR_FORMATS[item_type]
-                    at, value = take(fmt)
-                    if sampled:
-                        entry.fields.append(Field("kv.item", key, at, struct.calcsize(fmt), fmt, value))
-        else:
-            fmt = SCALAR_FORMATS[value_type]
-            at, value = take(fmt)
-            entry.fields.append(Field("kv.scalar", key, at, struct.calcsize(fmt), fmt, value))
-            if key == "general.alignment":
-                alignment = value
-        entry.end = pos
-        kvs.append(entry)
-
-    infos: list[Entry] = []
-    for _ in range(header["tensor_count"].value):
-        entry = Entry("", pos, 0)
-        name = string("ti.name", "", entry)
-        entry.owner = name
-        for f in entry.fields:
-            f.owner = name
-        at, n_dims = take("<I")
-        entry.fields.append(Field("ti.n_dims", name, at, 4, "<I", n_dims))
-        dims = []
-        for _axis in range(n_dims):
-            at, dim = take("<Q")
-            dims.append(dim)
-            entry.fields.append(Field("ti.dim", name, at, 8, "<Q", dim))
-        at, type_id = take("<I")
-        entry.fields.append(Field("ti.type", name, at, 4, "<I", type_id))
-        at, offset = take("<Q")
-        entry.fields.append(Field("ti.offset", name, at, 8, "<Q", offset))
-        entry.end = pos
-        entry.count = n_dims
-        entry.item_type = type_id
-        infos.append(entry)
-    infos_end = pos
-    data_offset = -(-pos // alignment) * alignment
-    if tensor_bytes is None:
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-        def tensor_bytes(type_id: int, dims: list[int]) -> int:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
-            return int(np.prod(dims)) // block * type_size
-
+    for entry in kvs:
+        if entry.owner == "general.alignment" and entry.value_type not in (STRING, ARRAY):
+            alignment = entry.fields[-1].value
+    infos = [_map_info(cur) for _ in range(header["tensor_count"].value)]
+    infos_end = cur.pos
+    data_offset = -(-cur.pos // alignment) * alignment
+    tensor_bytes = tensor_bytes or _gguf_tensor_bytes
     ranges = {}
     for entry in infos:
         dims = [f.value for f in entry.fields if f.kind == "ti.dim"]
