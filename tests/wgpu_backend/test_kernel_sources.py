@@ -76,11 +76,13 @@ def _shape(g: rlxpy.Graph) -> None:
 
 
 def _scan(g: rlxpy.Graph) -> None:
-    """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes."""
+    """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes; GatedDeltaNet."""
     for steps, carry in ((1, True), (300, False)):
         x, bc = g.input(f"x{steps}", [1, steps, 8]), g.input(f"bc{steps}", [1, steps, 4])
         state = g.param(f"state{steps}", [1, 8, 4]) if carry else None
         g.output(g.selective_scan(x, x, g.param(f"A{steps}", [8, 4]), bc, bc, state=state))
+    q, gate = g.input("q", [1, 3, 2, 4]), g.input("gate", [1, 3, 2])
+    g.output(g.gated_delta_net(q, q, q, gate, gate, state=g.param("delta_state", [1, 2, 4, 4])))
 
 
 def _quant_generic(g: rlxpy.Graph) -> None:

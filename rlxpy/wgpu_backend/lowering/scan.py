@@ -1,4 +1,4 @@
-"""Scan family: SelectiveScan (Mamba-1) on the GPU; GatedDeltaNet as a host step.
+"""Scan family: SelectiveScan (Mamba-1) and GatedDeltaNet on the GPU.
 
 SelectiveScan is a linear recurrence per (batch, channel, state): ``h_t = d_t * h_{t-1} + u_t``. It
 runs parallel over (batch, channel) lanes and over time in chunks, so a long prefill is not S
@@ -13,6 +13,10 @@ dependent steps of one invocation:
 A sequence that fits one chunk (decode: S = 1 from the carried state) is one dispatch (phase whole).
 The chunk length gives the GPU enough invocations (``TARGET_INVOCATIONS``) and keeps each within the
 loop budget of reduce.py; without room in the scratch area the op runs as a host step.
+
+GatedDeltaNet: one workgroup per (batch, head), lane j holding column j of the N x N state (the delta
+rule's columns evolve independently given k, q, g, beta); sequential in time, split into dispatches
+by the loop budget, the state kept in the carried state tensor or scratch between them.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
-from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET, chunks
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step, lowers
 
 F32_ONLY = accepts(rest=DType.F32, out=DType.F32)
@@ -45,11 +49,13 @@ TARGET_INVOCATIONS = 1 << 16
 TARGET_INVOCATIONS_CPU = 256
 #: Shortest chunk: the carry pass walks S / chunk chunks one after another.
 MIN_CHUNK = 16
+#: Gated delta rule: k/q rows of up to this many elements (TT steps x N) staged per tile.
+DELTA_TILE_ELEMENTS = 1024
 
-#: Ops lowered as host steps, with the reason each has no kernel yet.
-HOST_OPS: dict[type[ops.Op], str] = {
-    ops.GatedDeltaNet: "recurrent N×N state: host step",
-}
+SCAN_GATED_DELTA = kernel("scan_gated_delta", params(
+    "ScanGatedDeltaParams", heads=U32, steps=U32, start=U32, count=U32, q=U32, k=U32, v=U32, g=U32, beta=U32,
+    o=U32, state=U32, load=U32, store=U32, scale=F32), dtypes=F32_ONLY, workgroup=(16, 1, 1),
+    shared_bytes=lambda s: 2 * 4 * int(s["TT"]) * int(s["N"]), mutates=("state",), sizes={"N": 16, "TT": 16})
 
 
 def max_chunk(states: int) -> int:
@@ -132,6 +138,46 @@ def lower_selective_scan(node: Node, ctx: LowerCtx) -> list[Step]:
             ctx.dispatch(SCAN_SELECTIVE, node, grid, output, False, **scratch, **fields)]
 
 
-@lowers(*HOST_OPS)
-def lower_scan_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx)
+def delta_steps_per_dispatch(states: int) -> int:
+    """Time steps one scan_gated_delta dispatch may run: per step 2N + 1 loop iterations plus the
+    staging loop's share, plus 2N to load and store the state column."""
+    return max(1, (LOOP_BUDGET - 2 * states - 16) // (2 * states + 3))
+
+
+def delta_scratch(node: Node, graph: Graph) -> int:
+    """A GatedDeltaNet without a carried state that needs several dispatches keeps its state in scratch
+    between them."""
+    batch, steps, heads, states = node.shape
+    if node.op.carry_state or steps <= delta_steps_per_dispatch(states):
+        return 0
+    return 4 * batch * heads * states * states
+
+
+@lowers(ops.GatedDeltaNet, scratch=delta_scratch)
+def lower_gated_delta_net(node: Node, ctx: LowerCtx) -> list[Step]:
+    """One workgroup per (batch, head), one lane per state column; a long sequence runs as several
+    dispatches over consecutive steps, the state carried between them in the state tensor or scratch."""
+    op: ops.GatedDeltaNet = node.op  # type: ignore[assignment]
+    q, k, v, g, beta, *state = ctx.inputs(node)
+    batch, steps, heads, states = q.shape
+    if node.numel == 0:
+        return []
+    pieces = chunks(steps, delta_steps_per_dispatch(states))
+    if state:
+        home = ctx.offset(state[0])
+    elif len(pieces) == 1:
+        home = 0  # one dispatch: the state never leaves the registers
+    else:
+        base, size = ctx.scratch
+        inside = ctx.window_base <= base and base + size <= ctx.window_base + ctx.window_size
+        if not inside or size < delta_scratch(node, ctx.graph):
+            return host_steps(node, ctx)
+        home = (base - ctx.window_base) // 4
+    subs = {"N": states, "WG": states, "TT": max(1, min(steps, DELTA_TILE_ELEMENTS // states))}
+    fields = {"heads": heads, "steps": steps, "q": ctx.offset(q), "k": ctx.offset(k), "v": ctx.offset(v),
+              "g": ctx.offset(g), "beta": ctx.offset(beta), "o": ctx.offset(node), "state": home,
+              "scale": 1.0 / math.sqrt(states)}
+    last = len(pieces) - 1
+    return [ctx.dispatch(SCAN_GATED_DELTA, node, (batch * heads, 1, 1), subs, False, start=start, count=count,
+                         load=int(op.carry_state or i > 0), store=int(op.carry_state or i < last), **fields)
+            for i, (start, count) in enumerate(pieces)]
