@@ -12,7 +12,8 @@ Encoders compared (SmolLM2-135M-Instruct's GGUF, pre-tokenizer ``smollm``):
 "first" is the first encode of a fresh tokenizer (empty word caches, one-time tables), "new text"
 the median over three other documents after it (the steady state of a server: common words cached,
 the text new), "same text" the median of encoding the first document again. Ids of every document
-are compared position by position with the Python encoder (the llama.cpp reference).
+are compared with the Python encoder's (the llama.cpp reference). Times are CPU seconds of this
+process (a shared machine's other jobs inflate wall time by a varying factor).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common import emit, parse_args, timeit  # noqa: E402
+from common import emit, parse_args  # noqa: E402
 
 from rlxpy.frontends.gguf import default_model_path  # noqa: E402
 from rlxpy.frontends.gguf_tokenizer import GgufTokenizer  # noqa: E402
@@ -49,21 +50,24 @@ def documents(chars: int, count: int = 4) -> list[str]:
 
 
 def timed(fn):
-    started = time.perf_counter()
+    """(fn(), its CPU seconds): this process's CPU time, which other jobs on a shared machine do not
+    inflate the way they do wall time (every encoder here runs on one thread)."""
+    started = time.process_time()
     value = fn()
-    return value, time.perf_counter() - started
+    return value, time.process_time() - started
 
 
 def measure(encode, texts: list[str], reference: list[list[int]] | None) -> tuple[dict, list[list[int]]]:
     first_ids, first = timed(lambda: encode(texts[0]))
     others = [timed(lambda text=text: encode(text)) for text in texts[1:]]
-    same = timeit(lambda: encode(texts[0]), repeat=5, warmup=0)
+    same = statistics.median(timed(lambda: encode(texts[0]))[1] for _ in range(5))
     ids = [first_ids] + [found for found, _ in others]
     row = {"first_s": first, "new_text_s": statistics.median(t for _, t in others), "same_text_s": same}
     if reference is not None:
         flat, want = sum(ids, []), sum(reference, [])
-        differ = sum(a != b for a, b in zip(flat, want))
-        row.update(equal=ids == reference, tokens=len(flat), positions_differing=differ)
+        first_difference = next((i for i, (a, b) in enumerate(zip(flat, want)) if a != b), None)
+        row.update(equal=ids == reference, tokens=len(flat), first_difference=first_difference,
+                   documents_equal=sum(a == b for a, b in zip(ids, reference)))
     return row, ids
 
 
@@ -82,7 +86,7 @@ def main() -> None:
                                 f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}"}
     row, reference = measure(python.encode, texts, None)
     results["gguf_tokenizer_python"] = {"load_s": load_python, **row, "equal": True,
-                                        "tokens": sum(map(len, reference)), "positions_differing": 0}
+                                        "tokens": sum(map(len, reference))}
     assert python.decode(reference[0]) == texts[0]
     fast, load_fast = timed(lambda: gguf_tokenizer("auto"))
     row, _ = measure(fast.encode, texts, reference)
@@ -110,7 +114,9 @@ def main() -> None:
         if not isinstance(row, dict):
             continue
         load = f"{row['load_s']:.2f}" if "load_s" in row else "-"
-        verdict = "yes" if row["equal"] else f"no: {row['positions_differing']} of {row['tokens']} positions"
+        verdict = "yes" if row["equal"] else (
+            f"no: {row['documents_equal']} of {len(texts)} documents, the first difference at token "
+            f"{row['first_difference']}, {row['tokens']} tokens")
         print(f"{name:32} {load:>7} {row['first_s'] * 1e3:9.1f} {row['new_text_s'] * 1e3:12.1f} "
               f"{row['same_text_s'] * 1e3:13.1f}  {verdict}")
     emit(results, args.json)
