@@ -4,7 +4,8 @@ Every op class lives in ``rlxpy/ir/ops/<family>.py``, its reference function in
 ``rlxpy/ir/reference/<family>.py`` and its lowerer in ``rlxpy/wgpu_backend/lowering/<family>.py``
 (or a ``<family>_*.py`` sub-family module); kernels are ``kernels/<family>_*.wgsl`` and tests
 ``tests/ops/test_<family>*.py`` / ``tests/ir/test_reference_<family>*.py``. An op without a lowerer
-is listed with a reason.
+is listed with a reason. Gradient rules (VJPs) live in ``rlxpy/ir/grad/<family>.py``, tested by
+``tests/ir/test_grad_<family>*.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 import rlxpy.wgpu_backend.lowering  # noqa: F401  (registers every lowerer)
 from rlxpy.ir import ops
+from rlxpy.ir.grad import VJP
 from rlxpy.ir.reference import REFERENCE
 from rlxpy.wgpu_backend.kernels.params import KERNEL_DIR, KERNELS
 from rlxpy.wgpu_backend.schedule import LOWERERS, NOT_LOWERED
@@ -137,7 +139,19 @@ def test_kernels_are_named_after_the_family_that_declares_them():
         assert any(path.stem.startswith(f + "_") for f in (*ops.FAMILIES, "common")), path.name
 
 
-@pytest.mark.parametrize("folder, prefix", [("ops", "test_"), ("ir", "test_reference_")])
+def test_every_gradient_rule_lives_in_its_family_module():
+    files = {p.stem for p in (ROOT / "rlxpy" / "ir" / "grad").glob("*.py")} - {"__init__", "core"}
+    assert files <= set(ops.FAMILIES), files - set(ops.FAMILIES)
+    tree = ast.parse((ROOT / "rlxpy" / "ir" / "grad" / "__init__.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    assert files <= imported, "the package imports every family's rules"
+    for cls, rule in VJP.items():
+        assert rule.__module__ == f"rlxpy.ir.grad.{ops.family_of(cls)}", (cls, rule.__module__)
+
+
+@pytest.mark.parametrize("folder, prefix", [("ops", "test_"), ("ir", "test_reference_"),
+                                            ("ir", "test_grad_")])
 def test_op_tests_are_named_after_families(folder, prefix):
     for path in (ROOT / "tests" / folder).glob(f"{prefix}*.py"):
         rest = path.stem[len(prefix):]

@@ -11,11 +11,12 @@ from rlxpy.ir.reference import REFERENCE, run_reference
 EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
     "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward", "Custom",
+    "CrossEntropyBackward",
     "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
     "GaussianSplatRasterize", "GaussianSplatRender", "GaussianSplatRenderBackward", "Im2Col",
     "LayerNormBackwardGamma", "LayerNormBackwardInput", "LogMel", "LogMelBackward", "Pool",
     "RmsNormBackwardBeta", "RmsNormBackwardGamma", "RmsNormBackwardInput", "RopeBackward",
-    "SelectiveScan", "WelchPeaks",
+    "SelectiveScan", "Stft", "WelchPeaks",
 }
 
 
@@ -26,7 +27,7 @@ def _extra_ops() -> list[type]:
 def test_every_extra_op_is_registered_with_a_reference():
     found = {cls.__name__ for cls in _extra_ops()}
     assert found == {name for name in EXTRA_OPS if name in ops.OP_TYPES}
-    assert len(found) == 27  # 9 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 4 signal
+    assert len(found) == 29  # 10 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 5 signal
     assert [cls.__name__ for cls in _extra_ops() if cls not in REFERENCE] == []
     assert ops.DequantMatMul in REFERENCE
 
@@ -51,6 +52,7 @@ def _one_of_each() -> tuple[Graph, dict]:
     filters = g.param("filters", (3, 5))
     mel = g.log_mel(spec, filters)
     dmel = g.log_mel_backward(spec, filters, mel)
+    frames = g.stft(g.input("wave", (2, 20)), g.param("window", (8,)), 8, 4)
     scores = g.input("scores", (2, 8))
     gated = g.group_limited_gate(scores, scores, n_group=4, topk_group=2, top_k=2)
     knn = g.umap_knn(g.input("dist", (4, 4)), 2)
@@ -58,15 +60,17 @@ def _one_of_each() -> tuple[Graph, dict]:
     grads = [g.rms_norm_backward_input(rows, gamma, rows), g.rms_norm_backward_gamma(rows, gamma, rows),
              g.rms_norm_backward_beta(rows, gamma, rows), g.layer_norm_backward_input(rows, gamma, rows),
              g.layer_norm_backward_gamma(rows, rows), g.cumsum_backward(rows, exclusive=True),
-             g.gather_backward(rows, g.input("idx", (3,), "i32"), 7)]
+             g.gather_backward(rows, g.input("idx", (3,), "i32"), 7),
+             g.cross_entropy_backward(rows, g.input("targets", (3,), "i32"), g.input("drows", (3,)))]
     tables = g.param("cos", (8, 2)), g.param("sin", (8, 2))
     rope = g.rope_backward(g.input("dy", (3, 8)), *tables, head_dim=4, interleaved=True)
     attn = g.attention_backward(q, q, q, q, "value", 2, 4, mask_kind="sliding_window", window=1, softcap=3.0)
-    g.output(pool, cols, up, ada, scan, gdn, fft, peaks, mel, dmel, gated, knn, *grads, rope, attn)
+    g.output(pool, cols, up, ada, scan, gdn, fft, peaks, mel, dmel, frames, gated, knn, *grads, rope, attn)
     rng = np.random.default_rng(0)
     values = {n.name: rng.standard_normal(n.shape).astype(n.dtype.numpy) for n in g.nodes
               if isinstance(n.op, (ops.Input, ops.Param))}
     values["idx"] = np.array([6, 0, 2], np.int32)
+    values["targets"] = np.array([4, -100, 0], np.int32)
     values["filters"] = np.abs(values["filters"])
     return g, values
 

@@ -20,6 +20,7 @@ from rlxpy.ir.ops import (  # noqa: F401  (registration, in family order)
     elementwise,
     kv,
     leaf,
+    loss,
     matmul,
     norm,
     quant,
@@ -41,6 +42,8 @@ from rlxpy.ir.ops.base import (
     MaskKind,
     Op,
     ReduceOp,
+    ResizeCoord,
+    ResizeMode,
     TensorType,
 )
 from rlxpy.ir.ops.quant import GGUF_BLOCKS
@@ -48,7 +51,7 @@ from rlxpy.ir.ops.quant import GGUF_BLOCKS
 #: The op families, in the order the README lists them; each is a module of this package.
 FAMILIES: tuple[str, ...] = (
     "leaf", "elementwise", "shape", "matmul", "quant", "norm", "reduce", "attention", "rope", "kv",
-    "sample", "conv", "signal", "scan", "region", "custom", "backward", "control",
+    "sample", "conv", "signal", "scan", "region", "custom", "loss", "backward", "control",
 )
 
 
@@ -67,6 +70,7 @@ COMPOSITE_OPS: tuple[type[Op], ...] = tuple(cls for cls in ALL_OPS if cls.compos
 
 __all__ = [
     "ALL_OPS", "COMPOSITE_OPS", "ENUMS", "FAMILIES", "GGUF_BLOCKS", "LEAF_OPS", "OP_TYPES", "VIEW_OPS",
-    "ActKind", "BinaryOp", "CmpOp", "FftNorm", "MaskKind", "Op", "ReduceOp", "TensorType", "family_of",
+    "ActKind", "BinaryOp", "CmpOp", "FftNorm", "MaskKind", "Op", "ReduceOp", "ResizeCoord", "ResizeMode",
+    "TensorType", "family_of",
     *sorted(OP_TYPES),
 ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rlxpy.ir.ops.attention import Attention
 from rlxpy.ir.ops.base import ENUMS, MaskKind, Op, TensorType, check_axis, need
+from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.shape import format_shape
 
@@ -197,3 +198,19 @@ class AttentionBackward(Op):
         need(dy.shape == q.shape, f"dy {dy} must have q's shape {format_shape(q.shape)}")
         need(isinstance(self.wrt, AttentionWrt), f"wrt must be an AttentionWrt, got {self.wrt!r}")
         return (q, k, v)[self.wrt]
+
+
+@dataclass(frozen=True)
+class CrossEntropyBackward(Op):
+    """d logits of CrossEntropy; inputs logits [..., C], targets [...], dy [...] (the gradient of the
+    per-row losses). ``dlogits = (softmax(logits) - onehot(target)) * dy`` per row; a row whose target
+    is outside [0, C) (ignored by the forward) gets zeros."""
+
+    arity = (3, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        logits, targets, dy = ins
+        CrossEntropy().infer([logits, targets])
+        need(tuple(dy.shape) == tuple(targets.shape) and dy.dtype == logits.dtype,
+             f"dy {dy} must be {logits.dtype}{format_shape(targets.shape)}, one value per row")
+        return logits

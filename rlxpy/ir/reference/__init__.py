@@ -18,6 +18,7 @@ from rlxpy.ir.reference import (  # noqa: F401  (registration, in family order)
     custom,
     elementwise,
     kv,
+    loss,
     matmul,
     norm,
     quant,

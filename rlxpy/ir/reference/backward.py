@@ -10,6 +10,7 @@ from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.backward import (
     AttentionBackward,
     AttentionWrt,
+    CrossEntropyBackward,
     CumsumBackward,
     GatherBackward,
     LayerNormBackwardGamma,
@@ -22,6 +23,7 @@ from rlxpy.ir.ops.backward import (
 from rlxpy.ir.ops.base import MaskKind
 from rlxpy.ir.reference.attention import attention_mask, from_bhsd, mask_bhqk, to_bhsd
 from rlxpy.ir.reference.core import reference
+from rlxpy.ir.reference.loss import log_softmax, target_rows
 from rlxpy.ir.reference.rope import ref_rope
 from rlxpy.ir.reference.shape import clamp_indices
 from rlxpy.ir.shape import normalize_axis
@@ -152,3 +154,13 @@ def ref_attention_backward(op: AttentionBackward, args, node):
     target = (q, k, v)[op.wrt]
     heads = op.num_heads if op.wrt is AttentionWrt.QUERY else op.forward().kv_heads
     return from_bhsd(grads[op.wrt], _layout(target, heads, op.head_dim), target.shape).astype(target.dtype)
+
+
+@reference(CrossEntropyBackward)
+def ref_cross_entropy_backward(op: CrossEntropyBackward, args, node):
+    logits, targets, dy = args
+    probs = np.exp(log_softmax(logits, -1))
+    rows, valid = target_rows(targets, logits.shape[-1])
+    onehot = np.arange(logits.shape[-1]) == rows[..., None]
+    grad = (probs - onehot) * dy.astype(np.float64)[..., None]
+    return np.where(valid[..., None], grad, 0.0).astype(logits.dtype)

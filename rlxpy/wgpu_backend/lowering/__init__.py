@@ -14,6 +14,7 @@ from rlxpy.wgpu_backend.lowering import (  # noqa: F401
     custom,
     elementwise,
     kv,
+    loss,
     matmul,
     norm,
     quant,

@@ -18,6 +18,7 @@ HOST_OPS: dict[type[ops.Op], str] = {
     ops.CumsumBackward: "backward op",
     ops.GatherBackward: "backward op",
     ops.AttentionBackward: "backward op",
+    ops.CrossEntropyBackward: "backward op",
 }
 
 

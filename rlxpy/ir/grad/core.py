@@ -1,0 +1,165 @@
+"""The VJP registry and what a rule sees: ``@vjp(ops.X)`` registers the reverse-mode rule of an op,
+``GradContext`` is the rule's view of the graph being differentiated.
+
+A rule is ``fn(ctx, node, dy) -> [gradient or None per input of node]``: it appends to ``ctx.g`` (the
+graph under construction, which already holds the forward) the nodes computing each input's
+gradient from ``dy`` (the gradient of ``node``'s output, same type), returning None for an input
+that needs none (``ctx.needs(node, i)`` is False: an index, a mask, a tensor the loss does not depend
+on through it). A gradient has its input's exact type: broadcasting is reduced back by the rule
+(``sum_to``). The family modules (``grad/<family>.py``, named as in ``ir/ops``) register into
+``VJP``; the package imports every one of them, so the registry is full once ``rlxpy.ir.grad`` is
+imported. Nothing here imports a family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rlxpy.errors import GraphError, RegistryError, UnsupportedOpError, where
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.ops.base import BinaryOp, CmpOp, ReduceOp
+from rlxpy.ir.shape import Shape
+
+VjpFn = Callable[["GradContext", Node, Node], Sequence[Node | None]]
+VJP: dict[type[ops.Op], VjpFn] = {}
+
+
+def vjp(*op_types: type[ops.Op]) -> Callable[[VjpFn], VjpFn]:
+    """Register the reverse-mode rule of ``op_types``; a second registration is an error."""
+
+    def register(fn: VjpFn) -> VjpFn:
+        for op_type in op_types:
+            if op_type in VJP:
+                other = VJP[op_type].__module__
+                raise RegistryError(f"{op_type.__name__} already has a gradient rule in {other}")
+            VJP[op_type] = fn
+        return fn
+
+    return register
+
+
+def vjp_of(node: Node) -> VjpFn:
+    """The rule of ``node``'s op; UnsupportedOpError naming the node when there is none."""
+    rule = VJP.get(type(node.op))
+    if rule is None:
+        raise UnsupportedOpError(f"{where(node)}: no gradient rule for {type(node.op).__name__}, and the "
+                                 "loss depends on a differentiated tensor through it")
+    return rule
+
+
+def differentiable(node: Node) -> bool:
+    """Only float tensors carry gradients (indices, masks and booleans do not)."""
+    return node.dtype.is_float
+
+
+class GradContext:
+    """A rule's view: ``g`` is the graph being built; ``needs(node, i)`` says whether input ``i`` of
+    ``node`` wants a gradient; ``name(node, part)`` names a gradient node after its forward node."""
+
+    def __init__(self, graph: Graph, active: Sequence[bool]) -> None:
+        self.g = graph
+        self.active = active
+
+    def needs(self, node: Node, index: int) -> bool:
+        return self.active[node.inputs[index]]
+
+    def input(self, node: Node, index: int) -> Node:
+        return self.g.nodes[node.inputs[index]]
+
+    def inputs(self, node: Node) -> list[Node]:
+        return [self.g.nodes[i] for i in node.inputs]
+
+    def name(self, node: Node, part: str) -> str:
+        """``<node>/d<part>``, made unique."""
+        base = f"{node.name}/d{part}"
+        candidate, count = base, 0
+        while self.has(candidate):
+            count += 1
+            candidate = f"{base}_{count}"
+        return candidate
+
+    def has(self, name: str) -> bool:
+        try:
+            self.g[name]
+        except KeyError:
+            return False
+        return True
+
+    # -- small builders -------------------------------------------------------------------------
+    def scalar(self, value: float, like: Node) -> Node:
+        """A 0-d constant of ``like``'s dtype (Binary broadcasts it)."""
+        return self.g.constant(np.asarray(value, dtype=np.float64), dtype=like.dtype)
+
+    def zeros(self, like: Node) -> Node:
+        """Zeros of ``like``'s type: a broadcast one-element constant (no big constant in the graph)."""
+        zero = self.g.constant(np.zeros((1,) * like.rank), dtype=like.dtype)
+        return zero if like.numel == 1 else self.g.expand(zero, like.shape)
+
+    def binary(self, a: Node, b: Node | float, op: BinaryOp, name: str | None = None) -> Node:
+        other = self.scalar(b, a) if isinstance(b, (int, float)) else b
+        return self.g.apply(ops.Binary(op), [a, other], name)
+
+    def mul(self, a: Node, b: Node | float, name: str | None = None) -> Node:
+        return self.binary(a, b, BinaryOp.MUL, name)
+
+    def add(self, a: Node, b: Node | float, name: str | None = None) -> Node:
+        return self.binary(a, b, BinaryOp.ADD, name)
+
+    def sub(self, a: Node, b: Node | float, name: str | None = None) -> Node:
+        return self.binary(a, b, BinaryOp.SUB, name)
+
+    def div(self, a: Node, b: Node | float, name: str | None = None) -> Node:
+        return self.binary(a, b, BinaryOp.DIV, name)
+
+    def neg(self, a: Node, name: str | None = None) -> Node:
+        return self.g.apply(ops.Activation(ops.ActKind.NEG), [a], name)
+
+    def compare(self, a: Node, b: Node | float, op: CmpOp) -> Node:
+        other = self.scalar(b, a) if isinstance(b, (int, float)) else b
+        return self.g.apply(ops.Compare(op), [a, other])
+
+    def where(self, cond: Node, on_true: Node | float, on_false: Node | float, like: Node,
+              name: str | None = None) -> Node:
+        """``where(cond, on_true, on_false)``, number branches as 0-d constants of ``like``'s dtype."""
+        a = self.scalar(on_true, like) if isinstance(on_true, (int, float)) else on_true
+        b = self.scalar(on_false, like) if isinstance(on_false, (int, float)) else on_false
+        return self.g.apply(ops.Where(), [cond, a, b], name)
+
+    def reduce_sum(self, x: Node, axes: Sequence[int], keep_dim: bool, name: str | None = None) -> Node:
+        return self.g.apply(ops.Reduce(ReduceOp.SUM, tuple(axes), keep_dim), [x], name)
+
+    def sum_to(self, grad: Node, shape: Shape, name: str | None = None) -> Node:
+        """``grad`` summed over the axes broadcasting added (left padding and size-1 dims of
+        ``shape``), reshaped to ``shape``: the adjoint of numpy's broadcast_to."""
+        shape = tuple(shape)
+        if tuple(grad.shape) == shape:
+            return grad
+        lead = grad.rank - len(shape)
+        if lead < 0:
+            raise GraphError(f"{grad.name}: gradient {grad.type} cannot be summed to {list(shape)}")
+        padded = (1,) * lead + shape
+        axes = [a for a in range(grad.rank) if padded[a] == 1 and grad.shape[a] != 1]
+        out = grad
+        for run in contiguous_runs(axes):  # Reduce takes contiguous axes only
+            out = self.reduce_sum(out, run, keep_dim=True)
+        return self.g.reshape(out, shape, name) if tuple(out.shape) != shape else out
+
+
+    def fit(self, grad: Node, like: Node, name: str | None = None) -> Node:
+        """``grad`` summed back to ``like``'s shape (``sum_to``) and cast to its dtype."""
+        if grad.dtype != like.dtype:
+            grad = self.g.cast(grad, like.dtype)
+        return self.sum_to(grad, like.shape, name)
+
+def contiguous_runs(axes: Sequence[int]) -> list[tuple[int, ...]]:
+    """[0, 1, 3] -> [(0, 1), (3,)]."""
+    runs: list[list[int]] = []
+    for axis in sorted(axes):
+        if runs and runs[-1][-1] == axis - 1:
+            runs[-1].append(axis)
+        else:
+            runs.append([axis])
+    return [tuple(r) for r in runs]

@@ -1,0 +1,90 @@
+"""Gradient rules of the shape family: Reshape, Transpose, Narrow, Concat, Expand, Gather and
+ScatterAdd. Indices carry no gradient.
+
+Narrow's gradient pads dy with zeros back to the input (a Concat); Expand's sums the broadcast axes;
+Gather's is the backward family's GatherBackward (a scatter-add that clamps indices like the
+forward); ScatterAdd's gathers dy at each update's row and zeroes updates whose row was skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlxpy.ir import ops
+from rlxpy.ir.grad.core import GradContext, vjp
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.base import CmpOp
+from rlxpy.ir.shape import normalize_axis
+
+
+@vjp(ops.Reshape)
+def grad_reshape(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    x = ctx.input(node, 0)
+    return [ctx.g.reshape(dy, x.shape, ctx.name(node, "x"))]
+
+
+@vjp(ops.Transpose)
+def grad_transpose(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    inverse = [0] * len(node.op.perm)
+    for i, p in enumerate(node.op.perm):
+        inverse[p] = i
+    return [ctx.g.transpose(dy, inverse, ctx.name(node, "x"))]
+
+
+def _zero_block(ctx: GradContext, like: Node, axis: int, length: int) -> Node:
+    shape = list(like.shape)
+    shape[axis] = length
+    zero = ctx.g.constant(np.zeros((1,) * like.rank), dtype=like.dtype)
+    return ctx.g.expand(zero, shape) if any(d != 1 for d in shape) else zero
+
+
+@vjp(ops.Narrow)
+def grad_narrow(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    x = ctx.input(node, 0)
+    op: ops.Narrow = node.op  # type: ignore[assignment]
+    axis = normalize_axis(op.axis, x.rank)
+    after = x.shape[axis] - op.start - op.length
+    parts = ([_zero_block(ctx, x, axis, op.start)] if op.start else []) + [dy] + \
+        ([_zero_block(ctx, x, axis, after)] if after else [])
+    if len(parts) == 1:
+        return [dy]
+    return [ctx.g.concat(parts, axis, ctx.name(node, "x"))]
+
+
+@vjp(ops.Concat)
+def grad_concat(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    axis = normalize_axis(node.op.axis, node.rank)
+    grads: list[Node | None] = []
+    start = 0
+    for i, x in enumerate(ctx.inputs(node)):
+        length = x.shape[axis]
+        grads.append(ctx.g.narrow(dy, axis, start, length, ctx.name(node, f"x{i}")) if ctx.needs(node, i)
+                     else None)
+        start += length
+    return grads
+
+
+@vjp(ops.Expand)
+def grad_expand(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    x = ctx.input(node, 0)
+    return [ctx.sum_to(dy, x.shape, ctx.name(node, "x"))]
+
+
+@vjp(ops.Gather)
+def grad_gather(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    table, idx = ctx.inputs(node)
+    axis = normalize_axis(node.op.axis, table.rank)
+    return [ctx.g.gather_backward(dy, idx, table.shape[axis], axis, ctx.name(node, "table")), None]
+
+
+@vjp(ops.ScatterAdd)
+def grad_scatter_add(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    updates, idx = ctx.inputs(node)
+    out_dim = node.op.out_dim
+    picked = ctx.g.gather(dy, idx, 0)  # clamps out-of-range rows: those are zeroed below
+    inside = ctx.g.cast(ctx.compare(idx, -1, CmpOp.GT), updates.dtype) if idx.dtype.is_float else \
+        ctx.g.cast(ctx.compare(idx, 0, CmpOp.GE), updates.dtype)
+    below = ctx.g.cast(ctx.compare(idx, out_dim, CmpOp.LT), updates.dtype)
+    keep = ctx.mul(inside, below)
+    keep = ctx.g.reshape(keep, (keep.shape[0],) + (1,) * (updates.rank - 1))
+    return [ctx.mul(picked, keep, ctx.name(node, "updates")), None]

@@ -1,0 +1,157 @@
+"""Reverse-mode autodiff over the IR: ``grad(graph, loss, wrt)`` returns a new graph that holds the
+forward and the nodes computing the gradient of ``loss`` with respect to each ``wrt`` tensor.
+
+The graph is first unfused (composites and control flow become primitives, so only primitives need
+rules), and fused matmuls whose activation's gradient needs its input are split into the matmul and
+the activation (the input is then kept instead of recomputed). The traversal walks the nodes from the
+loss back in reverse order. A node is *active* when it is a float tensor that depends on a ``wrt``
+tensor and that the loss depends on; each active node's rule (``rlxpy/ir/grad/<family>.py``,
+registered with ``@vjp``) turns the gradient of its output into gradients of its active inputs.
+Gradients that reach one tensor by several paths (fan-out, tied weights) are summed; inactive inputs
+(integer indices, masks, constants) get none. An active node whose op has no rule is an
+UnsupportedOpError naming the node and op.
+
+The loss's gradient is seeded with ones (a non-scalar loss is its sum). The result's outputs are the
+source graph's outputs, the loss (when it was not one), then ``grad/<name>`` for each ``wrt`` in
+order: a tensor the loss does not depend on gets zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlxpy.errors import GraphError, where
+from rlxpy.ir import ops
+from rlxpy.ir.grad import GradContext, differentiable, vjp_of
+from rlxpy.ir.grad.elementwise import FROM_OUTPUT
+from rlxpy.ir.graph import Graph, Node, NodeRef
+from rlxpy.ir.ops.base import BinaryOp
+from rlxpy.ir.passes.rewrite import Emit, Remap, copy_graph
+from rlxpy.ir.passes.unfuse import unfuse
+
+GRAD_PREFIX = "grad/"
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """The differentiated graph: ``loss`` and ``grads`` ({wrt name: its gradient's node name}) name
+    nodes of ``graph``, all of them outputs."""
+
+    graph: Graph
+    loss: str
+    grads: Mapping[str, str]
+
+
+def grad_name(name: str) -> str:
+    """The name of the gradient of tensor ``name`` in a differentiated graph."""
+    return GRAD_PREFIX + name
+
+
+def grad(graph: Graph, loss: NodeRef | str, wrt: Iterable[NodeRef | str] | None = None) -> Gradients:
+    """Differentiate ``loss`` with respect to ``wrt`` (names or nodes of ``graph``; default every
+    float Param). ``graph`` is not modified."""
+    loss_name = _name_of(graph, loss, "loss")
+    names = [n.name for n in graph.params() if differentiable(n)] if wrt is None else \
+        list(dict.fromkeys(_name_of(graph, w, "wrt") for w in wrt))
+    out = copy_graph(split_activations(unfuse(graph)))
+    loss_node = out[loss_name]
+    if not differentiable(loss_node):
+        raise GraphError(f"{where(loss_node)}: the loss must be a float tensor, got {loss_node.type}")
+    targets = [out[name] for name in names]
+    for node in targets:
+        if not differentiable(node):
+            raise GraphError(f"{where(node)}: cannot differentiate with respect to a {node.dtype} tensor")
+    active = _active(out, loss_node, {n.id for n in targets})
+    found = _backward(out, loss_node, active, {n.id for n in targets})
+    grads = {}
+    for node in targets:
+        name = grad_name(node.name)
+        value = found.get(node.id)
+        if value is None:
+            value = GradContext(out, active).zeros(node)
+        out.reshape(value, node.shape, name)  # a view: the gradient under its public name
+        grads[node.name] = name
+    if loss_node.id not in out.outputs:
+        out.output(loss_node)
+    out.output(*(out[name] for name in grads.values()))
+    return Gradients(out, loss_name, grads)
+
+
+def _name_of(graph: Graph, ref: NodeRef | str, what: str) -> str:
+    if isinstance(ref, str):
+        try:
+            return graph[ref].name
+        except KeyError:
+            raise GraphError(f"{what} {ref!r} is not a node of graph {graph.name!r}") from None
+    return graph[ref].name
+
+
+def _active(graph: Graph, loss: Node, wrt: set[int]) -> list[bool]:
+    """Float nodes that depend on a ``wrt`` tensor and that the loss depends on."""
+    depends = [False] * len(graph.nodes)
+    for node in graph.nodes[:loss.id + 1]:
+        depends[node.id] = differentiable(node) and (node.id in wrt or any(depends[i] for i in node.inputs))
+    reaches = [False] * len(graph.nodes)
+    reaches[loss.id] = True
+    for node in reversed(graph.nodes[:loss.id + 1]):
+        if reaches[node.id]:
+            for i in node.inputs:
+                reaches[i] = True
+    return [d and r for d, r in zip(depends, reaches)]
+
+
+def _backward(graph: Graph, loss: Node, active: list[bool], wrt: set[int]) -> dict[int, Node]:
+    """Walk from the loss back; returns {wrt node id: its summed gradient}."""
+    ctx = GradContext(graph, active)
+    pending: dict[int, Node] = {}
+    if active[loss.id]:
+        seed = graph.constant(np.ones(loss.shape), dtype=loss.dtype, name=ctx.name(loss, "seed"))
+        pending[loss.id] = seed
+    found: dict[int, Node] = {}
+    for node in reversed(graph.nodes[:loss.id + 1]):
+        dy = pending.pop(node.id, None)
+        if dy is None or not active[node.id]:
+            continue
+        if node.id in wrt:
+            found[node.id] = dy
+        if not node.inputs:
+            continue
+        results = list(vjp_of(node)(ctx, node, dy))
+        if len(results) != len(node.inputs):
+            raise GraphError(f"{where(node)}: its gradient rule returned {len(results)} gradients for "
+                             f"{len(node.inputs)} inputs")
+        for index, value in zip(node.inputs, results):
+            if value is None or not active[index]:
+                continue
+            source = graph.nodes[index]
+            if value.type != source.type:
+                raise GraphError(f"{where(node)}: its gradient rule gave {value.type} for input "
+                                 f"{source.name} ({source.type})")
+            previous = pending.get(index)
+            pending[index] = value if previous is None else \
+                graph.apply(ops.Binary(BinaryOp.ADD), [previous, value], ctx.name(source, "sum"))
+    return found
+
+
+def split_activations(graph: Graph) -> Graph:
+    """``graph`` with each FusedMatMulBiasAct whose activation's gradient needs its input split into
+    the matmul (``<name>:linear``) and the activation (``<name>``), so the backward reads the stored
+    pre-activation instead of recomputing the matmul."""
+    emits: dict[int, Emit] = {}
+    for node in graph.nodes:
+        op = node.op
+        if isinstance(op, ops.FusedMatMulBiasAct) and op.activation not in (None, *FROM_OUTPUT):
+            emits[node.id] = _split(node)
+    return copy_graph(graph, emits) if emits else graph
+
+
+def _split(node: Node) -> Emit:
+    def emit(out: Graph, remap: Remap) -> dict[int, Node]:
+        args = [remap[i] for i in node.inputs]
+        linear = out.apply(ops.FusedMatMulBiasAct(None), args, f"{node.name}:linear")
+        return {node.id: out.activation(linear, node.op.activation, node.name)}
+
+    return emit
