@@ -7,7 +7,16 @@ from collections.abc import Iterable, Sequence
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
-from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, MaskKind, ReduceOp, enum_value
+from rlxpy.ir.ops.base import (
+    ActKind,
+    BinaryOp,
+    CmpOp,
+    MaskKind,
+    ReduceOp,
+    ResizeCoord,
+    ResizeMode,
+    enum_value,
+)
 from rlxpy.ir.shape import as_shape
 
 
@@ -183,6 +192,16 @@ class Builder(GraphCore):
             ops.FusedResidualRmsNorm(bias is not None, eps), [x, residual, *middle, gamma, beta], name
         )
 
+    def group_norm(self, x: NodeRef, groups: int, gamma: NodeRef, beta: NodeRef | None = None,
+                   eps: float = 1e-5, name: str | None = None) -> Node:
+        """torch.nn.functional.group_norm(x, groups, gamma, beta, eps); groups = C is instance norm."""
+        return self.apply(ops.GroupNorm(groups, eps), [x, gamma] + ([beta] if beta is not None else []), name)
+
+    def batch_norm(self, x: NodeRef, mean: NodeRef, var: NodeRef, gamma: NodeRef, beta: NodeRef,
+                   eps: float = 1e-5, name: str | None = None) -> Node:
+        """torch.nn.functional.batch_norm(x, mean, var, gamma, beta, training=False, eps=eps)."""
+        return self.apply(ops.BatchNorm(eps), [x, mean, var, gamma, beta], name)
+
     # -- reductions, scans, selection ---------------------------------------------------------
     def reduce(
         self,
@@ -249,6 +268,14 @@ class Builder(GraphCore):
 
     def scatter_add(self, updates: NodeRef, indices: NodeRef, out_dim: int, name: str | None = None) -> Node:
         return self.apply(ops.ScatterAdd(out_dim), [updates, indices], name)
+
+    def resize(self, x: NodeRef, sizes: Sequence[int], mode: ResizeMode | str = ResizeMode.NEAREST_FLOOR,
+               coord: ResizeCoord | str = ResizeCoord.ASYMMETRIC, steps: Sequence[float] = (),
+               name: str | None = None) -> Node:
+        """Resample the trailing len(sizes) dims of x to ``sizes`` (ops.Resize)."""
+        op = ops.Resize(tuple(int(d) for d in sizes), enum_value(ResizeMode, mode),  # type: ignore[arg-type]
+                        enum_value(ResizeCoord, coord), tuple(float(v) for v in steps))  # type: ignore[arg-type]
+        return self.apply(op, [x], name)
 
     # -- attention ----------------------------------------------------------------------------
     def attention(

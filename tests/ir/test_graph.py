@@ -87,6 +87,16 @@ ERRORS = [
     ("FusedResidualLN", [(2, 5), (2, 5), (5,), (5,)],
      lambda g, x, r, gm, b: g.apply(ops.FusedResidualLN(has_bias=True), [x, r, gm, b], "bad"),
      "takes 5 inputs (has_bias=True)"),
+    ("GroupNorm", [(2, 6, 5), (6,)], lambda g, x, gm: g.group_norm(x, 4, gm, name="bad"),
+     "groups=4 must divide C=6"),
+    ("GroupNorm", [(2, 6, 5), (5,)], lambda g, x, gm: g.group_norm(x, 2, gm, name="bad"),
+     "per-channel inputs must be f32[6], got f32[5]"),
+    ("BatchNorm", [(6,), (6,), (6,), (6,), (6,)], lambda g, x, *a: g.batch_norm(x, *a, name="bad"),
+     "batch_norm takes x [N, C, *spatial]"),
+    ("Resize", [(2, 3, 4)], lambda g, x: g.resize(x, (2, 2, 2, 2), name="bad"), "resize takes 1 to 3 sizes"),
+    ("Resize", [(2, 3, 4)], lambda g, x: g.resize(x, (5,), steps=(0.5, 1.0), name="bad"),
+     "must be 1 positive numbers"),
+    ("Resize", [((2, 3, 4), "i32")], lambda g, x: g.resize(x, (5,), name="bad"), "resize needs a float input"),
     ("Reduce", [(2, 3, 4)], lambda g, x: g.sum(x, (0, 2), name="bad"),
      "reduce axes (0, 2) must be contiguous"),
     ("Reduce", [(2, 3, 4)], lambda g, x: g.mean(x, 3, name="bad"), "axis 3 out of range for rank 3"),
@@ -388,6 +398,9 @@ def kitchen_sink() -> tuple[Graph, dict, dict]:
     rn = g.rms_norm(gm, gamma)
     rln = g.residual_layer_norm(ln, rn, gamma, beta, bias=c)
     rrn = g.residual_rms_norm(ln, rn, gamma, beta)
+    gn = g.group_norm(ex, 2, gamma, beta)
+    bn = g.batch_norm(ex, gamma, beta, gamma, beta)
+    rs = g.resize(ex, (5,), "linear", "half_pixel")
     red = g.reduce(ex, "prod", (1, 2), keep_dim=True)
     sm = g.softmax(ex, 0)
     cs = g.cumsum(ex, 1, exclusive=True)
@@ -409,7 +422,7 @@ def kitchen_sink() -> tuple[Graph, dict, dict]:
     experts = g.param("experts", (2, 6, 34), "u8")
     dg = g.dequant_grouped_matmul(g.narrow(xq, 0, 0, 2), experts, g.narrow(idx, 0, 0, 2), "Q8_0", 6, 32)
     cache = g.cache_write(g.param("cache", (6, 4)), ln, g.narrow(idx, 0, 0, 1))
-    g.output(cast, gat, sc, rln, rrn, red, sm, cs, tk, am, sa, cp, att, rope, gg, dm, dg, cache)
+    g.output(cast, gat, sc, rln, rrn, red, sm, cs, tk, am, sa, cp, att, rope, gg, dm, dg, cache, gn, bn, rs)
     inputs = {"x": rng.standard_normal((3, 8)), "idx": np.array([1, 0, 7]),
               "q": rng.standard_normal((1, 5, 4, 2)),
               "kv": rng.standard_normal((1, 7, 2, 2)), "bias": rng.standard_normal((1, 5, 7)),
@@ -443,7 +456,7 @@ def test_json_round_trip_preserves_structure_and_reference_results():
     assert _structure(back) == _structure(g)
     assert back.to_json() == text
     before, after = run_reference(g, inputs, params), run_reference(back.verify(), inputs, params)
-    assert before.keys() == after.keys() and len(before) == 18
+    assert before.keys() == after.keys() and len(before) == 21
     for name in before:
         np.testing.assert_array_equal(after[name], before[name], err_msg=name)
         assert after[name].dtype == before[name].dtype

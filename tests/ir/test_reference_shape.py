@@ -85,3 +85,33 @@ def test_scatter_add_matches_torch_index_add(updates_shape, out_dim):
     expected = torch.zeros((out_dim,) + updates_shape[1:], dtype=torch.float64)
     expected.index_add_(0, t(idx[keep]).long(), t(updates[keep]).double())
     close(out, expected.float())
+
+
+# -- resize (torch.nn.functional.interpolate) -------------------------------------------------------
+def _interpolate_case(mode: str, align: bool | None):
+    """(ResizeMode, ResizeCoord) of torch's interpolate mode."""
+    if mode == "nearest":
+        return "nearest_floor", "asymmetric"
+    if mode == "nearest-exact":
+        return "nearest_round_prefer_ceil", "half_pixel"
+    return "linear", "align_corners" if align else "half_pixel"
+
+
+@pytest.mark.parametrize("shape,size,scale", [((2, 3, 5, 7), (9, 4), None), ((1, 2, 4, 6), None, 2.0),
+                                              ((1, 1, 5, 3), None, 1.5), ((2, 2, 7), (3,), None),
+                                              ((1, 2, 3, 4, 5), (5, 3, 8), None), ((1, 1, 6, 6), (1, 1), None)],
+                         ids=str)
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("nearest-exact", None), ("linear", False),
+                                        ("linear", True)])
+def test_resize_matches_torch_interpolate(shape, size, scale, mode, align):
+    import torch.nn.functional as F
+
+    x = rand(shape, seed=26)  # NaN and +-inf among the first elements
+    spatial = len(shape) - 2
+    torch_mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[spatial] if mode == "linear" else mode
+    expected = F.interpolate(t(x), size=size, scale_factor=scale, mode=torch_mode, align_corners=align)
+    sizes = tuple(expected.shape[2:])
+    steps = (1 / scale,) * spatial if scale is not None else ()
+    resize_mode, coord = _interpolate_case(mode, align)
+    out = run(lambda g, a: g.resize(a, sizes, resize_mode, coord, steps), x=x)
+    close(out, expected, atol=1e-5)  # torch interpolates in f32: cancellation leaves ~1e-6

@@ -217,3 +217,68 @@ def test_norm_beyond_the_loop_budget_is_a_limit_error(device, monkeypatch):
         rlxpy.compile(g)
 
 
+
+
+# -- channel norms of CNNs: GroupNorm (and instance norm), BatchNorm ----------------------------------
+def _with_edges(x: np.ndarray) -> np.ndarray:
+    """NaN in sample 0's first group, +inf in the last sample's last group: those groups come out NaN."""
+    x = x.copy()
+    x[0, 0].reshape(-1)[0] = np.nan
+    x[-1, -1].reshape(-1)[-1] = np.inf
+    return x
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5), 3), ((1, 4, 3, 7), 4), ((3, 8, 2, 3, 5), 1),
+                                          ((2, 32, 33, 35), 8), ((1, 3, 2), 3)], ids=str)
+@pytest.mark.parametrize("with_beta", [False, True])
+def test_group_norm_matches_torch_with_nan_groups(device, shape, groups, with_beta):
+    from helpers import check_op
+
+    x = _with_edges(rand(shape, 40) * 3 + 1)
+    gamma, beta = rand((shape[1],), 41), rand((shape[1],), 42)
+    arrays = [x, gamma] + ([beta] if with_beta else [])
+
+    def build(g, a, gm, *b):
+        return g.group_norm(a, groups, gm, b[0] if b else None, eps=1e-5)
+
+    def oracle(a, gm, *b):
+        return F.group_norm(a, groups, gm, b[0] if b else None, eps=1e-5)
+
+    out = check_op(build, arrays, oracle, tol=NORM_TOL)
+    y = next(iter(out.values()))
+    group = shape[1] // groups
+    assert np.isnan(y[0, :group]).all() and np.isnan(y[-1, -group:]).all()
+
+
+def test_group_norm_with_c_groups_matches_torch_instance_norm(device):
+    from helpers import check_op
+
+    x, gamma, beta = _with_edges(rand((2, 5, 9, 11), 43)), rand((5,), 44), rand((5,), 45)
+    check_op(lambda g, a, gm, b: g.group_norm(a, 5, gm, b), [x, gamma, beta],
+             lambda a, gm, b: F.instance_norm(a, weight=gm, bias=b), tol=NORM_TOL)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 7), (2, 16, 9, 11), (1, 2, 3, 4, 5)], ids=str)
+def test_batch_norm_matches_torch_eval(device, shape):
+    from helpers import check_op
+
+    channels = shape[1]
+    x = rand(shape, 46) * 2
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+    mean, var = rand((channels,), 47), np.abs(rand((channels,), 48)) + 0.1
+    gamma, beta = rand((channels,), 49), rand((channels,), 50)
+    check_op(lambda g, *a: g.batch_norm(*a, eps=1e-3), [x, mean, var, gamma, beta],
+             lambda *a: F.batch_norm(*a[:3], weight=a[3], bias=a[4], training=False, eps=1e-3), tol=NORM_TOL)
+
+
+def test_batch_norm_spells_out_a_zero_or_negative_variance(device):
+    from helpers import check_op
+
+    x = rand((1, 4, 3), 51)
+    mean = np.array([0.0, 0.0, x[0, 2, 0], 1.0], np.float32)
+    var = np.array([-1e-3, -2.0, -1e-3, np.nan], np.float32)  # + eps: 0, < 0, 0 with x = mean, NaN
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    out = check_op(lambda g, *a: g.batch_norm(*a, eps=1e-3), [x, mean, var, ones, zeros])
+    y = next(iter(out.values()))
+    assert np.isinf(y[0, 0]).all() and np.isnan(y[0, 1]).all() and np.isnan(y[0, 2, 0])
+    assert np.isnan(y[0, 3]).all()

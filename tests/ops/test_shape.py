@@ -546,3 +546,43 @@ def test_transpose_uniforms_hold_dims_and_permuted_strides():
     assert [fields[f"s{k}"] for k in range(3, 6)] == [1, 5, 15]
     assert [fields[f"t{k}"] for k in range(3, 6)] == [6, 2, 1]
     assert fields["n"] == fields["words"] == 30 and fields["elem_bytes"] == 4
+
+
+# -- resize ---------------------------------------------------------------------------------------
+RESIZES = [  # (shape, sizes, steps)
+    ((2, 3, 5, 7), (9, 4), ()), ((1, 2, 4, 6), (8, 12), (0.5, 0.5)), ((1, 1, 5, 3), (7, 4), (2 / 3, 2 / 3)),
+    ((2, 2, 7), (3,), ()), ((1, 2, 3, 4, 5), (5, 3, 8), ()), ((1, 1, 6, 6), (1, 1), ()), ((3, 33), (65,), ()),
+]
+
+
+@pytest.mark.parametrize("shape,sizes,steps", RESIZES, ids=str)
+@pytest.mark.parametrize("mode,coord", [("nearest_floor", "asymmetric"), ("nearest_round_prefer_ceil", "half_pixel"),
+                                        ("nearest_round_prefer_floor", "pytorch_half_pixel"),
+                                        ("nearest_ceil", "align_corners"), ("linear", "half_pixel"),
+                                        ("linear", "align_corners"), ("linear", "asymmetric")])
+def test_resize_matches_the_reference_with_nan_and_inf(device, shape, sizes, steps, mode, coord):
+    x = sample(shape, DType.F32, seed=27)
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+    g = rlxpy.Graph()
+    y = g.resize(g.input("x", shape), sizes, mode, coord, steps)
+    g.output(y)
+    out = rlxpy.compile(g).run({"x": x})[y.name]
+    ref = run_reference(g, {"x": x})[y.name]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4, equal_nan=True)  # values ~100, f32 weights
+
+
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("nearest-exact", None), ("bilinear", False),
+                                        ("bilinear", True)])
+def test_resize_matches_torch_interpolate(device, mode, align):
+    x = np.random.default_rng(28).standard_normal((2, 3, 9, 11)).astype(np.float32)
+    x[0, 0, 4, 5] = np.nan
+    expected = torch.nn.functional.interpolate(torch.from_numpy(x), scale_factor=1.7, mode=mode,
+                                               align_corners=align).numpy()
+    resize_mode = {"nearest": "nearest_floor", "nearest-exact": "nearest_round_prefer_ceil"}.get(mode, "linear")
+    coord = {"nearest": "asymmetric", "bilinear": "align_corners" if align else "half_pixel"}.get(mode, "half_pixel")
+    g = rlxpy.Graph()
+    y = g.resize(g.input("x", x.shape), expected.shape[2:], resize_mode, coord, (1 / 1.7, 1 / 1.7))
+    g.output(y)
+    exe = rlxpy.compile(g)
+    assert [s.kernel for s in exe.schedule.steps] == ["shape_resize"]
+    np.testing.assert_allclose(exe.run({"x": x})[y.name], expected, rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -51,6 +51,8 @@ def _norm_reduce(g: rlxpy.Graph) -> None:
              g.softmax(tall, axis=0), g.sum(x, [1]), g.mean(long, [1]), g.reduce(tall, "max", [0]),
              g.cumsum(x), g.cumsum(long, exclusive=True), g.argmax(long), g.topk(long, 100),
              g.sample(long, temperature=0.7, top_k=5))
+    image, channel = g.input("image", [2, 4, 5, 3]), g.param("channel", [4])
+    g.output(g.group_norm(image, 2, channel, channel), g.batch_norm(image, channel, channel, channel, channel))
 
 
 def _attention_rope_kv(g: rlxpy.Graph) -> None:
@@ -73,6 +75,7 @@ def _shape(g: rlxpy.Graph) -> None:
     fidx = g.input("fidx", [2])
     g.output(g.transpose(x, [1, 0]), g.concat([h, h], 1), g.gather(x, idx), g.gather(h, fidx),
              g.scatter_add(x, g.input("sidx", [6], "i64"), 4))
+    g.output(g.resize(g.input("image", [1, 2, 3, 4]), (5, 7), "linear", "half_pixel"))
 
 
 def _scan(g: rlxpy.Graph) -> None:

@@ -206,8 +206,49 @@ class FftNorm(enum.IntEnum):
     ORTHO = 2
 
 
+class ResizeMode(enum.IntEnum):
+    """Resize's sampling, from the source coordinate ``src`` of an output position (ResizeCoord):
+
+    - NEAREST_FLOOR / NEAREST_CEIL: floor(src) / ceil(src) (torch's "nearest" is NEAREST_FLOOR
+      with ASYMMETRIC coordinates).
+    - NEAREST_ROUND_PREFER_FLOOR / NEAREST_ROUND_PREFER_CEIL: the nearest index, a tie going down
+      (ceil(src - 0.5), ONNX's default) / up (floor(src + 0.5); torch's "nearest-exact" with
+      HALF_PIXEL coordinates). Every nearest index is clamped into [0, in - 1].
+    - LINEAR: with s = max(src, 0), neighbours i0 = min(floor(s), in - 1) and i1 = min(i0 + 1,
+      in - 1) weighted 1 - f and f, f = min(s - i0, 1) (torch's rule; past the last pixel it clamps),
+      one dim after the other (bilinear, trilinear). Every neighbour is multiplied by its weight, so
+      a NaN (or an inf at weight 0) neighbour gives NaN, as in torch.
+
+    The values are the serialised ids."""
+
+    NEAREST_FLOOR = 0
+    NEAREST_CEIL = 1
+    NEAREST_ROUND_PREFER_FLOOR = 2
+    NEAREST_ROUND_PREFER_CEIL = 3
+    LINEAR = 4
+
+
+class ResizeCoord(enum.IntEnum):
+    """Where Resize samples output index o of a dim resized from ``in`` to ``out`` elements, with
+    ``step`` input units per output unit (the op's ``steps``, or in/out), computed in f32:
+
+    - ASYMMETRIC: ``o * step``.
+    - HALF_PIXEL: ``(o + 0.5) * step - 0.5`` (pixel centres line up).
+    - PYTORCH_HALF_PIXEL: HALF_PIXEL, but 0 when out = 1 (ONNX's name: torch's own
+      align_corners=False is HALF_PIXEL).
+    - ALIGN_CORNERS: ``o * ((in - 1) / (out - 1))``, 0 when out = 1 (the first and last pixels line
+      up; ``steps`` is ignored).
+
+    The values are the serialised ids."""
+
+    ASYMMETRIC = 0
+    HALF_PIXEL = 1
+    PYTORCH_HALF_PIXEL = 2
+    ALIGN_CORNERS = 3
+
+
 ENUMS: dict[str, type[enum.IntEnum]] = {
-    e.__name__: e for e in (ActKind, BinaryOp, CmpOp, ReduceOp, MaskKind, FftNorm)
+    e.__name__: e for e in (ActKind, BinaryOp, CmpOp, ReduceOp, MaskKind, FftNorm, ResizeMode, ResizeCoord)
 }
 
 

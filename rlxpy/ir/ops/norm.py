@@ -1,4 +1,5 @@
-"""Norm family: LayerNorm, RMSNorm, their residual-fused forms and Softmax.
+"""Norm family: LayerNorm, RMSNorm, their residual-fused forms, Softmax, and the channel norms of
+CNNs (GroupNorm, which is also instance norm, and inference BatchNorm).
 
 ResidualNormTee is made by the residual-norm pattern (ir/passes/patterns_transformer.py). The IR has
 one output per node, so it writes ONE *blocked* tensor whose parts are contiguous runs, and the
@@ -111,4 +112,54 @@ class Softmax(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         check_axis(self.axis, ins[0].rank)
+        return ins[0]
+
+
+def _channel_params(x: TensorType, params: Sequence[TensorType], what: str) -> int:
+    """The static channel count C of x [N, C, *spatial]; every per-channel input must be f32-like [C]."""
+    need(x.rank >= 2, f"{what} takes x [N, C, *spatial], got {x}")
+    need(x.dtype.is_float, f"{what} needs a float input, got {x}")
+    channels = x.shape[1]
+    need(isinstance(channels, int), f"{what} needs a static channel dim, got {x}")
+    for t in params:
+        need(t.shape == (channels,) and t.dtype == x.dtype,
+             f"{what}: per-channel inputs must be {x.dtype}[{channels}], got {t}")
+    return channels  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class GroupNorm(Op):
+    """torch.nn.functional.group_norm: x [N, C, *spatial] (rank >= 2) in ``groups`` groups of
+    C/groups consecutive channels; each (sample, group) is normalised over its channels and
+    positions, ``(x - mean) / sqrt(var + eps)`` (biased variance), then times gamma[c] plus
+    beta[c] per channel c. Inputs x, gamma [C], [beta [C]]. ``groups = C`` is instance norm
+    (torch's instance_norm with input statistics), ``groups = 1`` normalises each sample whole.
+    A group holding NaN or +-inf comes out all NaN, as in torch."""
+
+    groups: int
+    eps: float = 1e-5
+    arity = (2, 3)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x = ins[0]
+        channels = _channel_params(x, ins[1:], "group_norm")
+        need(self.groups >= 1 and channels % self.groups == 0,
+             f"group_norm: groups={self.groups} must divide C={channels}")
+        return x
+
+
+@dataclass(frozen=True)
+class BatchNorm(Op):
+    """Batch normalisation with given statistics (inference), like
+    torch.nn.functional.batch_norm(training=False): ``(x - mean[c]) / sqrt(var[c] + eps) * gamma[c]
+    + beta[c]`` for channel c (axis 1) of x [N, C, *spatial] (rank >= 2). Inputs x, mean, var, gamma,
+    beta, each [C]. A negative var + eps gives NaN. The front doors fold it into the convolution
+    before it when the statistics are weights, so this op remains only for run-time statistics or a
+    batch norm with no convolution before it."""
+
+    eps: float = 1e-5
+    arity = (5, 5)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        _channel_params(ins[0], ins[1:], "batch_norm")
         return ins[0]

@@ -1,5 +1,5 @@
 """Shape family: views and data movement: reshape, transpose, narrow, concat,
-expand, gather and scatter-add.
+expand, gather, scatter-add and resize (nearest / linear resampling of the trailing dims).
 
 Documented in docs/ops.md#shape (generated from these docstrings by rlxpy/ir/ops_doc.py).
 """
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.base import Op, TensorType, check_axis, need
+from rlxpy.ir.ops.base import Op, ResizeCoord, ResizeMode, TensorType, check_axis, need
 from rlxpy.ir.shape import Dim, Shape, Sym, format_shape, is_static
 
 
@@ -140,3 +140,46 @@ class ScatterAdd(Op):
         need(idx.rank == 1 and updates.rank >= 1 and idx.shape[0] == updates.shape[0],
              f"scatter_add wants updates [U, ...] and indices [U], got {updates} and {idx}")
         return TensorType((self.out_dim,) + tuple(updates.shape[1:]), updates.dtype)
+
+
+#: Resize resamples at most this many trailing dims (linear, trilinear).
+RESIZE_MAX_DIMS = 3
+
+
+@dataclass(frozen=True)
+class Resize(Op):
+    """Resampling of the trailing ``len(sizes)`` dims (1 to 3) of a float x to ``sizes``; the
+    leading dims (batch, channels) are kept: [N, C, H, W] -> [N, C, *sizes] for 2 sizes. Output
+    index o of each resized dim reads source coordinate ``src`` (``coord``, a ResizeCoord, computed
+    in f32 from ``steps``: input units per output unit per resized dim, empty = in / out), sampled
+    as ``mode`` says (ResizeMode: a nearest rounding, or linear). torch's interpolate(nearest) is
+    NEAREST_FLOOR + ASYMMETRIC with steps 1/scale_factor (or in/out), "nearest-exact" is
+    NEAREST_ROUND_PREFER_CEIL + HALF_PIXEL; (bi/tri)linear is LINEAR + HALF_PIXEL
+    (align_corners=False) or ALIGN_CORNERS; ONNX's Resize maps its attributes one to one."""
+
+    sizes: tuple[int, ...]
+    mode: ResizeMode = ResizeMode.NEAREST_FLOOR
+    coord: ResizeCoord = ResizeCoord.ASYMMETRIC
+    steps: tuple[float, ...] = ()
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        count = len(self.sizes)
+        need(1 <= count <= RESIZE_MAX_DIMS, f"resize takes 1 to {RESIZE_MAX_DIMS} sizes, got {self.sizes}")
+        need(x.rank >= count, f"resize of {count} dims needs rank >= {count}, got {x}")
+        need(x.dtype.is_float, f"resize needs a float input, got {x}")
+        need(all(isinstance(d, int) and d >= 1 for d in self.sizes),
+             f"resize sizes {self.sizes} must be ints >= 1")
+        need(not self.steps or len(self.steps) == count and all(v > 0 for v in self.steps),
+             f"resize steps {self.steps} must be {count} positive numbers")
+        spatial = x.shape[x.rank - count:]
+        need(all(isinstance(d, int) and d >= 1 for d in spatial),
+             f"resize needs static, non-empty resized dims, got {x}")
+        return TensorType(tuple(x.shape[:x.rank - count]) + tuple(self.sizes), x.dtype)
+
+    def step(self, dim: int, size_in: int) -> float:
+        """Input units per output unit of resized dim ``dim`` (ALIGN_CORNERS's own ratio included)."""
+        out = self.sizes[dim]
+        if self.coord is ResizeCoord.ALIGN_CORNERS:
+            return (size_in - 1) / (out - 1) if out > 1 else 0.0
+        return self.steps[dim] if self.steps else size_in / out

@@ -1,6 +1,6 @@
 """Reference semantics of the norm family: LayerNorm, RMSNorm, their residual-fused forms,
 ResidualNormTee (written from the unfused references, so its blocked layout is the only new thing
-to check) and Softmax."""
+to check), Softmax, GroupNorm and BatchNorm."""
 
 from __future__ import annotations
 
@@ -71,3 +71,37 @@ def ref_softmax(op: ops.Softmax, args, node):
         shifted = x - np.max(x, axis=axis, keepdims=True)
         e = np.exp(shifted)
         return (e / np.sum(e, axis=axis, keepdims=True)).astype(args[0].dtype)
+
+
+def _per_channel(v: np.ndarray, rank: int) -> np.ndarray:
+    """A [C] vector shaped to broadcast over x [N, C, *spatial] of ``rank`` dims, in f64."""
+    return _f64(v).reshape((1, -1) + (1,) * (rank - 2))
+
+
+def _f32_eps(eps: float) -> float:
+    """eps as an f32 uniform holds it, so var + eps = 0 exactly when var = -eps in f32."""
+    return float(np.float32(eps))
+
+
+@reference(ops.GroupNorm)
+def ref_group_norm(op: ops.GroupNorm, args, node):
+    x = args[0]
+    grouped = _f64(x).reshape(x.shape[0], op.groups, -1)
+    with np.errstate(all="ignore"):
+        mean = grouped.mean(-1, keepdims=True)
+        var = ((grouped - mean) ** 2).mean(-1, keepdims=True)
+        normed = ((grouped - mean) / np.sqrt(var + _f32_eps(op.eps))).reshape(x.shape)
+        y = normed * _per_channel(args[1], x.ndim)
+        if len(args) > 2:
+            y = y + _per_channel(args[2], x.ndim)
+    return y.astype(x.dtype)
+
+
+@reference(ops.BatchNorm)
+def ref_batch_norm(op: ops.BatchNorm, args, node):
+    x, mean, var, gamma, beta = args
+    rank = x.ndim
+    with np.errstate(all="ignore"):
+        y = (_f64(x) - _per_channel(mean, rank)) / np.sqrt(_per_channel(var, rank) + _f32_eps(op.eps))
+        y = y * _per_channel(gamma, rank) + _per_channel(beta, rank)
+    return y.astype(x.dtype)

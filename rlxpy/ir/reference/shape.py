@@ -1,4 +1,4 @@
-"""Reference semantics of the shape family: views and data movement."""
+"""Reference semantics of the shape family: views, data movement and resampling (Resize)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,53 @@ def ref_scatter_add(op: ops.ScatterAdd, args, node):
     keep = (rows >= 0) & (rows < op.out_dim)
     np.add.at(out, rows[keep], updates[keep])
     return out
+
+
+def resize_sources(op: ops.Resize, dim: int, size_in: int) -> np.ndarray:
+    """The f32 source coordinate of every output index of resized dim ``dim`` (ResizeCoord)."""
+    out = op.sizes[dim]
+    step = np.float32(op.step(dim, size_in))
+    o = np.arange(out, dtype=np.float32)
+    if op.coord in (ops.ResizeCoord.ASYMMETRIC, ops.ResizeCoord.ALIGN_CORNERS):
+        return o * step
+    src = (o + np.float32(0.5)) * step - np.float32(0.5)
+    if op.coord is ops.ResizeCoord.PYTORCH_HALF_PIXEL and out == 1:
+        return np.zeros(1, np.float32)
+    return src
+
+
+_NEAREST = {
+    ops.ResizeMode.NEAREST_FLOOR: np.floor,
+    ops.ResizeMode.NEAREST_CEIL: np.ceil,
+    ops.ResizeMode.NEAREST_ROUND_PREFER_FLOOR: lambda s: np.ceil(s - np.float32(0.5)),
+    ops.ResizeMode.NEAREST_ROUND_PREFER_CEIL: lambda s: np.floor(s + np.float32(0.5)),
+}
+
+
+def _resample(x: np.ndarray, axis: int, op: ops.Resize, dim: int) -> np.ndarray:
+    """x (f64) resampled along ``axis`` (resized dim ``dim``)."""
+    size_in = x.shape[axis]
+    src = resize_sources(op, dim, size_in)
+    if op.mode in _NEAREST:
+        index = np.clip(_NEAREST[op.mode](src), 0, size_in - 1).astype(np.int64)
+        return np.take(x, index, axis=axis)
+    s = np.maximum(src, np.float32(0))
+    i0 = np.minimum(np.floor(s), size_in - 1).astype(np.int64)
+    i1 = np.minimum(i0 + 1, size_in - 1)
+    f = np.minimum(s - i0.astype(np.float32), np.float32(1))  # f32 weights, as the kernel and torch
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    w1 = f.astype(np.float64).reshape(shape)
+    w0 = (np.float32(1) - f).astype(np.float64).reshape(shape)
+    return np.take(x, i0, axis=axis) * w0 + np.take(x, i1, axis=axis) * w1
+
+
+@reference(ops.Resize)
+def ref_resize(op: ops.Resize, args, node):
+    (x,) = args
+    y = x.astype(np.float64)
+    first = x.ndim - len(op.sizes)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in torch
+        for dim in range(len(op.sizes)):
+            y = _resample(y, first + dim, op, dim)
+    return y.astype(x.dtype)

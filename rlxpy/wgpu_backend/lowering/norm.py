@@ -17,6 +17,7 @@ from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import norm_channels  # noqa: F401  (GroupNorm, BatchNorm)
 from rlxpy.wgpu_backend.lowering.reduce import chunks, row_lanes, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 

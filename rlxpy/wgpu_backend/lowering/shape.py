@@ -20,6 +20,7 @@ from rlxpy.ir.graph import Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.contract import ANY, WORDS, accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.lowering import shape_resize  # noqa: F401  (Resize)
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_RANK = 6
