@@ -14,13 +14,13 @@ import re
 
 import numpy as np
 import pytest
+from test_kernel_sources import BUILDERS
 
 import rlxpy
 from rlxpy.errors import LimitError, RegistryError, UnsupportedOpError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.base import MaskKind
-from rlxpy.ir.ops.quant import gguf_row_bytes
 from rlxpy.ir.reference import reference_of
 from rlxpy.wgpu_backend import compiler
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
@@ -135,7 +135,15 @@ def test_every_kernel_declares_a_contract(name):
 _SCALARS = {"f32": 4, "i32": 4, "u32": 4, "f16": 2}
 
 
-def _type_layout(text: str) -> tuple[int, int]:
+def _int_expr(text: str, consts: dict[str, int]) -> int:
+    """A WGSL constant integer expression (literals, ``const`` names, + - * / and parentheses)."""
+    expr = re.sub(r"\b(\d+)[ui]?\b", r"\1", text)
+    expr = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: str(consts[m[0]]), expr)
+    assert re.fullmatch(r"[\d\s+*/()-]+", expr), f"not a constant integer expression: {text!r}"
+    return int(eval(expr.replace("/", "//")))  # noqa: S307 - digits and operators only
+
+
+def _type_layout(text: str, consts: dict[str, int]) -> tuple[int, int]:
     """(size, alignment) of a WGSL type used for workgroup variables."""
     text = text.strip()
     if text in _SCALARS:
@@ -145,67 +153,36 @@ def _type_layout(text: str) -> tuple[int, int]:
     if m := re.fullmatch(r"vec([234])<(\w+)>", text):
         n, scalar = int(m[1]), _SCALARS[m[2]]
         return n * scalar, (2 if n == 2 else 4) * scalar
-    if m := re.fullmatch(r"array<(.+),\s*(\d+)u?>", text):
-        size, align = _type_layout(m[1])
-        return -(-size // align) * align * int(m[2]), align
+    if m := re.fullmatch(r"array<(.+?(?:<[^<>]*>)?),\s*([^,<>]+)>", text):
+        size, align = _type_layout(m[1], consts)
+        return -(-size // align) * align * _int_expr(m[2], consts), align
     raise AssertionError(f"workgroup variable of type {text!r}: not parsed")
 
 
 def wgsl_launch(source: str) -> tuple[tuple[int, ...], int]:
     """(workgroup size, workgroup memory) a rendered kernel declares, by WebGPU's counting rules."""
+    consts: dict[str, int] = {}
+    for name, expr in re.findall(r"^const\s+(\w+)\s*(?::\s*\w+)?\s*=\s*([^;]+);", source, re.MULTILINE):
+        try:
+            consts[name] = _int_expr(expr, consts)
+        except (AssertionError, KeyError):
+            pass  # a float or boolean constant: no size is made of it
     (size,) = re.findall(r"@workgroup_size\(([^)]*)\)", source)
-    dims = tuple(int(d.strip().rstrip("u")) for d in size.split(",") if d.strip())
-    shared = sum(-(-_type_layout(t)[0] // 16) * 16
+    dims = tuple(_int_expr(d, consts) for d in size.split(",") if d.strip())
+    shared = sum(-(-_type_layout(t, consts)[0] // 16) * 16
                  for t in re.findall(r"var<workgroup>\s+\w+\s*:\s*([^;]+);", source))
     return dims + (1,) * (3 - len(dims)), shared
 
 
-def _q8_0(rows: int, k: int) -> tuple[list[int], str]:
-    return [rows, gguf_row_bytes("Q8_0", k)], "u8"
-
-
-def _coverage_graph() -> rlxpy.Graph:
-    """Reaches every kernel under GPU, CPU and WIDE facts (lowered only)."""
-    g = rlxpy.Graph("coverage")
-    x, i = g.input("x", (5, 7)), g.input("i", (5, 7), "i32")
-    outs = [g.gelu(x), g.add(i, i), g.compare(x, x, "lt"), g.where(g.compare(i, 0, "gt"), x, x),
-            g.cast(x, "i32"), g.cast(x, "f16"), g.copy(x)]
-    a, w = g.input("a", (70, 16)), g.param("w", (16, 24))
-    outs += [g.linear(a, w, g.param("b", (24,)), "relu"), g.matmul(g.input("few", (3, 16)), w),
-             g.matmul(g.input("few16", (3, 16)), g.param("w16", (16, 24), "f16"))]
-    short, long, tall = g.input("short", (6, 20)), g.input("long", (3, 3000)), g.input("tall", (200, 20))
-    outs += [g.layer_norm(short, g.param("gamma", (20,)), g.param("beta", (20,))), g.softmax(short),
-             g.softmax(long), g.sum(short, [1]), g.sum(long, [1]), g.reduce(tall, "max", [0]),
-             g.cumsum(short), g.cumsum(long), g.argmax(long), g.topk(g.input("ranked", (3, 300)), 100),
-             g.sample(g.input("logits", (1, 20000)), 0.7, top_k=5)]
-    q, k = g.input("q", (1, 2, 70, 16)), g.input("k", (1, 2, 70, 16))
-    qd, kd = g.input("qd", (1, 4, 1, 16)), g.input("kd", (1, 2, 600, 16))
-    pos = g.input("pos", (1,), "i32")
-    cos, sin = g.param("cos", (96, 8)), g.param("sin", (96, 8))
-    kc, vc = g.param("kc", (96, 32)), g.param("vc", (96, 32))
-    outs += [g.attention(q, k, k, 2, 16), g.attention(qd, kd, kd, 4, 16, num_kv_heads=2, mask_kind="causal"),
-             g.rope(q, cos, sin, 16, position=pos), g.cache_write(kc, g.input("rows", (2, 32)), pos),
-             g.rope_kv_append(g.input("qkv", (2, 96)), kc, vc, cos, sin, pos, 16, 32, 32)]
-    outs += [g.transpose(x, [1, 0]), g.gather(x, g.input("idx", (3,), "i32")),
-             g.scatter_add(x, g.input("sidx", (5,), "i32"), 4)]
-    wq, scale = g.param("wq", (64 * 12,), "u8"), g.param("scale", (2 * 12,))
-    outs += [g.dequant_matmul(g.input(f"xq{rows}", (rows, 64)), wq, scale, None, "int8", 64, 12)
-             for rows in (2, 70)]
-    wg, gk = g.param("wg", *_q8_0(64, 256)), g.param("g256", (256,))
-    x1 = g.input("x1", (1, 256))
-    outs += [g.dequant_matmul_gguf(g.rms_norm(x1, gk, eps=1e-5), wg, "Q8_0", 64, 256),
-             g.dequant_matmul_gguf(g.input("xt", (2100, 256)), wg, "Q8_0", 64, 256),
-             g.gather_gguf(wg, g.input("gidx", (4,), "i32"), "Q8_0", 256)]
-    wqkv = g.param("wqkv", *_q8_0(64, 256))
-    qkv = g.dequant_matmul_gguf(g.rms_norm(x1, gk, eps=1e-5), wqkv, "Q8_0", 64, 256)
-    outs.append(g.rope_kv_append(qkv, g.param("kc2", (16, 16)), g.param("vc2", (16, 16)),
-                                 g.param("cos2", (16, 8)), g.param("sin2", (16, 8)), pos, 16, 32, 16))
-    g.output(*outs)
-    return g
+def _wide_variants(g: rlxpy.Graph) -> None:
+    """The variants only a device past WebGPU's minimum runs: 32 skinny row lanes, 1024 sample lanes."""
+    g.output(g.matmul(g.input("a", (2, 4096)), g.param("w", (4096, 64))),
+             g.sample(g.input("logits", (1, 20000)), 0.7, top_k=5))
 
 
 def test_declared_launches_match_the_rendered_wgsl(monkeypatch):
-    """Every dispatch's declared (workgroup, memory) is what its rendered WGSL declares."""
+    """Every dispatch's declared (workgroup, memory) is what its rendered WGSL declares, over the graphs
+    that reach every kernel (test_kernel_sources.py) on GPU, CPU and wide adapters."""
     seen: dict[str, set] = {}
     original = LowerCtx.dispatch
 
@@ -217,9 +194,12 @@ def test_declared_launches_match_the_rendered_wgsl(monkeypatch):
         return original(self, kernel, node, grid, subs, *args, **kwargs)
 
     monkeypatch.setattr(LowerCtx, "dispatch", recording)
-    prepared = prepare(_coverage_graph())
-    for facts in (GPU, CPU, WIDE):
-        lower_graph(prepared, facts)
+    for name, build in {**BUILDERS, "wide": _wide_variants}.items():
+        g = rlxpy.Graph(name)
+        build(g)
+        prepared = prepare(g)
+        for facts in (GPU, CPU, WIDE):
+            lower_graph(prepared, facts)
     assert set(seen) == set(KERNELS), f"not reached: {sorted(set(KERNELS) - set(seen))}"
     assert len(seen["matmul_skinny"]) > 1 and len(seen["sample_rows"]) > 1  # variants of both sizes
 
