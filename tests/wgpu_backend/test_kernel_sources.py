@@ -88,6 +88,16 @@ def _scan(g: rlxpy.Graph) -> None:
     g.output(g.gated_delta_net(q, q, q, gate, gate, state=g.param("delta_state", [1, 2, 4, 4])))
 
 
+def _conv(g: rlxpy.Graph) -> None:
+    """Conv on both kernels (forward and transposed), both pool kernels, im2col."""
+    x, x1 = g.input("cx", [1, 4, 9, 9]), g.input("cx1", [2, 3, 40])
+    g.output(g.conv(x, g.param("cw", [32, 4, 3, 3]), 2, 1, bias=g.param("cb", [32]), activation="relu"),
+             g.conv(x, g.param("dw", [4, 1, 3, 3]), groups=4),
+             g.conv_transpose(x, g.param("tw", [4, 2, 2, 2]), 2),
+             g.conv_transpose(x1, g.param("tw1", [3, 24, 3]), 2), g.max_pool(x, 3, 2, 1, ceil_mode=True),
+             g.global_avg_pool(g.input("big", [1, 2, 30, 30])), g.im2col(x, 3, padding=1))
+
+
 def _quant_generic(g: rlxpy.Graph) -> None:
     k, n = 64, 12
     for scheme, extra in (("int8", 1), ("int8_asym", 2), ("int4", 1), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
@@ -131,7 +141,8 @@ def _gguf(qtype: str):
 
 
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
-            "attention_rope_kv": _attention_rope_kv, "shape": _shape, "quant_generic": _quant_generic,
+            "attention_rope_kv": _attention_rope_kv, "shape": _shape, "conv": _conv,
+            "quant_generic": _quant_generic,
             "scan": _scan, **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 
 

@@ -1,23 +1,101 @@
-"""Conv family: Conv, ConvTranspose, Pool, AdaptivePool and Im2Col run as host steps (their numpy
-references)."""
+"""Conv family: Conv and ConvTranspose (1-D/2-D/3-D, any stride, padding, dilation and groups, with
+the bias + activation epilogue), Pool and AdaptivePool (conv_pool.py), Im2Col (conv_direct.py).
+
+Conv and ConvTranspose take one of two kernels, both reading x in place (no im2col buffer):
+
+* the implicit GEMM (conv_gemm.py) when a group has at least ``DIRECT_MAX_CHANNELS`` output channels
+  (ResNet-style convs, 1x1 projections, a stem's 3 -> 64 channels): workgroup tiles of gathered input
+  patches and weights, register tiles of 4-8 positions x 1-4 channels per thread;
+* the direct kernel (conv_direct.py) below that (depthwise, channel multipliers, a projection to a
+  few channels), where a GEMM tile of 16 channels would mostly idle: one invocation per output.
+
+A transposed conv is the same gather with another tap map (include/conv_window_transpose.wgsl: output
+o reads input (o + pad - t*dil)/s where that divides). Non-f32 convs run as host steps.
+"""
 
 from __future__ import annotations
 
+import math
+
 from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool
+from rlxpy.wgpu_backend.lowering.conv_geometry import epilogue_expr, window_fields
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
+#: Groups with fewer output channels than this run the direct kernel.
+DIRECT_MAX_CHANNELS = 8
+#: Benches and tests only: force "gemm" or "direct". Not a user flag.
+FORCE_PATH: str | None = None
+
 #: Ops lowered as host steps, with the reason each has no kernel yet.
-HOST_OPS: dict[type[ops.Op], str] = {
-    ops.Conv: "no conv kernel yet",
-    ops.Pool: "no pool kernel yet",
-    ops.Im2Col: "im2col is a host op: no kernel yet",
-    ops.ConvTranspose: "no transposed-conv kernel yet",
-    ops.AdaptivePool: "no adaptive-pool kernel yet",
-}
+HOST_OPS: dict[type[ops.Op], str] = {}
 
 
-@lowers(*HOST_OPS)
-def lower_conv_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx)
+def conv_fields(node: Node, ctx: LowerCtx) -> tuple[dict[str, int], int]:
+    """(ConvParams fields without m_start, groups) of a Conv or ConvTranspose node."""
+    op = node.op
+    x, w, *bias = ctx.inputs(node)
+    in_sizes, out_sizes = tuple(x.shape[2:]), tuple(node.shape[2:])
+    geo = op.geometry(len(in_sizes))
+    c_in, c_out, groups = int(x.shape[1]), int(node.shape[1]), op.groups
+    kvol = math.prod(geo.kernel)
+    positions = math.prod(out_sizes)
+    m = int(x.shape[0]) * positions
+    fields = dict(total=node.numel, positions=positions, m=m, kdim=c_in // groups * kvol, kvol=kvol,
+                  c_in=c_in, c_in_g=c_in // groups, c_out=c_out, c_out_g=c_out // groups,
+                  **window_fields(in_sizes, out_sizes, geo), x=ctx.offset(x), w=ctx.offset(w),
+                  bias=ctx.offset(bias[0]) if bias else 0, y=ctx.offset(node), has_bias=int(bool(bias)))
+    return fields, groups
+
+
+def use_direct(fields: dict[str, int]) -> bool:
+    if FORCE_PATH is not None:
+        return FORCE_PATH == "direct" and conv_direct.fits_budget(fields)
+    return fields["c_out_g"] < DIRECT_MAX_CHANNELS and conv_direct.fits_budget(fields)
+
+
+@lowers(ops.Conv, ops.ConvTranspose)
+def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
+    """act(conv(x, w) + bias), forward or transposed, on the implicit GEMM or the direct kernel."""
+    if node.dtype is not DType.F32:
+        return host_steps(node, ctx)  # f16/bf16 convs: the reference, until the kernels take them
+    if node.numel == 0:
+        return []
+    fields, groups = conv_fields(node, ctx)
+    subs = {"MODE": "transpose" if isinstance(node.op, ops.ConvTranspose) else "forward",
+            "EXPR": epilogue_expr(node)}
+    if use_direct(fields):
+        return conv_direct.direct_steps(node, ctx, fields, subs)
+    return conv_gemm.gemm_steps(node, ctx, fields, groups, subs)
+
+
+@lowers(ops.Pool, ops.AdaptivePool)
+def lower_pool(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Windowed and adaptive pooling (max/min propagate NaN; mean's divisor as the IR defines it)."""
+    if node.dtype is not DType.F32:
+        return host_steps(node, ctx)
+    return conv_pool.pool_steps(node, ctx)
+
+
+@lowers(ops.Im2Col)
+def lower_im2col(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Patch rows of x, zero padding: one invocation per output element."""
+    if node.dtype is not DType.F32:
+        return host_steps(node, ctx)
+    if node.numel == 0:
+        return []
+    (x,) = ctx.inputs(node)
+    kernel, stride, padding, dilation = node.op.windows()
+    geo = ops.conv.Geometry(kernel, stride, padding, padding, dilation)
+    in_sizes = tuple(x.shape[2:])
+    h_out = (in_sizes[0] + 2 * padding[0] - geo.span(0)) // stride[0] + 1
+    w_out = (in_sizes[1] + 2 * padding[1] - geo.span(1)) // stride[1] + 1
+    kvol = kernel[0] * kernel[1]
+    c_in = int(x.shape[1])
+    fields = dict(total=node.numel, positions=h_out * w_out, m=node.shape[0], kdim=c_in * kvol, kvol=kvol,
+                  c_in=c_in, c_in_g=c_in, c_out=0, c_out_g=0, **window_fields(in_sizes, (h_out, w_out), geo),
+                  x=ctx.offset(x), w=0, bias=0, y=ctx.offset(node), has_bias=0)
+    return conv_direct.im2col_steps(node, ctx, fields)

@@ -1,0 +1,106 @@
+// y = act(conv(x, w) + bias) as an implicit GEMM per group (grid z): rows m = (n, output position),
+// columns o = the group's output channels, K = (input channel c, window tap). The A tile is gathered
+// from x while it is loaded (no im2col buffer; padding taps read 0), w is read as [o, K].
+// One BM x BN output tile per 16 x 16 workgroup, K in steps of 8: the next step's loads go to
+// registers while this one is summed, then into the other of two workgroup buffers (one barrier per
+// step). Thread (tx, ty) owns positions m0 + 4tx + 64h + i (i < 4, h < BM/64), read as one vec4 per
+// k, and channels o0 + ty + 16j (j < BN/16): 64 consecutive positions of a channel are stored by 16
+// neighbouring threads. Its loads: A row am, k rows ak + r*256/BM; w channel wo + 32r, k row wk.
+// MODE: forward or transposed conv (include/conv_window_*). Bindings: 0 = arena window (u32 words),
+// 1 = ConvParams (element offsets; 3-D geometry; m_start = the first row of this dispatch).
+#include "common_arena.wgsl"
+#include "common_words.wgsl"
+#include "conv_taps.wgsl"
+#include "conv_epilogue.wgsl"
+
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = 8u;
+const A_STEP: u32 = BK * BM / 4u;  // vec4s of one buffer of tile_a
+const W_STEP: u32 = BK * BN;
+
+var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM/4]: 4 positions per vec4
+var<workgroup> tile_w: array<f32, {{W_WORDS}}>;  // [2][BK][BN]
+
+// A[m, k] of a row whose input row base and output position are given: tap k = (c, td, th, tw).
+fn gather_a(ok: bool, row: u32, od: u32, oh: u32, ow: u32, k: u32) -> f32 {
+    if (!ok || k >= p.kdim) {
+        return 0.0;
+    }
+    let c = k / p.kvol;
+    let tap = k % p.kvol;
+    let tw = tap % p.k_w;
+    let th = (tap / p.k_w) % p.k_h;
+    let td = tap / (p.k_w * p.k_h);
+    return x_at(row + c, od, oh, ow, td, th, tw);
+}
+
+// W[o, k] of group g: output channel o of the group, tap k = (c, tap).
+fn gather_w(g: u32, o: u32, k: u32) -> f32 {
+    if (o >= p.c_out_g || k >= p.kdim) {
+        return 0.0;
+    }
+    return ld_f32(p.w + w_index(g, o, k / p.kvol, k % p.kvol));
+}
+
+fn store_y(g: u32, m: u32, o: u32, acc: f32) {
+    if (m >= p.m || o >= p.c_out_g) {
+        return;
+    }
+    let co = g * p.c_out_g + o;
+    let n = m / p.positions;
+    st_f32(p.y + (n * p.c_out + co) * p.positions + m % p.positions, finish(co, acc));
+}
+
+// Rows m .. m+3 of channel o.
+fn store4(g: u32, m: u32, o: u32, acc: vec4<f32>) {
+    store_y(g, m, o, acc.x);
+    store_y(g, m + 1u, o, acc.y);
+    store_y(g, m + 2u, o, acc.z);
+    store_y(g, m + 3u, o, acc.w);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid.x;
+    let ty = lid.y;
+    let flat = ty * 16u + tx;
+    let g = wid.z;
+    let m0 = p.m_start + wid.x * BM;
+    let o0 = wid.y * BN;
+    // this thread's A row, fixed for the whole K loop: its output position decoded once
+    let am = flat % BM;
+    let ak = flat / BM;
+    let ok = m0 + am < p.m;
+    let pos = (m0 + am) % p.positions;
+    let row = ((m0 + am) / p.positions) * p.c_in + g * p.c_in_g;
+    let ow = pos % p.out_w;
+    let oh = (pos / p.out_w) % p.out_h;
+    let od = pos / (p.out_w * p.out_h);
+    let wk = flat % BK;
+    let wo = flat / BK;
+{{REGS}}
+    var acc = array<vec4<f32>, {{ACC}}>();
+    var k0 = 0u;
+    var b = 0u;
+{{LOAD}}
+{{STAGE}}
+    workgroupBarrier();
+    let steps = (p.kdim + BK - 1u) / BK;
+    for (var s = 0u; s < steps; s = s + 1u) {
+        let more = s + 1u < steps;
+        if (more) {  // issued before the sums below, so the loads' latency hides behind them
+            k0 = (s + 1u) * BK;
+{{LOAD}}
+        }
+        let ta = (s & 1u) * A_STEP + tx;
+        let tb = (s & 1u) * W_STEP + ty;
+{{FMA}}
+        if (more) {  // the other buffer: everyone finished reading it before the last barrier
+            b = (s + 1u) & 1u;
+{{STAGE}}
+        }
+        workgroupBarrier();
+    }
+{{STORE}}
+}

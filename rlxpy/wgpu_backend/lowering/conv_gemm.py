@@ -1,0 +1,98 @@
+"""The implicit-GEMM conv (conv_gemm.wgsl) for channel-heavy Conv and ConvTranspose.
+
+Per group g, the conv is ``Y[m, o] = sum_k A[m, k] W[o, k]`` with rows m = (n, output position),
+columns o = the group's output channels and K = (input channel, window tap); A is gathered from x as
+the tile loads it, so no im2col buffer exists. A tile is BM x BN on 16 x 16 threads: BM = 64 or 128
+positions (4 or 8 per thread, read as vec4s), BN = 16, 32 or 64 channels (1, 2 or 4 per thread), the
+smallest BN holding the group's channels. The larger BM wins while the grid still has
+``MIN_GROUPS`` workgroups. The per-thread statement blocks below are unrolled here so the
+accumulators are indexed by constants only (a dynamically indexed register array spills).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import LimitError, where
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Node
+from rlxpy.wgpu_backend.kernels.contract import accepts
+from rlxpy.wgpu_backend.kernels.params import kernel
+from rlxpy.wgpu_backend.lowering.conv_geometry import CONV_PARAMS
+from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
+from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step
+
+BK = 8  # K per step (kernel constant)
+THREADS = 256
+CONV_GEMM = kernel(
+    "conv_gemm", CONV_PARAMS, dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # x, w, bias
+    # the double-buffered tiles: [2][BK][BM] of A and [2][BK][BN] of w (BM = 128, BN = 64: 12 KiB)
+    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["W_WORDS"]),
+    sizes={"A_VECS": 2 * BK * 128 // 4, "W_WORDS": 2 * BK * 64})
+#: Tile rows (output positions) from the largest; the first giving MIN_GROUPS workgroups is taken.
+TILE_ROWS = (128, 64)
+MIN_GROUPS = 256
+#: Benches only: force a BM. Not a user flag.
+FORCE_ROWS: int | None = None
+
+
+def tile_cols(channels: int) -> int:
+    """BN: 16, 32 or 64 channels, the smallest holding the group's output channels (64 past that)."""
+    return next((bn for bn in (16, 32) if channels <= bn), 64)
+
+
+def tile_rows(m: int, n_tiles: int, groups: int) -> int:
+    if FORCE_ROWS is not None:
+        return FORCE_ROWS
+    return next((bm for bm in TILE_ROWS if math.ceil(m / bm) * n_tiles * groups >= MIN_GROUPS), TILE_ROWS[-1])
+
+
+def blocks(bm: int, bn: int) -> dict[str, object]:
+    """The placeholders of conv_gemm.wgsl for one tile shape: register declarations, the loads of one
+    K step, their staging into buffer ``b``, the sums of one step and the stores."""
+    hs, tn = bm // 64, bn // 16
+    a_loads, a_rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    w_loads = -(-bn * BK // THREADS)
+    guard = [f"wo + {32 * r}u < BN" if 32 * (r + 1) > bn else "" for r in range(w_loads)]
+    regs = [f"    var na{r} = 0.0;" for r in range(a_loads)]
+    regs += [f"    var nw{r} = 0.0;" for r in range(w_loads)]
+    load = [f"    na{r} = gather_a(ok, row, od, oh, ow, k0 + ak + {r * a_rows}u);" for r in range(a_loads)]
+    stage = [f"    tile_a[b * A_STEP + (ak + {r * a_rows}u) * (BM / 4u) + am / 4u][am % 4u] = na{r};"
+             for r in range(a_loads)]
+    for r in range(w_loads):
+        put = (f"nw{r} = gather_w(g, o0 + wo + {32 * r}u, k0 + wk);",
+               f"tile_w[b * W_STEP + wk * BN + wo + {32 * r}u] = nw{r};")
+        for lines, text in zip((load, stage), put):
+            lines.append(f"    if ({guard[r]}) {{ {text} }}" if guard[r] else f"    {text}")
+    fma = []
+    for kk in range(BK):
+        fma.append("        {")
+        fma += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
+        fma += [f"            let w{j} = tile_w[tb + {kk * bn + 16 * j}u];" for j in range(tn)]
+        fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * w{j};"
+                for h in range(hs) for j in range(tn)]
+        fma.append("        }")
+    store = [f"    store4(g, m0 + tx * 4u + {64 * h}u, o0 + ty + {16 * j}u, acc[{h * tn + j}]);"
+             for h in range(hs) for j in range(tn)]
+    return {"BM": bm, "BN": bn, "A_VECS": 2 * BK * bm // 4, "W_WORDS": 2 * BK * bn, "ACC": hs * tn,
+            "REGS": "\n".join(regs), "LOAD": "\n".join(load), "STAGE": "\n".join(stage),
+            "FMA": "\n".join(fma), "STORE": "\n".join(store)}
+
+
+def gemm_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], groups: int, subs: dict[str, object]
+               ) -> list[Step]:
+    """The implicit GEMM over ``fields`` (ConvParams without ``m_start``): one dispatch per run of
+    65535 row tiles."""
+    m, kdim, channels = fields["m"], fields["kdim"], fields["c_out_g"]
+    steps = math.ceil(kdim / BK)
+    if steps > LOOP_BUDGET:
+        raise LimitError(f"{where(node)}: the implicit GEMM would run {steps} K steps in one GPU thread, "
+                         f"more than the {LOOP_BUDGET} allowed (K = {kdim}; lavapipe stops at 65535)")
+    bn = tile_cols(channels)
+    n_tiles = math.ceil(channels / bn)
+    bm = tile_rows(m, n_tiles, groups)
+    subs = {**subs, **blocks(bm, bn)}
+    row_tiles = math.ceil(m / bm)
+    return [ctx.dispatch(CONV_GEMM, node, (min(MAX_GROUPS, row_tiles - start), n_tiles, groups), subs, False,
+                         m_start=start * bm, **fields)
+            for start in range(0, row_tiles, MAX_GROUPS)]
