@@ -82,9 +82,9 @@ def test_fft_shape_errors():
     g = Graph()
     with pytest.raises(GraphError, match=r"f \(Fft\): fft: last dim 5 .* is not 2N"):
         g.fft(g.input("x", (3, 5)), name="f")
-    with pytest.raises(GraphError, match="fft takes f32/f64"):
+    with pytest.raises(GraphError, match="fft takes c64, or f32/f64"):
         g.fft(g.input("i", (4,), "i32"))
-    with pytest.raises(GraphError, match="static last dim"):
+    with pytest.raises(GraphError, match="static axis -1"):
         g.fft(g.input("s", (2, "N")))
 
 
@@ -128,7 +128,7 @@ def test_welch_peaks_shape_errors():
         g.welch_peaks(x, 2, 4, name="w")
     with pytest.raises(GraphError, match="k=10 exceeds the 9 one-sided bins"):
         g.welch_peaks(x, 10, 2)
-    with pytest.raises(GraphError, match="welch_peaks takes f32"):
+    with pytest.raises(GraphError, match="welch_peaks takes c64 .* or f32"):
         g.welch_peaks(g.input("y", (2, 3, 32)), 1, 1)
 
 
@@ -198,5 +198,5 @@ def test_log_mel_shape_errors():
     with pytest.raises(GraphError, match=r"got f32\[0, 9\]"):
         g.log_mel(s, g.param("f0", (0, 9)))
     f = g.param("f2", (5, 9))
-    with pytest.raises(GraphError, match=r"dy must be \[4, 5\]"):
+    with pytest.raises(GraphError, match=r"dy must be float \[4, 5\]"):
         g.log_mel_backward(s, f, g.input("dy", (4, 6)))

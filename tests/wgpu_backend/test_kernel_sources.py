@@ -41,6 +41,7 @@ def _matmul(g: rlxpy.Graph) -> None:
     half = g.param("w16", [16, 24], "f16")
     few = g.input("few", [3, 16])
     g.output(g.linear(a, w, bias, "relu"), g.matmul(odd, w_odd), g.matmul(few, w), g.matmul(few, half))
+    g.output(g.grouped_matmul(a, g.param("experts", [3, 16, 24]), g.input("expert_ids", [70], "i32")))
 
 
 def _norm_reduce(g: rlxpy.Graph) -> None:
@@ -113,6 +114,12 @@ def _quant_generic(g: rlxpy.Graph) -> None:
             g.output(g.dequant_matmul(g.input(f"x_{scheme}_{rows}", [rows, k]), w, scale, zp, scheme, k, n))
 
 
+
+def _signal(g: rlxpy.Graph) -> None:
+    z, wave = g.input("z", [3, 17], "c64"), g.input("wave", [2, 900])
+    g.output(g.fft(z), g.rfft(g.input("long", [2, 5000])), g.irfft(z, 30),
+             g.stft(wave, g.param("win", [64]), 64, 16))
+
 def _gguf(qtype: str):
     def build(g: rlxpy.Graph) -> None:
         from rlxpy.ir.ops.quant import gguf_row_bytes
@@ -143,7 +150,8 @@ def _gguf(qtype: str):
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
             "attention_rope_kv": _attention_rope_kv, "shape": _shape, "conv": _conv,
             "quant_generic": _quant_generic,
-            "scan": _scan, **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
+            "scan": _scan, "signal": _signal,
+            **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 
 
 def rendered(name: str) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Reference semantics: FFT, Welch peaks, log-mel and its gradient (numpy, float64/complex128)."""
+"""Reference semantics: FFT, STFT, Welch peaks, log-mel and its gradient (numpy, float64/complex128).
+The plan-table inputs of Fft and Stft never change a value: they are not read here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rlxpy.ir.ops.signal import (
     Fft,
     LogMel,
     LogMelBackward,
+    Stft,
     WelchPeaks,
 )
 from rlxpy.ir.reference.core import reference
@@ -28,11 +30,8 @@ def to_blocks(z: np.ndarray) -> np.ndarray:
     return np.concatenate([z.real, z.imag], axis=-1)
 
 
-def fft_rows(z: np.ndarray, inverse: bool, norm: FftNorm) -> np.ndarray:
-    """The DFT of each row with rlxpy's norm convention (see Fft)."""
-    n = z.shape[-1]
-    # numpy's norm="forward" leaves the inverse unscaled, so both calls below are unscaled
-    raw = np.fft.ifft(z, norm="forward") if inverse else np.fft.fft(z)
+def scaled(raw: np.ndarray, n: int, inverse: bool, norm: FftNorm) -> np.ndarray:
+    """An unscaled transform of length ``n`` with rlxpy's norm convention (see Fft)."""
     if norm is FftNorm.ORTHO:
         return raw / np.sqrt(n)
     if norm is FftNorm.FORWARD and inverse:
@@ -40,19 +39,61 @@ def fft_rows(z: np.ndarray, inverse: bool, norm: FftNorm) -> np.ndarray:
     return raw
 
 
+def fft_rows(z: np.ndarray, inverse: bool, norm: FftNorm, axis: int = -1) -> np.ndarray:
+    """The DFT of each line along ``axis`` with rlxpy's norm convention (see Fft)."""
+    n = z.shape[axis]
+    # numpy's norm="forward" leaves the inverse unscaled, so both calls below are unscaled
+    raw = np.fft.ifft(z, axis=axis, norm="forward") if inverse else np.fft.fft(z, axis=axis)
+    return scaled(raw, n, inverse, norm)
+
+
 @reference(Fft)
 def ref_fft(op: Fft, args, node):
-    (x,) = args
+    x = args[0]
+    if op.real and not op.inverse:
+        raw = np.fft.rfft(x.astype(np.float64), axis=op.axis)
+        return scaled(raw, x.shape[op.axis], False, op.norm).astype(np.complex64)
+    if op.real:
+        n = node.shape[op.axis]
+        raw = np.fft.irfft(x.astype(np.complex128), n=n, axis=op.axis, norm="forward")  # unscaled
+        return scaled(raw, n, True, op.norm).astype(np.float32)
     if node.dtype is DType.C64:
-        return fft_rows(x.astype(np.complex128), op.inverse, op.norm).astype(np.complex64)
+        return fft_rows(x.astype(np.complex128), op.inverse, op.norm, op.axis).astype(np.complex64)
     return to_blocks(fft_rows(from_blocks(x), op.inverse, op.norm)).astype(x.dtype)
+
+
+def stft_frames(op: Stft, x: np.ndarray) -> np.ndarray:
+    """[..., frames, n_fft] float64 frames of the (padded) signals, before the window."""
+    pad = op.padding()
+    x = x.astype(np.float64)
+    if pad:
+        x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode=op.pad_mode)  # type: ignore[call-overload]
+    frames = 1 + (x.shape[-1] - op.n_fft) // op.hop
+    starts = np.arange(frames) * op.hop
+    return x[..., starts[:, None] + np.arange(op.n_fft)]
+
+
+@reference(Stft)
+def ref_stft(op: Stft, args, node):
+    signal, window = args[0], args[1]
+    frames = stft_frames(op, signal) * window.astype(np.float64)
+    raw = np.fft.rfft(frames, axis=-1) if op.onesided else np.fft.fft(frames, axis=-1)
+    return scaled(raw, op.n_fft, False, op.norm).astype(np.complex64)
+
+
+def spectrum_rows(spectrum: np.ndarray) -> np.ndarray:
+    """complex128 rows of a C64 spectrum or of one in the block layout."""
+    if np.iscomplexobj(spectrum):
+        return spectrum.astype(np.complex128)
+    return from_blocks(spectrum)
 
 
 def welch_psd(spectrum: np.ndarray, n_segments: int) -> np.ndarray:
     """One-sided PSD [batch, n_bins] averaged over segments (no window/fs normalisation)."""
-    n_fft = spectrum.shape[-1] // 2
+    z = spectrum_rows(spectrum)
+    n_fft = z.shape[-1]
     n_bins = n_fft // 2 + 1
-    power = np.abs(from_blocks(spectrum)[:, :n_bins]) ** 2
+    power = np.abs(z[:, :n_bins]) ** 2
     psd = power.reshape(-1, n_segments, n_bins).mean(axis=1)
     last_doubled = n_bins - 1 if n_fft % 2 == 0 else n_bins  # Nyquist exists only for even n_fft
     psd[:, 1:last_doubled] *= 2.0
@@ -70,31 +111,34 @@ def ref_welch_peaks(op: WelchPeaks, args, node):
     return out.reshape(node.shape).astype(np.float32)
 
 
-def log_mel_parts(spectrum: np.ndarray, filters: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(z, E, L, floor) of LogMel per frame, float64."""
+def log_mel_parts(spectrum: np.ndarray, filters: np.ndarray, floor_axes: int = 1) -> tuple[np.ndarray, ...]:
+    """(z, E, L, floor) of LogMel, float64; the floor per frame or per spectrogram."""
     n_bins = filters.shape[1]
-    z = from_blocks(spectrum)[..., :n_bins]
+    z = spectrum_rows(spectrum)[..., :n_bins]
     energy = (z.real**2 + z.imag**2) @ filters.astype(np.float64).T
     with np.errstate(invalid="ignore"):
         logs = np.log10(np.maximum(energy, LOG_MEL_MIN_ENERGY))
-    floor = logs.max(axis=-1, keepdims=True) - LOG_MEL_RANGE
+    axes = (-1,) if floor_axes == 1 else (-2, -1)
+    floor = logs.max(axis=axes, keepdims=True) - LOG_MEL_RANGE
     return z, energy, logs, floor
 
 
 @reference(LogMel)
 def ref_log_mel(op: LogMel, args, node):
-    _, _, logs, floor = log_mel_parts(*args)
-    return ((np.maximum(logs, floor) + 4.0) / 4.0).astype(args[0].dtype)
+    _, _, logs, floor = log_mel_parts(*args, floor_axes=op.floor_axes)
+    return ((np.maximum(logs, floor) + 4.0) / 4.0).astype(node.dtype.numpy)
 
 
 @reference(LogMelBackward)
 def ref_log_mel_backward(op: LogMelBackward, args, node):
     spectrum, filters, dy = args
-    z, energy, logs, floor = log_mel_parts(spectrum, filters)
+    z, energy, logs, floor = log_mel_parts(spectrum, filters, op.floor_axes)
     d_log = np.where(np.abs(np.maximum(logs, floor) - floor) <= 1e-6, 0.0, dy.astype(np.float64) / 4.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         d_energy = np.where(energy > LOG_MEL_MIN_ENERGY, d_log / (energy * np.log(10.0)), 0.0)
     d_power = d_energy @ filters.astype(np.float64)  # [..., n_bins]
+    if np.iscomplexobj(spectrum):
+        return (2.0 * z * d_power).astype(np.complex64)
     n_fft = spectrum.shape[-1] // 2
     grad = np.zeros(spectrum.shape, dtype=np.float64)
     grad[..., : z.shape[-1]] = 2.0 * z.real * d_power

@@ -1,0 +1,70 @@
+// The Stockham autosort stages over the workgroup memory `sh`: two halves of {{CAP}} points, each
+// stage reading one and writing the other (p.per_wg lines of p.len points, natural order in and out).
+// Stage s has radix r (4 bits each in radices0/radices1) and span ns (the product of the earlier
+// radices): butterfly j of a line reads points j + q * len/r, twists them by w_{ns r}^(q k) with
+// k = j mod ns, takes their r-point DFT and writes points (j / ns) * ns * r + k + q * ns. Twiddles are
+// entries of the roots table: w_{ns r}^x = roots[x * n_table / (ns r)].
+var<workgroup> sh: array<vec2<f32>, {{SLOTS}}>;
+
+fn radix_of(stage: u32) -> u32 {
+    if (stage < 8u) {
+        return (p.radices0 >> (4u * stage)) & 15u;
+    }
+    return (p.radices1 >> (4u * (stage - 8u))) & 15u;
+}
+
+// Runs every stage on the half starting at `src`; returns the start of the half holding the result.
+fn run_stages(lane: u32, src: u32) -> u32 {
+    var here = src;
+    var ns = 1u;
+    for (var stage = 0u; stage < p.stages; stage = stage + 1u) {
+        let there = {{CAP}}u - here;
+        let radix = radix_of(stage);
+        let stride = p.len / radix;
+        let count = p.per_wg * stride;
+        let step = p.n_table / (ns * radix);
+        var w: array<vec2<f32>, 7>;  // w_r^q for the radix-3/5/7 DFTs
+        for (var q = 0u; q < radix; q = q + 1u) {
+            w[q] = pair(p.table, q * (p.n_table / radix));
+        }
+        for (var j_all = lane; j_all < count; j_all = j_all + {{WG}}u) {
+            let line = (j_all / stride) * p.len;
+            let j = j_all % stride;
+            let k = j % ns;
+            var x: array<vec2<f32>, 7>;
+            for (var q = 0u; q < radix; q = q + 1u) {
+                var v = sh[here + line + j + q * stride];
+                if (q > 0u && k > 0u) {
+                    v = cmul(v, pair(p.table, q * k * step));
+                }
+                x[q] = v;
+            }
+            let out = there + line + (j / ns) * ns * radix + k;
+            if (radix == 2u) {
+                sh[out] = x[0] + x[1];
+                sh[out + ns] = x[0] - x[1];
+            } else if (radix == 4u) {
+                let a = x[0] + x[2];
+                let b = x[0] - x[2];
+                let d = x[1] + x[3];
+                let e = x[1] - x[3];
+                sh[out] = a + d;
+                sh[out + ns] = b + mul_neg_i(e);
+                sh[out + 2u * ns] = a - d;
+                sh[out + 3u * ns] = b + mul_pos_i(e);
+            } else {
+                for (var q = 0u; q < radix; q = q + 1u) {
+                    var acc = x[0];
+                    for (var m = 1u; m < radix; m = m + 1u) {
+                        acc = acc + cmul(x[m], w[(m * q) % radix]);
+                    }
+                    sh[out + q * ns] = acc;
+                }
+            }
+        }
+        workgroupBarrier();
+        here = there;
+        ns = ns * radix;
+    }
+    return here;
+}
