@@ -1,6 +1,7 @@
 """Matmul family: MatMul and FusedMatMulBiasAct. f32 GEMMs of many rows go to the tiled GEMM (bias/act
 epilogue, batched over grid z); a 2-D weight with few rows, or any f16 weight (the f16 shadow), goes to
-the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <= 16 rows.
+the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <= 16 rows. GroupedMatMul
+(MoE) is lowered in matmul_grouped.py.
 
 The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread;
 the larger tile wins while it still gives the GPU enough workgroups. Where every offset, row length and
@@ -16,10 +17,9 @@ from rlxpy.errors import UnsupportedOpError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
-from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.lowering import matmul_skinny
+from rlxpy.wgpu_backend.lowering import matmul_grouped, matmul_skinny  # noqa: F401  (grouped: registers)
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -139,14 +139,3 @@ def lower_split_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     bounds = [sum(op.widths[: i + 1]) for i in range(len(op.widths))]
     splits = (bounds[0], bounds[1] if len(bounds) > 2 else bounds[-1])
     return gemm(node, ctx, a, w, bias[0] if bias else None, op.activation, splits)
-
-
-#: Ops lowered as host steps, with the reason each has no kernel yet.
-HOST_OPS: dict[type[ops.Op], str] = {
-    ops.GroupedMatMul: "no grouped-matmul kernel yet",
-}
-
-
-@lowers(*HOST_OPS)
-def lower_matmul_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx)
