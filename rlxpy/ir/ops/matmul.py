@@ -53,7 +53,8 @@ class FusedMatMulBiasAct(Op):
 
 @dataclass(frozen=True)
 class GroupedMatMul(Op):
-    """MoE GEMM: ``out[i] = x[i] @ w[int(expert_idx[i])]``; rows with a bad expert id are zero."""
+    """MoE GEMM: ``out[i] = x[i] @ w[trunc(expert_idx[i])]``; a row whose id is outside [0, E) (for float
+    ids NaN and +-inf too) is zero. Ids may be i32, u32, i64 or f32."""
 
     arity = (3, 3)
 
