@@ -11,7 +11,7 @@ from rlxpy.errors import GraphError
 from rlxpy.ir import ops
 from rlxpy.ir.graph_core import GraphCore, Node, NodeRef
 from rlxpy.ir.ops.backward import AttentionWrt
-from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, FftNorm, MaskKind, ReduceOp, enum_value
+from rlxpy.ir.ops.base import ActKind, BinaryOp, FftNorm, MaskKind, ReduceOp, enum_value
 from rlxpy.ir.ops.custom import GROUP_LIMITED_GATE, UMAP_KNN, GateParams
 from rlxpy.ir.ops.region import ChainStep, RegionPrologue
 from rlxpy.ir.shape import as_shape
@@ -198,13 +198,7 @@ class BuilderExtra(GraphCore):
         total = self.apply(ops.Reduce(ReduceOp.SUM, axes), [flat], name if reduction == "sum" else None)
         if reduction == "sum":
             return total
-        classes = self[logits].shape[-1]
-        t = targets if rows.rank else self.apply(ops.Reshape((1,)), [targets])
-        lower = self.apply(ops.Compare(CmpOp.GE), [t, self.constant(0, self[t].dtype)])
-        upper = self.apply(ops.Compare(CmpOp.LT), [t, self.constant(classes, self[t].dtype)])
-        inside = self.apply(ops.Binary(BinaryOp.MUL), [self.apply(ops.Cast(rows.dtype), [lower]),
-                                                       self.apply(ops.Cast(rows.dtype), [upper])])
-        count = self.apply(ops.Reduce(ReduceOp.SUM, axes), [inside])
+        count = self.apply(ops.TargetCount(self[logits].shape[-1], rows.dtype), [targets])
         return self.apply(ops.Binary(BinaryOp.DIV), [total, count], name)
 
     # -- backward ops -----------------------------------------------------------------------------

@@ -99,6 +99,17 @@ def _conv(g: rlxpy.Graph) -> None:
              g.global_avg_pool(g.input("big", [1, 2, 30, 30])), g.im2col(x, 3, padding=1))
 
 
+def _loss_backward(g: rlxpy.Graph) -> None:
+    """The loss family and the backward family's kernels (norm parameter gradients over two chunks)."""
+    x, t, dy = g.input("lx", [200, 20]), g.input("lt", [200], "i32"), g.input("ldy", [200, 20])
+    gamma = g.param("lgamma", [20])
+    cos, sin = g.param("lcos", [210, 10]), g.param("lsin", [210, 10])
+    g.output(g.log_softmax(x), g.cross_entropy(x, t), g.cross_entropy_backward(x, t, g.input("lrows", [200])),
+             g.rms_norm_backward_input(x, gamma, dy), g.layer_norm_backward_gamma(x, dy),
+             g.rms_norm_backward_beta(x, gamma, dy), g.rope_backward(dy, cos, sin, 20),
+             g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7))
+
+
 def _quant_generic(g: rlxpy.Graph) -> None:
     k, n = 64, 12
     for scheme, extra in (("int8", 1), ("int8_asym", 2), ("int4", 1), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
@@ -149,7 +160,7 @@ def _gguf(qtype: str):
 
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
             "attention_rope_kv": _attention_rope_kv, "shape": _shape, "conv": _conv,
-            "quant_generic": _quant_generic,
+            "quant_generic": _quant_generic, "loss_backward": _loss_backward,
             "scan": _scan, "signal": _signal,
             **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 

@@ -1,4 +1,5 @@
-"""Loss family: log-softmax and the fused softmax cross-entropy that training graphs end with.
+"""Loss family: log-softmax, the fused softmax cross-entropy that training graphs end with, and the
+count of targets in range that a mean cross-entropy divides by.
 
 Both are computed max-shifted (``x - max`` before ``exp``), so logits of any magnitude give finite
 losses; their gradients are the backward family's CrossEntropyBackward and, for LogSoftmax,
@@ -42,7 +43,7 @@ class CrossEntropy(Op):
     torch.nn.functional.cross_entropy(reduction="none") computes it. A target outside [0, C) (torch's
     ignore_index -100 among them) gives loss 0; torch's mean over the counted rows is the builder's
     ``cross_entropy(..., reduction="mean")``: the sum of these losses over the number of targets in
-    range (NaN when there is none, like torch). NaN or +inf in a row's logits gives NaN."""
+    range (TargetCount; NaN when there is none, like torch). NaN or +inf in a row's logits gives NaN."""
 
     arity = (2, 2)
 
@@ -54,3 +55,19 @@ class CrossEntropy(Op):
         need(tuple(targets.shape) == tuple(logits.shape[:-1]),
              f"targets {targets} must have the logits' leading shape (logits {logits})")
         return TensorType(tuple(targets.shape), logits.dtype)
+
+
+@dataclass(frozen=True)
+class TargetCount(Op):
+    """The number of integer targets (i32/u32/i64, any shape) in [0, ``classes``), as a scalar of
+    ``dtype``: the divisor of a mean cross-entropy that ignores out-of-range targets."""
+
+    classes: int
+    dtype: DType = DType.F32
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (targets,) = ins
+        need(targets.dtype in TARGET_DTYPES, f"targets must be i32/u32/i64 class indices, got {targets}")
+        need(self.classes >= 0 and self.dtype.is_float,
+             f"classes {self.classes} must be >= 0 and dtype a float type, got {self.dtype}")
+        return TensorType((), self.dtype)

@@ -37,3 +37,9 @@ def ref_cross_entropy(op: ops.CrossEntropy, args, node):
     rows, valid = target_rows(targets, logits.shape[-1])
     picked = np.take_along_axis(logp, rows[..., None], axis=-1)[..., 0]
     return np.where(valid, -picked, 0.0).astype(logits.dtype)
+
+
+@reference(ops.TargetCount)
+def ref_target_count(op: ops.TargetCount, args, node):
+    (targets,) = args
+    return np.asarray(target_rows(targets, op.classes)[1].sum(), dtype=node.dtype.numpy)

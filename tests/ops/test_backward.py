@@ -1,0 +1,162 @@
+"""GPU backward ops against torch.autograd (float64 on the same f32 inputs) and the reference, on odd
+shapes: norm input and parameter gradients, RoPE, cumsum, gather (scatter-add), cross-entropy and
+attention backward. f32 tolerances: NORM_TOL for row reductions, COLUMN_TOL for sums over up to a few
+thousand rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_close, rand
+
+import rlxpy
+from rlxpy.ir.reference import run_reference
+
+NORM_TOL = (1e-4, 1e-5)
+COLUMN_TOL = (1e-4, 1e-4)
+NORM_SHAPES = [(1,), (3,), (17, 5), (255, 33), (2, 3, 257), (1100, 7)]
+
+
+def t64(array, grad=False):
+    return torch.from_numpy(np.ascontiguousarray(array)).double().requires_grad_(grad)
+
+
+def run(g: rlxpy.Graph, feeds: dict) -> dict:
+    exe = rlxpy.compile(g)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    got = exe.run(feeds)
+    ref = run_reference(g, feeds)
+    for name in got:
+        assert_close(got[name], ref[name], *COLUMN_TOL, f"GPU vs reference for {name}")
+    return got
+
+
+@pytest.mark.parametrize("shape", NORM_SHAPES, ids=str)
+def test_norm_backward_ops_match_autograd(device, shape):
+    hidden = shape[-1]
+    x, dy = rand(shape, 1) + 0.5, rand(shape, 2)
+    gamma, beta = rand((hidden,), 3), rand((hidden,), 4)
+    g = rlxpy.Graph("norm_backward")
+    xi, dyi = g.input("x", shape), g.input("dy", shape)
+    gi, bi = g.input("gamma", (hidden,)), g.input("beta", (hidden,))
+    outs = {
+        "rms_dx": g.rms_norm_backward_input(xi, gi, dyi, bi, eps=1e-5),
+        "rms_dgamma": g.rms_norm_backward_gamma(xi, gi, dyi, eps=1e-5),
+        "rms_dbeta": g.rms_norm_backward_beta(xi, gi, dyi, bi, eps=1e-5),
+        "ln_dx": g.layer_norm_backward_input(xi, gi, dyi, eps=1e-5),
+        "ln_dgamma": g.layer_norm_backward_gamma(xi, dyi, eps=1e-5),
+    }
+    g.output(*outs.values())
+    got = run(g, {"x": x, "dy": dy, "gamma": gamma, "beta": beta})
+    tx, tg, tb = t64(x, True), t64(gamma, True), t64(beta, True)
+    (F.rms_norm(tx, (hidden,), tg, eps=1e-5) + tb).backward(t64(dy))
+    assert_close(got[outs["rms_dx"].name], tx.grad.numpy(), *NORM_TOL, "rms dx")
+    assert_close(got[outs["rms_dgamma"].name], tg.grad.numpy(), *COLUMN_TOL, "rms dgamma")
+    assert_close(got[outs["rms_dbeta"].name], tb.grad.numpy(), *COLUMN_TOL, "rms dbeta")
+    tx, tg, tb = t64(x, True), t64(gamma, True), t64(beta, True)
+    F.layer_norm(tx, (hidden,), tg, tb, eps=1e-5).backward(t64(dy))
+    assert_close(got[outs["ln_dx"].name], tx.grad.numpy(), *NORM_TOL, "layer norm dx")
+    assert_close(got[outs["ln_dgamma"].name], tg.grad.numpy(), *COLUMN_TOL, "layer norm dgamma")
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("n_rot, offset, with_pos", [(0, 0, False), (4, 2, False), (0, 1, True)])
+def test_rope_backward_matches_autograd(device, interleaved, n_rot, offset, with_pos):
+    head_dim, seq = 8, 17
+    dy = rand((3, seq, 2 * head_dim), 5)
+    angles = np.arange(40)[:, None] * (0.37 / (1 + np.arange((n_rot or head_dim) // 2)))[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    g = rlxpy.Graph("rope_backward")
+    pos = g.input("pos", (1,), "i32") if with_pos else None
+    tables = g.input("cos", cos.shape), g.input("sin", sin.shape)
+    out = g.rope_backward(g.input("dy", dy.shape), *tables, head_dim,
+                          n_rot, interleaved, offset, pos)
+    g.output(out)
+    feeds = {"dy": dy, "cos": cos, "sin": sin} | ({"pos": np.array([5], np.int32)} if with_pos else {})
+    got = run(g, feeds)[out.name]
+    x = t64(rand(dy.shape, 6), True)
+    start = offset + (5 if with_pos else 0)
+    torch_rope(x, t64(cos[start:start + seq]), t64(sin[start:start + seq]), head_dim, n_rot or head_dim,
+               interleaved).backward(t64(dy))
+    assert_close(got, x.grad.numpy(), 1e-5, 1e-6, "rope backward")
+
+
+def torch_rope(x, cos, sin, head_dim, rot, interleaved):
+    """rlxpy's Rope on x [..., S, L] with the tables' rows for positions 0..S-1 already picked."""
+    xh = x.reshape(*x.shape[:-1], x.shape[-1] // head_dim, head_dim)
+    c, s = cos[:, None, :], sin[:, None, :]
+    if interleaved:
+        even, odd = xh[..., 0:rot:2], xh[..., 1:rot:2]
+        turned = torch.stack([even * c - odd * s, odd * c + even * s], -1).flatten(-2)
+    else:
+        first, second = xh[..., :rot // 2], xh[..., rot // 2:rot]
+        turned = torch.cat([first * c - second * s, second * c + first * s], -1)
+    return torch.cat([turned, xh[..., rot:]], -1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("shape, axis", [((1,), 0), ((17, 5), 0), ((17, 5), 1), ((3, 255, 2), 1)], ids=str)
+def test_cumsum_backward_matches_autograd(device, shape, axis, exclusive):
+    dy = rand(shape, 7)
+    g = rlxpy.Graph("cumsum_backward")
+    out = g.cumsum_backward(g.input("dy", shape), axis, exclusive)
+    g.output(out)
+    got = run(g, {"dy": dy})[out.name]
+    tx = t64(rand(shape, 8), True)
+    y = torch.cumsum(tx, dim=axis)
+    (y - tx if exclusive else y).backward(t64(dy))
+    assert_close(got, tx.grad.numpy(), 1e-5, 1e-5, "cumsum backward")
+
+
+def test_cumsum_backward_over_the_loop_budget(device, monkeypatch):
+    from rlxpy.wgpu_backend.lowering import reduce as reduce_lowering
+
+    monkeypatch.setattr(reduce_lowering, "LOOP_BUDGET", 40)  # 24 steps per dispatch: 5 chunks of 101
+    dy = rand((2, 101), 9)
+    g = rlxpy.Graph("cumsum_backward_chunks")
+    out = g.cumsum_backward(g.input("dy", dy.shape), 1, exclusive=True)
+    g.output(out)
+    exe = rlxpy.compile(g)
+    assert len(exe.schedule.steps) == 5
+    want = np.flip(np.cumsum(np.flip(dy.astype(np.float64), 1), 1), 1) - dy
+    assert_close(exe.run({"dy": dy})[out.name], want, 1e-5, 1e-5, "chunked suffix scan")
+
+
+@pytest.mark.parametrize("index_dtype", ["i32", "i64", "f32"])
+@pytest.mark.parametrize("table_shape, idx_shape, axis", [((7, 5), (9,), 0), ((1, 3), (4,), 0),
+                                                          ((2, 11, 65), (3, 5), 1), ((300, 2), (1000,), 0)],
+                         ids=str)
+def test_gather_backward_scatter_adds_like_autograd(device, table_shape, idx_shape, axis, index_dtype):
+    dim = table_shape[axis]
+    idx = np.random.default_rng(10).integers(-2, dim + 2, idx_shape)  # out of range: clamped like the forward
+    out_shape = table_shape[:axis] + idx_shape + table_shape[axis + 1:]
+    dy = rand(out_shape, 11)
+    g = rlxpy.Graph("gather_backward")
+    out = g.gather_backward(g.input("dy", out_shape), g.input("idx", idx_shape, index_dtype), dim, axis)
+    g.output(out)
+    numpy_dtype = {"i32": np.int32, "i64": np.int64, "f32": np.float32}[index_dtype]
+    got = run(g, {"dy": dy, "idx": idx.astype(numpy_dtype)})
+    table = t64(rand(table_shape, 12), True)
+    clamped = torch.from_numpy(np.clip(idx, 0, dim - 1).reshape(-1))
+    picked = torch.index_select(table, axis, clamped).reshape(out_shape)
+    picked.backward(t64(dy))
+    assert_close(got[out.name], table.grad.numpy(), 1e-5, 1e-5, "gather backward")
+
+
+@pytest.mark.parametrize("rows, classes", [(1, 1), (3, 5), (17, 255), (255, 3), (4, 3000)])
+def test_cross_entropy_backward_matches_autograd(device, rows, classes):
+    logits = rand((rows, classes), 13, low=-5, high=5)
+    targets = np.random.default_rng(14).integers(0, classes, rows).astype(np.int32)
+    if rows > 2:
+        targets[2] = -100
+    dy = rand((rows,), 15)
+    g = rlxpy.Graph("cross_entropy_backward")
+    out = g.cross_entropy_backward(g.input("x", logits.shape), g.input("t", (rows,), "i32"),
+                                   g.input("dy", (rows,)))
+    g.output(out)
+    got = run(g, {"x": logits, "t": targets, "dy": dy})[out.name]
+    tx = t64(logits, True)
+    F.cross_entropy(tx, torch.from_numpy(targets).long(), reduction="none").backward(t64(dy))
+    assert_close(got, tx.grad.numpy(), 1e-5, 1e-6, "cross-entropy backward")
