@@ -120,7 +120,7 @@ SKIP_PATTERNS = flag(
     "RLX_WGPU_SKIP_PATTERNS",
     str,
     "",
-    "comma-separated patterns to skip: decode, split_qkv, packed_attention, residual_norm",
+    "comma-separated patterns to skip: decode, conv_epilogue, split_qkv, packed_attention, residual_norm",
 )
 MAX_BINDING = flag(
     "RLX_WGPU_MAX_BINDING", int, 0, "cap the storage binding size rlxpy plans for (bytes; 0 = device)"

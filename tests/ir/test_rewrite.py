@@ -26,7 +26,7 @@ def tiled() -> rlxpy.Graph:
 
 
 def test_registry_holds_the_flag_names_in_run_order():
-    assert list(PATTERNS) == ["decode", "packed_attention", "split_qkv", "residual_norm"]
+    assert list(PATTERNS) == ["decode", "conv_epilogue", "packed_attention", "split_qkv", "residual_norm"]
 
 
 def test_a_name_registered_twice_is_refused(monkeypatch):

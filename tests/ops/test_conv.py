@@ -328,6 +328,34 @@ def test_im2col_matches_torch_unfold(device, shape, kernel, stride, padding, dil
     assert _steps(build, [x]) == [("gpu", "conv_im2col")]
 
 
+# -- the conv epilogue pattern ---------------------------------------------------------------------
+def test_conv_add_bias_activation_run_as_one_step_with_identical_results(device):
+    g = rlxpy.Graph("epilogue")
+    x = g.input("x", (2, 6, 11, 9))
+    y = g.conv(x, g.param("w", (24, 6, 3, 3)), 2, 1)
+    y = g.silu(g.add(y, g.param("b", (1, 24, 1, 1))), name="y")
+    d = g.conv(y, g.param("dw", (24, 1, 5, 5)), 1, 2, groups=24)
+    d = g.relu(g.add(g.param("db", (24, 1, 1)), d), name="d")
+    g.output(d)
+    params = {"w": rand((24, 6, 3, 3), 40) / 7, "b": rand((1, 24, 1, 1), 41),
+              "dw": rand((24, 1, 5, 5), 42) / 5, "db": rand((24, 1, 1), 43)}
+    exes = []
+    for skip in ("", "conv_epilogue"):
+        with env.override(RLX_WGPU_SKIP_PATTERNS=skip):
+            exes.append(rlxpy.compile(g))
+        for name, value in params.items():
+            exes[-1].set_param(name, value)
+    fused, plain = exes
+    assert [s.kernel for s in fused.schedule.steps] == ["conv_gemm", "conv_direct"]
+    assert len(plain.schedule.steps) == 8  # each conv, the bias broadcast, the add, the activation
+    xv = rand((2, 6, 11, 9), 44)
+    np.testing.assert_array_equal(fused.run({"x": xv})["d"], plain.run({"x": xv})["d"])
+    t = {k: torch.from_numpy(v).double() for k, v in params.items()}
+    want = F.silu(F.conv2d(torch.from_numpy(xv).double(), t["w"], t["b"].flatten(), 2, 1))
+    want = torch.relu(F.conv2d(want, t["dw"], t["db"].flatten(), 1, 2, 1, 24))
+    assert_close(fused.run({"x": xv})["d"], want.numpy(), *CONV_TOL, "fused epilogue vs torch")
+
+
 # -- whole graphs: no host step, bind-window caps ----------------------------------------------------
 def _small_cnn(g: rlxpy.Graph, x, params: dict[str, np.ndarray]):
     """stem conv + max pool, a basic block (3x3, 3x3, residual), a depthwise + 1x1 pair, a

@@ -18,7 +18,8 @@ an emit stands for should carry the old node's name (pass-made helpers take a ``
 builder names never use).
 
 Adding a pattern: write its match dataclass, match and emit functions in a pattern set
-(patterns.py: the decode GEMV fusions; patterns_transformer.py: the transformer patterns) and
+(patterns.py: the decode GEMV fusions; patterns_conv.py: the conv epilogue; patterns_transformer.py: the
+transformer patterns) and
 ``register(Pattern("name", match, emit))`` there. The package (passes/__init__.py) imports both
 sets, so the registry is full whenever this module is loaded. :func:`fuse` runs the registered
 patterns one after the other (each on the previous one's result) in registration order: the sets
