@@ -15,6 +15,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from rlxpy.frontends.gguf import default_model_path, load_generator
     from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
     from rlxpy.models.session import stop_ids
+    from rlxpy.progress import prefill_bar
     from rlxpy.wgpu_backend.device import get_device
 
     path = args.model or default_model_path()
@@ -25,6 +26,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     gen, model = load_generator(
         path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed
     )
+    gen.progress = prefill_bar()
     if args.chat and tokenizer.chat.fallback_message:
         print(f"rlxpy: {tokenizer.chat.fallback_message}", file=sys.stderr)
     text = (

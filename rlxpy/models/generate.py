@@ -47,6 +47,8 @@ class Generator:
         self.graph = build_llama(config, chunk, sampler)
         self.exe = rlxpy.compile(self.graph)
         self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
+        #: called after each prefill chunk with (tokens done, tokens to do): a progress display
+        self.progress: Callable[[int, int], None] | None = None
 
     def _seed_input(self, prefix: str, step: int) -> dict[str, np.ndarray]:
         if not self.sampling:
@@ -81,6 +83,8 @@ class Generator:
             self._stop_on_nan("prefill", begin, self.chunk)
             token = int(out["prefill_next"].reshape(-1)[0])
             begin += len(part)
+            if self.progress is not None:
+                self.progress(begin - start, len(ids) - start)
         self.position = len(ids)
         self.stats.prompt_tokens = len(ids) - start
         self.stats.prefill_seconds = time.perf_counter() - started
