@@ -6,11 +6,13 @@
 Each input shape signature is imported and compiled once (dynamic ONNX dims are bound by the
 arrays given). With static shapes every ``Shape`` and the arithmetic on it fold at import time
 (numpy), so exports full of shape plumbing (transformers' BERT has ~400 such nodes) leave only the
-tensor work. Initializers become Params (their ONNX names), small folded values Constants. Three
+tensor work. Initializers become Params (their ONNX names), small folded values Constants. Four
 patterns common in exports are fused before import: ``x*0.5*(1+erf(x/sqrt2))`` -> GELU,
 the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) -> LayerNorm,
-and ``MatMul(x, W) + b`` -> one linear. int64 tensors run as int32 (range-checked at the boundary).
-An operator outside the table is reported with every other one in one UnsupportedOpError.
+``MatMul(x, W) + b`` -> one linear, and Conv -> BatchNormalization with initializer weights -> one
+conv with the norm folded in (the CNN operators are in onnx_ops_cnn.py). int64 tensors run as int32
+(range-checked at the boundary). An operator outside the table is reported with every other one in
+one UnsupportedOpError.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy.errors import GraphError, InputError, ModelError, UnsupportedOpError
-from rlxpy.frontends import onnx_ops
+from rlxpy.frontends import onnx_ops, onnx_ops_cnn
 from rlxpy.frontends.onnx_ops import EMIT, ONNX_DTYPES, Known, fold
 from rlxpy.frontends.rewrite import finalize
 from rlxpy.ir import DType, Graph, Node, ops
@@ -341,7 +343,7 @@ def fuse_patterns(nodes: list[OnnxNode], constants: dict[str, np.ndarray], outpu
     for n in nodes:
         if n.op_type == "Constant" and n.attrs:
             known[n.output[0]] = np.asarray(next(iter(n.attrs.values())))
-    for matcher in (_match_gelu, _match_layer_norm, _match_linear):
+    for matcher in (_match_gelu, _match_layer_norm, _match_linear, _match_conv_batch_norm):
         nodes = _apply(nodes, known, outputs, matcher)
     return nodes
 
@@ -485,4 +487,19 @@ def _match_linear(m: _Match, matmul: OnnxNode) -> tuple[OnnxNode, list[OnnxNode]
     return fused, [matmul, add]
 
 
-__all__ = ["OnnxImport", "OnnxModel", "fuse_patterns", "load_model", "onnx_ops"]
+def _match_conv_batch_norm(m: _Match, conv: OnnxNode) -> tuple[OnnxNode, list[OnnxNode]] | None:
+    """Conv -> BatchNormalization (inference) with every weight an initializer: folded at import
+    (onnx_ops_cnn's rlx.ConvBatchNorm)."""
+    if conv.op_type != "Conv" or any(v not in m.known for v in conv.inputs[1:] if v):
+        return None
+    bn = m.sole(conv.output[0], "BatchNormalization")
+    if bn is None or bn.inputs[0] != conv.output[0] or any(v not in m.known for v in bn.inputs[1:5]) \
+            or bn.attrs.get("training_mode", 0) or any(bn.output[1:]):
+        return None
+    bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    fused = OnnxNode("rlx.ConvBatchNorm", [conv.inputs[0], conv.inputs[1], bias, *bn.inputs[1:5]],
+                     [bn.output[0]], {**conv.attrs, "epsilon": bn.attrs.get("epsilon", 1e-5)}, bn.name)
+    return fused, [conv, bn]
+
+
+__all__ = ["OnnxImport", "OnnxModel", "fuse_patterns", "load_model", "onnx_ops", "onnx_ops_cnn"]

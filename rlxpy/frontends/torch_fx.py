@@ -33,7 +33,7 @@ import torch.fx as fx
 
 import rlxpy
 from rlxpy.errors import InputError, RlxError, UnsupportedOpError
-from rlxpy.frontends import torch_fx_ops, torch_fx_ops_nn  # noqa: F401  (they fill TRANSLATORS)
+from rlxpy.frontends import torch_fx_ops, torch_fx_ops_cnn, torch_fx_ops_nn  # noqa: F401  (they fill TRANSLATORS)
 from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evaluate_host, to_numpy
 from rlxpy.ir.passes.dynamic import bind_graph
 
