@@ -8,7 +8,8 @@ ways with the official ``openai`` client, streaming:
 * 8 clients at once (threads).
 
 Reports completion tokens per second over the wall time of each phase, the time to the first token
-(mean, max) and the whole-request latency (mean, max). The server runs one request at a time (its
+(mean, max), the whole-request latency (mean, max) and the server's time running each request (its
+scheduler's busy seconds per request). The server runs one request at a time (its
 SerialScheduler): the aggregate rate stays that of one stream, and concurrency shows as waiting.
 """
 
@@ -77,16 +78,21 @@ def one_request(client, model: str, question: str, max_tokens: int) -> dict:
     return {"ttft": first or 0.0, "latency": time.perf_counter() - started, "tokens": tokens}
 
 
-def phase(client, model: str, max_tokens: int, workers: int) -> dict:
+def phase(client, url: str, model: str, max_tokens: int, workers: int) -> dict:
+    import httpx
+
+    busy = httpx.get(f"{url}/health").json()["busy_seconds"]
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         runs = list(pool.map(lambda q: one_request(client, model, q, max_tokens), QUESTIONS))
     wall = time.perf_counter() - started
+    busy = httpx.get(f"{url}/health").json()["busy_seconds"] - busy
     tokens = sum(run["tokens"] for run in runs)
     ttft, latency = [r["ttft"] for r in runs], [r["latency"] for r in runs]
     return {"requests": len(runs), "completion_tokens": tokens, "wall_s": wall, "tok_per_s": tokens / wall,
             "ttft_mean_s": statistics.mean(ttft), "ttft_max_s": max(ttft),
-            "latency_mean_s": statistics.mean(latency), "latency_max_s": max(latency)}
+            "latency_mean_s": statistics.mean(latency), "latency_max_s": max(latency),
+            "server_busy_s": busy, "server_s_per_request": busy / len(runs)}
 
 
 def main() -> None:
@@ -108,17 +114,18 @@ def main() -> None:
         machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
         results = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
                    "max_tokens": args.max_tokens, "chunk": args.chunk,
-                   "one_client": phase(client, model, args.max_tokens, 1),
-                   "eight_clients": phase(client, model, args.max_tokens, 8)}
+                   "one_client": phase(client, url, model, args.max_tokens, 1),
+                   "eight_clients": phase(client, url, model, args.max_tokens, 8)}
     finally:
         process.terminate()
         process.wait(30)
-    print(f"{'':14} {'tok/s':>7} {'wall s':>7} {'TTFT mean/max s':>16} {'latency mean/max s':>19}")
+    print(f"{'':14} {'tok/s':>7} {'wall s':>7} {'TTFT mean/max s':>16} {'latency mean/max s':>19} "
+          f"{'server s/request':>17}")
     for name in ("one_client", "eight_clients"):
         row = results[name]
         print(f"{name:14} {row['tok_per_s']:7.2f} {row['wall_s']:7.1f} "
               f"{row['ttft_mean_s']:8.1f} /{row['ttft_max_s']:5.1f} {row['latency_mean_s']:10.1f} /"
-              f"{row['latency_max_s']:5.1f}")
+              f"{row['latency_max_s']:5.1f} {row['server_s_per_request']:17.1f}")
     text = json.dumps(results, indent=1)
     print(text)
     if args.json:

@@ -111,7 +111,7 @@ async def health(request: Request) -> dict[str, Any]:
     scheduler = engine.scheduler
     return {"status": "ok", "model": engine.model_id, "waiting": scheduler.waiting,
             "running": scheduler.running is not None, "completed": scheduler.completed,
-            "cancelled": scheduler.cancelled}
+            "cancelled": scheduler.cancelled, "busy_seconds": round(scheduler.busy_seconds, 3)}
 
 
 async def list_models(request: Request) -> dict[str, Any]:

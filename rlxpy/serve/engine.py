@@ -230,13 +230,17 @@ class Engine:
         matcher = StopStrings(stops)
         finished: Finished | None = None
         hit = False
+        getter: asyncio.Future | None = None  # kept across idle timeouts: no event is ever dropped
         try:
             while True:
-                try:
-                    kind, value = await asyncio.wait_for(job.events.get(), idle)
-                except asyncio.TimeoutError:
+                if getter is None:
+                    getter = asyncio.ensure_future(job.events.get())
+                done, _ = await asyncio.wait({getter}, timeout=idle)
+                if not done:
                     yield "idle", None
                     continue
+                kind, value = getter.result()
+                getter = None
                 if kind == "text" and not hit:
                     text, hit = matcher.push(value)
                     if text:
@@ -259,6 +263,8 @@ class Engine:
                 finished.finish_reason = "stop"
             yield "done", finished
         finally:
+            if getter is not None:
+                getter.cancel()
             job.cancel()  # a client that went away (a no-op once the job has ended)
 
     def submit_embeddings(self, sentences: list[str]) -> Job:

@@ -16,6 +16,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +67,7 @@ class SerialScheduler:
         self.running: Job | None = None
         self.completed = 0
         self.cancelled = 0
+        self.busy_seconds = 0.0  # time spent running jobs
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -96,6 +98,7 @@ class SerialScheduler:
                 continue
             self.running = job
             job.started.set()
+            started = time.perf_counter()
             try:
                 job.work(job)
             except Exception as error:  # noqa: BLE001  (reported to the request, the worker goes on)
@@ -103,6 +106,7 @@ class SerialScheduler:
                     log.exception("job %d failed", job.id)
                 job.emit("error", error)
             finally:
+                self.busy_seconds += time.perf_counter() - started
                 self.running = None
                 self.completed += 1
                 if job.cancelled:
