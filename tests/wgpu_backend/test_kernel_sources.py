@@ -15,6 +15,9 @@ import re
 import pytest
 
 import rlxpy
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
+from rlxpy.ir.ops.region import ChainStep, chain_input, chain_step
 from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers every kernel)
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.kernels.params import INCLUDE_DIR, KERNEL_DIR, KERNELS, parse_wgsl_structs
@@ -110,6 +113,20 @@ def _loss_backward(g: rlxpy.Graph) -> None:
              g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7))
 
 
+def _region(g: rlxpy.Graph) -> None:
+    """A region with every step kind (integer pow: T), and a batch region with the resize prologue."""
+    x, i = g.input("rx", [4, 6]), g.input("ri", [4, 6], "i32")
+    chain = (ChainStep.binary(BinaryOp.POW, chain_input(1), chain_input(1)),
+             ChainStep.cast(DType.F32, chain_step(0)),
+             ChainStep.compare(CmpOp.LT, chain_input(0), chain_step(1)),
+             ChainStep.where(chain_step(2), chain_input(0), chain_step(1)),
+             ChainStep.activation(ActKind.GELU, chain_step(3)))
+    lows = [g.input(f"low{k}", [1, 2, 2, 3]) for k in range(2)]
+    g.output(g.elementwise_region([x, i], chain),
+             g.batch_elementwise_region(lows, (ChainStep.activation(ActKind.RELU, chain_input(0)),),
+                                        shape=(2, 2, 4, 6), prologue="resize_nearest_2x"))
+
+
 def _quant_generic(g: rlxpy.Graph) -> None:
     k, n = 64, 12
     for scheme, extra in (("int8", 1), ("int8_asym", 2), ("int4", 1), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
@@ -161,7 +178,7 @@ def _gguf(qtype: str):
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
             "attention_rope_kv": _attention_rope_kv, "shape": _shape, "conv": _conv,
             "quant_generic": _quant_generic, "loss_backward": _loss_backward,
-            "scan": _scan, "signal": _signal,
+            "scan": _scan, "region": _region, "signal": _signal,
             **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 
 

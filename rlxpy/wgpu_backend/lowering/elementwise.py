@@ -66,24 +66,24 @@ ACTIVATION_WGSL = {
     ActKind.ATAN: "atan_f32(v)",
 }
 
-_FLOAT_BINARY = {
+FLOAT_BINARY_WGSL = {
     BinaryOp.ADD: "a + b", BinaryOp.SUB: "a - b", BinaryOp.MUL: "a * b", BinaryOp.DIV: "a / b",
     BinaryOp.MAX: "maxp(a, b)", BinaryOp.MIN: "minp(a, b)", BinaryOp.POW: "pow_f32(a, b)",
 }
 #: Integer variants (T = i32/u32; pow_int from include/elementwise_pow_int.wgsl).
-_INT_BINARY = {
-    **_FLOAT_BINARY, BinaryOp.MAX: "max(a, b)", BinaryOp.MIN: "min(a, b)", BinaryOp.POW: "pow_int(a, b)",
+INT_BINARY_WGSL = {
+    **FLOAT_BINARY_WGSL, BinaryOp.MAX: "max(a, b)", BinaryOp.MIN: "min(a, b)", BinaryOp.POW: "pow_int(a, b)",
     BinaryOp.DIV: "select(a / b, a, b == T(0))",  # trunc division; x / 0 = x like the reference
 }
 
 _CMP_SYMBOL = {CmpOp.EQ: "==", CmpOp.NE: "!=", CmpOp.LT: "<", CmpOp.LE: "<=", CmpOp.GT: ">", CmpOp.GE: ">="}
-_COMPARE = {op: f"a {symbol} b" for op, symbol in _CMP_SYMBOL.items()}
+COMPARE_WGSL = {op: f"a {symbol} b" for op, symbol in _CMP_SYMBOL.items()}
 #: Mixed i32 / u32 operands are ordering keys (elementwise_compare.wgsl): the sign of order(a, b).
 _MIXED_COMPARE = {op: f"order(a, b) {symbol} 0" for op, symbol in _CMP_SYMBOL.items()}
 # WGSL lets a compiler assume no NaN (lavapipe's NaN != x is false), so f32 compares test NaN by bits
 _NAN_GUARD = "(is_nan(a) || is_nan(b))"
-_FLOAT_COMPARE = {op: (f"{_NAN_GUARD} || a != b" if op is CmpOp.NE else f"!{_NAN_GUARD} && {expr}")
-                  for op, expr in _COMPARE.items()}
+FLOAT_COMPARE_WGSL = {op: (f"{_NAN_GUARD} || a != b" if op is CmpOp.NE else f"!{_NAN_GUARD} && {expr}")
+                      for op, expr in COMPARE_WGSL.items()}
 
 
 def _compute_type(node: Node, dtype: DType) -> str:
@@ -103,7 +103,7 @@ def lower_activation(node: Node, ctx: LowerCtx) -> list[Step]:
 def lower_binary(node: Node, ctx: LowerCtx) -> list[Step]:
     a, b = ctx.inputs(node)
     compute = _compute_type(node, node.dtype)
-    table = _FLOAT_BINARY if compute == "f32" else _INT_BINARY
+    table = FLOAT_BINARY_WGSL if compute == "f32" else INT_BINARY_WGSL
     subs = {"T": compute, "POW": "float" if compute == "f32" else "int",
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
             "STORE": store_fn(node.dtype), "EXPR": table[node.op.op]}
@@ -124,7 +124,7 @@ def lower_compare(node: Node, ctx: LowerCtx) -> list[Step]:
     common = _common_type(node, a.dtype, b.dtype)
     subs = {"T": common,
             "LOAD_A": word_type(a.dtype, where(node))[1], "LOAD_B": word_type(b.dtype, where(node))[1],
-            "EXPR": (_FLOAT_COMPARE if common == "f32" else _COMPARE)[node.op.op]}
+            "EXPR": (FLOAT_COMPARE_WGSL if common == "f32" else COMPARE_WGSL)[node.op.op]}
     if {_compute_type(node, a.dtype), _compute_type(node, b.dtype)} == {"i32", "u32"}:
         keys = {"i32": "key_i32", "u32": "key_u32"}
         subs.update({"T": "vec2<u32>", "LOAD_A": keys[_compute_type(node, a.dtype)],
@@ -146,7 +146,7 @@ def lower_where(node: Node, ctx: LowerCtx) -> list[Step]:
                          c=ctx.offset(c), a=ctx.offset(a), b=ctx.offset(b), y=ctx.offset(node))]
 
 
-def _cast_expr(src: DType, dst: DType) -> str:
+def cast_expr(src: DType, dst: DType) -> str:
     tx, ty = WORD_TYPES[src][0], WORD_TYPES[dst][0]
     if dst is DType.BOOL and tx == "f32":  # bits, not v != 0.0: some compilers order NaN != 0 as false
         return "select(0u, 1u, (bitcast<u32>(v) & 0x7fffffffu) != 0u)"
@@ -163,7 +163,7 @@ def lower_cast(node: Node, ctx: LowerCtx) -> list[Step]:
     if x.dtype in WORD_TYPES and node.dtype in WORD_TYPES:
         subs = {"TX": WORD_TYPES[x.dtype][0], "TY": WORD_TYPES[node.dtype][0],
                 "LOAD_X": WORD_TYPES[x.dtype][1], "STORE": store_fn(node.dtype),
-                "CONVERT": _cast_expr(x.dtype, node.dtype)}
+                "CONVERT": cast_expr(x.dtype, node.dtype)}
         return [ctx.dispatch(ELEMENTWISE_CAST, node, ctx.grid_1d(node.numel), subs,
                              n=node.numel, x=ctx.offset(x), y=ctx.offset(node))]
     if is_half_cast(x.dtype, node.dtype):  # f16/bf16 <-> f32/i32/u32/bool: two elements per thread
@@ -223,7 +223,7 @@ def cast_half_steps(node: Node, ctx: LowerCtx) -> list[Step]:
     if dst in HALF_TYPES:  # the pair is one word
         subs.update(TO="half", PACK="f32_to_f16" if dst is DType.F16 else "f32_to_bf16")
     else:  # float -> int saturates, exactly like elementwise_cast
-        subs.update(TO="word", TY=WORD_TYPES[dst][0], STORE=store_fn(dst), CONVERT=_cast_expr(DType.F32, dst))
+        subs.update(TO="word", TY=WORD_TYPES[dst][0], STORE=store_fn(dst), CONVERT=cast_expr(DType.F32, dst))
     pairs = -(-node.numel // 2)
     return [ctx.dispatch(ELEMENTWISE_CAST_HALF, node, ctx.grid_1d(pairs), subs, n=node.numel, x=ctx.offset(x),
                          y=ctx.offset(node))]
