@@ -160,3 +160,120 @@ def test_cross_entropy_backward_matches_autograd(device, rows, classes):
     tx = t64(logits, True)
     F.cross_entropy(tx, torch.from_numpy(targets).long(), reduction="none").backward(t64(dy))
     assert_close(got, tx.grad.numpy(), 1e-5, 1e-6, "cross-entropy backward")
+
+
+# -- attention -----------------------------------------------------------------------------------
+
+ATTENTION_TOL = (2e-4, 2e-5)
+
+
+def torch_attention(q, k, v, heads, kv_heads, d, layout, mask_kind="none", mask=None, scale=None,
+                    softcap=None, window=0):
+    """rlxpy's Attention semantics (ref_attention) in torch, for layouts bhsd, bshd and bs(hd)."""
+    def bhsd(t, h):
+        if layout == "bshd":
+            return t.transpose(1, 2)
+        if layout == "bs(hd)":
+            return t.reshape(t.shape[0], t.shape[1], h, d).transpose(1, 2)
+        return t
+
+    qb, kb, vb = bhsd(q, heads), bhsd(k, kv_heads), bhsd(v, kv_heads)
+    group = heads // kv_heads
+    kb, vb = kb.repeat_interleave(group, 1), vb.repeat_interleave(group, 1)
+    s = qb @ kb.transpose(-1, -2) * (scale if scale is not None else d ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s_q, s_k = s.shape[-2:]
+    pos = torch.arange(s_q)[:, None] + (s_k - s_q)
+    keys = torch.arange(s_k)[None, :]
+    if mask_kind in ("causal", "sliding_window"):
+        keep = keys <= pos
+        if mask_kind == "sliding_window":
+            keep = keep & (keys >= pos - window)
+        s = torch.where(keep, s, torch.tensor(-3.4e38, dtype=s.dtype))
+    elif mask_kind == "custom":
+        m = mask if mask.dim() == 4 else mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
+        s = torch.where(m < 0.5, torch.tensor(-1e9, dtype=s.dtype), s)
+    elif mask_kind == "bias":
+        m = mask if mask.dim() == 4 else mask[:, None, None, :] if mask.dim() == 2 else mask[:, None]
+        s = s + m
+    out = torch.softmax(s, -1) @ vb
+    if layout == "bshd":
+        return out.transpose(1, 2)
+    if layout == "bs(hd)":
+        return out.transpose(1, 2).reshape(q.shape)
+    return out
+
+
+def _shapes(layout, batch, s_q, s_k, heads, kv_heads, d):
+    if layout == "bhsd":
+        return (batch, heads, s_q, d), (batch, kv_heads, s_k, d)
+    if layout == "bshd":
+        return (batch, s_q, heads, d), (batch, s_k, kv_heads, d)
+    return (batch, s_q, heads * d), (batch, s_k, kv_heads * d)
+
+
+ATTENTION_CASES = [
+    # batch, s_q, s_k, heads, kv_heads, d, layout, mask_kind, softcap
+    (1, 1, 1, 1, 1, 8, "bhsd", "none", None),
+    (2, 3, 17, 2, 1, 24, "bshd", "none", None),
+    (1, 33, 33, 4, 2, 16, "bs(hd)", "causal", None),
+    (1, 40, 17, 2, 2, 8, "bhsd", "causal", None),  # S_q > S_k: the first rows are fully masked
+    (2, 17, 40, 2, 2, 8, "bhsd", "sliding_window", 4.0),
+    (1, 65, 65, 1, 1, 64, "bs(hd)", "causal", None),
+]
+
+
+def _attention_graph(case, mask_kind=None, mask_shape=None, window=5, scale=None):
+    batch, s_q, s_k, heads, kv_heads, d, layout, kind, softcap = case
+    kind = mask_kind or kind
+    q_shape, k_shape = _shapes(layout, batch, s_q, s_k, heads, kv_heads, d)
+    g = rlxpy.Graph("attention_backward")
+    q, k, v, dy = g.input("q", q_shape), g.input("k", k_shape), g.input("v", k_shape), g.input("dy", q_shape)
+    mask = g.input("mask", mask_shape) if mask_shape else None
+    outs = [g.attention_backward(q, k, v, dy, wrt, heads, d, kv_heads, kind, mask, scale, softcap, window)
+            for wrt in ("query", "key", "value")]
+    g.output(*outs)
+    return g, outs, (q_shape, k_shape)
+
+
+def _check_attention(case, mask_kind=None, mask=None, window=5, scale=None):
+    batch, s_q, s_k, heads, kv_heads, d, layout, kind, softcap = case
+    mask_shape = None if mask is None else mask.shape
+    g, outs, (q_shape, k_shape) = _attention_graph(case, mask_kind, mask_shape, window, scale)
+    feeds = {"q": rand(q_shape, 20), "k": rand(k_shape, 21), "v": rand(k_shape, 22), "dy": rand(q_shape, 23)}
+    if mask is not None:
+        feeds["mask"] = mask
+    exe = rlxpy.compile(g)
+    kernels = {s.kernel for s in exe.schedule.steps}
+    assert kernels == {"backward_attention_stats", "backward_attention_dq", "backward_attention_dkv"}
+    got = exe.run(feeds)
+    tq, tk, tv = (t64(feeds[n], True) for n in "qkv")
+    tmask = t64(mask) if mask is not None else None
+    torch_attention(tq, tk, tv, heads, kv_heads, d, layout, mask_kind or kind, tmask, scale, softcap,
+                    window).backward(t64(feeds["dy"]))
+    for out, want, what in zip(outs, (tq.grad, tk.grad, tv.grad), "qkv"):
+        assert_close(got[out.name], want.numpy(), *ATTENTION_TOL, f"d{what}")
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=str)
+def test_attention_backward_matches_autograd(device, case):
+    _check_attention(case)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 9), (2, 5, 9), (2, 2, 5, 9)], ids=str)
+def test_attention_backward_with_custom_and_bias_masks(device, mask_shape):
+    case = (2, 5, 9, 2, 2, 8, "bhsd", "custom", None)
+    keep = (np.random.default_rng(24).random(mask_shape) > 0.3).astype(np.float32)
+    _check_attention(case, mask=keep, scale=0.4)
+    _check_attention(case, mask_kind="bias", mask=rand(mask_shape, 25))
+
+
+def test_attention_backward_splits_long_work_over_dispatches(device, monkeypatch):
+    from rlxpy.wgpu_backend.lowering import reduce as reduce_lowering
+
+    monkeypatch.setattr(reduce_lowering, "LOOP_BUDGET", 600)  # a few tiles per dispatch
+    case = (1, 70, 70, 2, 1, 8, "bhsd", "causal", None)
+    g, _, _ = _attention_graph(case)
+    assert len(rlxpy.compile(g).schedule.steps) > 6
+    _check_attention(case)

@@ -93,13 +93,14 @@ def _scan(g: rlxpy.Graph) -> None:
 
 
 def _conv(g: rlxpy.Graph) -> None:
-    """Conv on both kernels (forward and transposed), both pool kernels, im2col."""
+    """Conv on both kernels (forward and transposed; a deep one splits K), both pool kernels, im2col."""
     x, x1 = g.input("cx", [1, 4, 9, 9]), g.input("cx1", [2, 3, 40])
     g.output(g.conv(x, g.param("cw", [32, 4, 3, 3]), 2, 1, bias=g.param("cb", [32]), activation="relu"),
              g.conv(x, g.param("dw", [4, 1, 3, 3]), groups=4),
              g.conv_transpose(x, g.param("tw", [4, 2, 2, 2]), 2),
              g.conv_transpose(x1, g.param("tw1", [3, 24, 3]), 2), g.max_pool(x, 3, 2, 1, ceil_mode=True),
-             g.global_avg_pool(g.input("big", [1, 2, 30, 30])), g.im2col(x, 3, padding=1))
+             g.global_avg_pool(g.input("big", [1, 2, 30, 30])), g.im2col(x, 3, padding=1),
+             g.conv(g.input("deep", [1, 64, 7, 7]), g.param("deep_w", [64, 64, 3, 3]), padding=1))
 
 
 def _loss_backward(g: rlxpy.Graph) -> None:
@@ -111,6 +112,8 @@ def _loss_backward(g: rlxpy.Graph) -> None:
              g.rms_norm_backward_input(x, gamma, dy), g.layer_norm_backward_gamma(x, dy),
              g.rms_norm_backward_beta(x, gamma, dy), g.rope_backward(dy, cos, sin, 20),
              g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7))
+    q = g.input("aq", [1, 2, 20, 8])
+    g.output(*(g.attention_backward(q, q, q, q, wrt, 2, 8, mask_kind="causal") for wrt in ("query", "value")))
 
 
 def _region(g: rlxpy.Graph) -> None:

@@ -28,14 +28,10 @@ from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, I32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import backward_attention  # noqa: F401  (registers AttentionBackward)
 from rlxpy.wgpu_backend.lowering.loss import row_passes, target_type
 from rlxpy.wgpu_backend.lowering.reduce import chunks, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
-
-#: Ops lowered as host steps, with the reason each has no kernel yet.
-HOST_OPS: dict[type[ops.Op], str] = {
-    ops.AttentionBackward: "the flash-attention backward kernels are not written yet",
-}
 
 F32_ONLY = accepts(rest=DType.F32, out=DType.F32)
 BACKWARD_NORM_ROWS = kernel("backward_norm_rows", params(
@@ -67,11 +63,6 @@ BACKWARD_CROSS_ENTROPY = kernel("backward_cross_entropy", params(
 CHUNK_ROWS = 128
 COLUMN_BLOCK = 64
 GATHER_LANES = 64
-
-
-@lowers(*HOST_OPS)
-def lower_backward_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx)
 
 
 def _rows_cols(x: Node) -> tuple[int, int]:

@@ -1,0 +1,162 @@
+"""AttentionBackward on f32: flash-attention-2 style kernels that recompute the probabilities tile by
+tile and never materialise the S_q x S_k matrices.
+
+Every node first runs backward_attention_stats (per query row: the max score m, the normaliser l and
+sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
+
+* wrt query: backward_attention_dq, one workgroup per (16 queries, head, batch) walking the key tiles;
+* wrt key / value: backward_attention_dkv, one workgroup per (16 keys, kv head, batch) walking the query
+  tiles of every query head in its GQA group (the group's gradients are summed in the workgroup).
+
+Causal and sliding-window masks skip the tiles they zero out. q, k, v, dy and the output are read in
+place in any layout of ``attention_layout`` through (batch, head, seq) strides; the mask as Attention's.
+Work longer than the loop budget runs over several dispatches (the stats resume from what they stored,
+the gradients add to what was written).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.errors import GraphError, LimitError, where
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.ops.attention import attention_layout
+from rlxpy.ir.ops.backward import AttentionWrt
+from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.kernels.contract import accepts
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.wgsl import word_type
+from rlxpy.wgpu_backend.lowering.reduce import chunks, steps_per_dispatch
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+TILE = 16
+MAX_HEAD_DIM = 256
+_FIELDS = dict(
+    s_q=U32, s_k=U32, group=U32, heads=U32, q=U32, k=U32, v=U32, dy=U32, out=U32, stats=U32,
+    q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
+    mask=U32, m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32, start=U32,
+    count=U32,
+)
+LAYOUT = params("BackwardAttentionParams", **_FIELDS)
+#: q, k, v, dy f32; a mask any word type
+DTYPES = accepts(DType.F32, DType.F32, DType.F32, DType.F32, out=DType.F32)
+TILE_ARRAYS = 3 * 272 * 4  # three 16 x 17 f32 workgroup arrays
+BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES,
+                                  shared_bytes=2 * 272 * 4 + 272 * 8)
+BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
+BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
+
+Strides = tuple[int, int, int]
+
+
+def seq_strides(node: Node, t: Node, heads: int, head_dim: int, what: str) -> tuple[int, int, Strides]:
+    """(batch, seq, (batch, head, seq) element strides) of an attention operand in its layout."""
+    layout = attention_layout(t.type, heads, head_dim)
+    shape = t.shape
+    if layout == "bhsd":
+        batch, seq = shape[0], shape[2]
+        strides = (heads * seq * head_dim, seq * head_dim, head_dim)
+    elif layout in ("bshd", "bs(hd)"):
+        batch, seq = shape[0], shape[1]
+        strides = (seq * heads * head_dim, head_dim, heads * head_dim)
+    else:  # "hsd": [B*H, S, D]
+        if shape[0] % heads:
+            raise GraphError(f"{where(node)}: {what} {t.type} is not [B*H, S, D] with {heads} heads")
+        batch, seq = shape[0] // heads, shape[1]
+        strides = (heads * seq * head_dim, seq * head_dim, head_dim)
+    return batch, seq, strides
+
+
+def mask_strides(node: Node, mask: Node, sizes: dict[str, int]) -> tuple[int, int, int, int]:
+    """(batch, head, query, key) element strides of a [B,S_k], [B,S_q,S_k] or [B,H,S_q,S_k] mask, a
+    size-1 dim broadcasting (stride 0)."""
+    names = {2: "bk", 3: "bqk", 4: "bhqk"}.get(mask.rank)
+    if names is None:
+        raise GraphError(f"{where(node)}: mask {mask.type} must be [B, S_k], [B, S_q, S_k] or "
+                         "[B, H, S_q, S_k]")
+    strides = dict.fromkeys("bhqk", 0)
+    step = 1
+    for name, size in reversed(list(zip(names, mask.shape))):
+        if size not in (1, sizes[name]):
+            raise GraphError(f"{where(node)}: mask {mask.type} does not broadcast to the scores")
+        strides[name] = step if size != 1 else 0
+        step *= size
+    return strides["b"], strides["h"], strides["q"], strides["k"]
+
+
+def _sizes(node: Node, graph: Graph) -> tuple[int, int, int]:
+    op: ops.AttentionBackward = node.op  # type: ignore[assignment]
+    q, k = (graph.nodes[i] for i in node.inputs[:2])
+    batch, s_q, _ = seq_strides(node, q, op.num_heads, op.head_dim, "q")
+    _, s_k, _ = seq_strides(node, k, op.forward().kv_heads, op.head_dim, "k")
+    return batch, s_q, s_k
+
+
+def stats_bytes(node: Node, graph: Graph) -> int:
+    """Scratch for the row statistics: 3 floats per (batch, head, query)."""
+    batch, s_q, _ = _sizes(node, graph)
+    return 12 * batch * node.op.num_heads * s_q
+
+
+def _tile_steps(head_dim: int, dots: int) -> int:
+    """Loop iterations one tile costs a thread: the dot products' chunks, the gradient's chunks."""
+    units = math.ceil(head_dim / TILE)
+    return (dots + 1) * units * (TILE + 1) + 2 * TILE + 8
+
+
+@lowers(ops.AttentionBackward, scratch=stats_bytes)
+def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.AttentionBackward = node.op  # type: ignore[assignment]
+    q, k, v, dy, *extra = ctx.inputs(node)
+    mask = extra[0] if extra else None
+    heads, kv_heads, head_dim = op.num_heads, op.forward().kv_heads, op.head_dim
+    if head_dim > MAX_HEAD_DIM:
+        raise LimitError(f"{where(node)}: head_dim {head_dim} exceeds the {MAX_HEAD_DIM} the attention "
+                         "backward kernels support")
+    batch, s_q, q_strides = seq_strides(node, q, heads, head_dim, "q")
+    batch_k, s_k, k_strides = seq_strides(node, k, kv_heads, head_dim, "k")
+    if batch_k != batch or v.shape != k.shape or dy.shape != q.shape:
+        raise GraphError(f"{where(node)}: q {q.type}, k {k.type}, v {v.type} and dy {dy.type} disagree")
+    if node.numel == 0 or min(batch, s_q, s_k) == 0:
+        return []
+    base, size = ctx.scratch
+    need = stats_bytes(node, ctx.graph)
+    if size < need or base < ctx.window_base or base + need > ctx.window_base + ctx.window_size:
+        return host_steps(node, ctx)  # the statistics need scratch inside this node's binding
+    m_sb = m_sh = m_sq = m_sk = 0
+    load_mask = "ld_f32"
+    if mask is not None:
+        m_sb, m_sh, m_sq, m_sk = mask_strides(node, mask, {"b": batch, "h": heads, "q": s_q, "k": s_k})
+        load_mask = word_type(mask.dtype, f"{where(node)} mask")[1]
+    fields = dict(
+        s_q=s_q, s_k=s_k, group=heads // kv_heads, heads=heads, q=ctx.offset(q), k=ctx.offset(k),
+        v=ctx.offset(v), dy=ctx.offset(dy), out=ctx.offset(node), stats=(base - ctx.window_base) // 4,
+        q_sb=q_strides[0], q_sh=q_strides[1], q_ss=q_strides[2],
+        k_sb=k_strides[0], k_sh=k_strides[1], k_ss=k_strides[2],
+        mask=ctx.offset(mask) if mask is not None else 0, m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk,
+        scale=op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim),
+        softcap=op.softcap or 0.0, window=op.window,
+    )
+    subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask,
+            "UD": math.ceil(head_dim / TILE)}
+    key_tiles, query_tiles = math.ceil(s_k / TILE), math.ceil(s_q / TILE)
+    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim, 2), 64, "AttentionBackward")
+    query_grid = (query_tiles, heads, batch)
+    steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
+                          count=count, **fields)
+             for start, count in chunks(key_tiles, per_dispatch)]
+    if op.wrt is AttentionWrt.QUERY:
+        steps += [ctx.dispatch(BACKWARD_ATTENTION_DQ, node, query_grid, subs, scalable=False, start=start,
+                               count=count, **fields)
+                  for start, count in chunks(key_tiles, per_dispatch)]
+        return steps
+    group_steps = per_dispatch // (heads // kv_heads)
+    if group_steps < 1:
+        raise LimitError(f"{where(node)}: {heads // kv_heads} query heads per kv head exceed the loop budget")
+    kv_subs = {**subs, "WRT": int(op.wrt)}
+    steps += [ctx.dispatch(BACKWARD_ATTENTION_DKV, node, (key_tiles, kv_heads, batch), kv_subs,
+                           scalable=False, start=start, count=count, **fields)
+              for start, count in chunks(query_tiles, group_steps)]
+    return steps
