@@ -26,9 +26,9 @@ fn run_item(i: u32) {
     for (var c = 0u; c < p.c_in_g; c = c + 1u) {
         let row = n * p.c_in + g * p.c_in_g + c;
         var tap = w_index(g, o, c, 0u);
-        for (var td = 0u; td < p.k_d; td = td + 1u) {
-            for (var th = 0u; th < p.k_h; th = th + 1u) {
-                for (var tw = 0u; tw < p.k_w; tw = tw + 1u) {
+        for (var td = 0u; td < {{KD}}u; td = td + 1u) {  // the window's size is part of the pipeline
+            for (var th = 0u; th < {{KH}}u; th = th + 1u) {
+                for (var tw = 0u; tw < {{KW}}u; tw = tw + 1u) {
                     acc = acc + x_at(row, od, oh, ow, td, th, tw) * ld_f32(p.w + tap);
                     tap = tap + 1u;
                 }

@@ -6,6 +6,8 @@
 // step). Thread (tx, ty) owns positions m0 + 4tx + 64h + i (i < 4, h < BM/64), read as one vec4 per
 // k, and channels o0 + ty + 16j (j < BN/16): 64 consecutive positions of a channel are stored by 16
 // neighbouring threads. Its loads: A row am, k rows ak + r*256/BM; w channel wo + 32r, k row wk.
+// Split-K (few output tiles): grid z = groups * splits, split s sums K in [s*k_chunk, (s+1)*k_chunk)
+// and stores its raw sums at part + s*total (y's layout); conv_split_sum adds them up and finishes.
 // MODE: forward or transposed conv (include/conv_window_*). Bindings: 0 = arena window (u32 words),
 // 1 = ConvParams (element offsets; 3-D geometry; m_start = the first row of this dispatch).
 #include "common_arena.wgsl"
@@ -16,6 +18,10 @@
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
 const BK: u32 = 8u;
+// the window's size is part of the pipeline: the tap decode then divides by constants
+const KH: u32 = {{KH}}u;
+const KW: u32 = {{KW}}u;
+const KVOL: u32 = {{KD}}u * KH * KW;
 const A_STEP: u32 = BK * BM / 4u;  // vec4s of one buffer of tile_a
 const W_STEP: u32 = BK * BN;
 
@@ -27,11 +33,11 @@ fn gather_a(ok: bool, row: u32, od: u32, oh: u32, ow: u32, k: u32) -> f32 {
     if (!ok || k >= p.kdim) {
         return 0.0;
     }
-    let c = k / p.kvol;
-    let tap = k % p.kvol;
-    let tw = tap % p.k_w;
-    let th = (tap / p.k_w) % p.k_h;
-    let td = tap / (p.k_w * p.k_h);
+    let c = k / KVOL;
+    let tap = k % KVOL;
+    let tw = tap % KW;
+    let th = (tap / KW) % KH;
+    let td = tap / (KW * KH);
     return x_at(row + c, od, oh, ow, td, th, tw);
 }
 
@@ -40,24 +46,28 @@ fn gather_w(g: u32, o: u32, k: u32) -> f32 {
     if (o >= p.c_out_g || k >= p.kdim) {
         return 0.0;
     }
-    return ld_f32(p.w + w_index(g, o, k / p.kvol, k % p.kvol));
+    return ld_f32(p.w + w_index(g, o, k / KVOL, k % KVOL));
 }
 
-fn store_y(g: u32, m: u32, o: u32, acc: f32) {
+fn store_y(g: u32, split: u32, m: u32, o: u32, acc: f32) {
     if (m >= p.m || o >= p.c_out_g) {
         return;
     }
     let co = g * p.c_out_g + o;
-    let n = m / p.positions;
-    st_f32(p.y + (n * p.c_out + co) * p.positions + m % p.positions, finish(co, acc));
+    let index = ((m / p.positions) * p.c_out + co) * p.positions + m % p.positions;
+    if (p.splits > 1u) {
+        st_f32(p.part + split * p.total + index, acc);  // a partial sum: conv_split_sum finishes it
+    } else {
+        st_f32(p.y + index, finish(co, acc));
+    }
 }
 
 // Rows m .. m+3 of channel o.
-fn store4(g: u32, m: u32, o: u32, acc: vec4<f32>) {
-    store_y(g, m, o, acc.x);
-    store_y(g, m + 1u, o, acc.y);
-    store_y(g, m + 2u, o, acc.z);
-    store_y(g, m + 3u, o, acc.w);
+fn store4(g: u32, split: u32, m: u32, o: u32, acc: vec4<f32>) {
+    store_y(g, split, m, o, acc.x);
+    store_y(g, split, m + 1u, o, acc.y);
+    store_y(g, split, m + 2u, o, acc.z);
+    store_y(g, split, m + 3u, o, acc.w);
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -65,7 +75,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let tx = lid.x;
     let ty = lid.y;
     let flat = ty * 16u + tx;
-    let g = wid.z;
+    let g = wid.z % p.groups;
+    let split = wid.z / p.groups;
+    let k_begin = split * p.k_chunk;
     let m0 = p.m_start + wid.x * BM;
     let o0 = wid.y * BN;
     // this thread's A row, fixed for the whole K loop: its output position decoded once
@@ -81,16 +93,16 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let wo = flat / BK;
 {{REGS}}
     var acc = array<vec4<f32>, {{ACC}}>();
-    var k0 = 0u;
+    var k0 = k_begin;
     var b = 0u;
 {{LOAD}}
 {{STAGE}}
     workgroupBarrier();
-    let steps = (p.kdim + BK - 1u) / BK;
+    let steps = (min(p.k_chunk, p.kdim - k_begin) + BK - 1u) / BK;
     for (var s = 0u; s < steps; s = s + 1u) {
         let more = s + 1u < steps;
         if (more) {  // issued before the sums below, so the loads' latency hides behind them
-            k0 = (s + 1u) * BK;
+            k0 = k_begin + (s + 1u) * BK;
 {{LOAD}}
         }
         let ta = (s & 1u) * A_STEP + tx;

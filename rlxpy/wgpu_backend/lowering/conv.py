@@ -19,7 +19,7 @@ import math
 
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.graph import Node
+from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool
 from rlxpy.wgpu_backend.lowering.conv_geometry import epilogue_expr, window_fields
@@ -34,42 +34,48 @@ FORCE_PATH: str | None = None
 HOST_OPS: dict[type[ops.Op], str] = {}
 
 
-def conv_fields(node: Node, ctx: LowerCtx) -> tuple[dict[str, int], int]:
-    """(ConvParams fields without m_start, groups) of a Conv or ConvTranspose node."""
+def conv_dims(node: Node, x: Node) -> dict[str, int]:
+    """The ConvParams sizes (no offsets) of a Conv or ConvTranspose node reading ``x``."""
     op = node.op
-    x, w, *bias = ctx.inputs(node)
     in_sizes, out_sizes = tuple(x.shape[2:]), tuple(node.shape[2:])
     geo = op.geometry(len(in_sizes))
     c_in, c_out, groups = int(x.shape[1]), int(node.shape[1]), op.groups
     kvol = math.prod(geo.kernel)
     positions = math.prod(out_sizes)
-    m = int(x.shape[0]) * positions
-    fields = dict(total=node.numel, positions=positions, m=m, kdim=c_in // groups * kvol, kvol=kvol,
-                  c_in=c_in, c_in_g=c_in // groups, c_out=c_out, c_out_g=c_out // groups,
-                  **window_fields(in_sizes, out_sizes, geo), x=ctx.offset(x), w=ctx.offset(w),
-                  bias=ctx.offset(bias[0]) if bias else 0, y=ctx.offset(node), has_bias=int(bool(bias)))
-    return fields, groups
+    return dict(total=node.numel, positions=positions, m=int(x.shape[0]) * positions,
+                kdim=c_in // groups * kvol, kvol=kvol, c_in=c_in, c_in_g=c_in // groups, c_out=c_out,
+                c_out_g=c_out // groups, groups=groups, **window_fields(in_sizes, out_sizes, geo))
 
 
-def use_direct(fields: dict[str, int]) -> bool:
+def use_direct(dims: dict[str, int]) -> bool:
     if FORCE_PATH is not None:
-        return FORCE_PATH == "direct" and conv_direct.fits_budget(fields)
-    return fields["c_out_g"] < DIRECT_MAX_CHANNELS and conv_direct.fits_budget(fields)
+        return FORCE_PATH == "direct" and conv_direct.fits_budget(dims)
+    return dims["c_out_g"] < DIRECT_MAX_CHANNELS and conv_direct.fits_budget(dims)
 
 
-@lowers(ops.Conv, ops.ConvTranspose)
+def conv_scratch(node: Node, graph: Graph) -> int:
+    """Bytes of split-K partial sums the node's GEMM wants (0 for f32-less, direct or unsplit convs)."""
+    if node.dtype is not DType.F32 or node.numel == 0:
+        return 0
+    dims = conv_dims(node, graph.nodes[node.inputs[0]])
+    return 0 if use_direct(dims) else conv_gemm.split_scratch_bytes(dims)
+
+
+@lowers(ops.Conv, ops.ConvTranspose, scratch=conv_scratch)
 def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     """act(conv(x, w) + bias), forward or transposed, on the implicit GEMM or the direct kernel."""
     if node.dtype is not DType.F32:
         return host_steps(node, ctx)  # f16/bf16 convs: the reference, until the kernels take them
     if node.numel == 0:
         return []
-    fields, groups = conv_fields(node, ctx)
+    x, w, *bias = ctx.inputs(node)
+    fields = {**conv_dims(node, x), "x": ctx.offset(x), "w": ctx.offset(w),
+              "bias": ctx.offset(bias[0]) if bias else 0, "y": ctx.offset(node), "has_bias": int(bool(bias))}
     subs = {"MODE": "transpose" if isinstance(node.op, ops.ConvTranspose) else "forward",
-            "EXPR": epilogue_expr(node)}
+            "EXPR": epilogue_expr(node), "KD": fields["k_d"], "KH": fields["k_h"], "KW": fields["k_w"]}
     if use_direct(fields):
         return conv_direct.direct_steps(node, ctx, fields, subs)
-    return conv_gemm.gemm_steps(node, ctx, fields, groups, subs)
+    return conv_gemm.gemm_steps(node, ctx, fields, subs)
 
 
 @lowers(ops.Pool, ops.AdaptivePool)
@@ -96,6 +102,7 @@ def lower_im2col(node: Node, ctx: LowerCtx) -> list[Step]:
     kvol = kernel[0] * kernel[1]
     c_in = int(x.shape[1])
     fields = dict(total=node.numel, positions=h_out * w_out, m=node.shape[0], kdim=c_in * kvol, kvol=kvol,
-                  c_in=c_in, c_in_g=c_in, c_out=0, c_out_g=0, **window_fields(in_sizes, (h_out, w_out), geo),
-                  x=ctx.offset(x), w=0, bias=0, y=ctx.offset(node), has_bias=0)
+                  c_in=c_in, c_in_g=c_in, c_out=0, c_out_g=0, groups=1,
+                  **window_fields(in_sizes, (h_out, w_out), geo), x=ctx.offset(x), w=0, bias=0,
+                  y=ctx.offset(node), has_bias=0)
     return conv_direct.im2col_steps(node, ctx, fields)

@@ -32,9 +32,10 @@ def fits_budget(fields: dict[str, int]) -> bool:
 
 
 def direct_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], subs: dict[str, object]) -> list[Step]:
-    return [ctx.dispatch(CONV_DIRECT, node, ctx.grid_1d(fields["total"]), subs, False, m_start=0, **fields)]
+    return [ctx.dispatch(CONV_DIRECT, node, ctx.grid_1d(fields["total"]), subs, False, m_start=0, splits=1,
+                         k_chunk=0, part=0, **fields)]
 
 
 def im2col_steps(node: Node, ctx: LowerCtx, fields: dict[str, int]) -> list[Step]:
     return [ctx.dispatch(CONV_IM2COL, node, ctx.grid_1d(fields["total"]), {"MODE": "forward"}, False,
-                         m_start=0, **fields)]
+                         m_start=0, splits=1, k_chunk=0, part=0, **fields)]

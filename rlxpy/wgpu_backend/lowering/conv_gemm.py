@@ -7,6 +7,12 @@ positions (4 or 8 per thread, read as vec4s), BN = 16, 32 or 64 channels (1, 2 o
 smallest BN holding the group's channels. The larger BM wins while the grid still has
 ``MIN_GROUPS`` workgroups. The per-thread statement blocks below are unrolled here so the
 accumulators are indexed by constants only (a dynamically indexed register array spills).
+
+Split-K: a grid of fewer than ``SPLIT_BELOW`` workgroups (a batch-1 conv deep in a network: 7 x 7
+positions, 512 channels) would leave most of a big GPU idle while each workgroup walks all of K. K
+is then cut into up to ``SPLIT_MAX`` chunks of at least ``SPLIT_MIN_STEPS`` steps, each stores its
+partial sums in the arena's scratch (``@lowers(scratch=)``), and conv_split_sum adds them in order and
+applies the epilogue.
 """
 
 from __future__ import annotations
@@ -29,11 +35,19 @@ CONV_GEMM = kernel(
     # the double-buffered tiles: [2][BK][BM] of A and [2][BK][BN] of w (BM = 128, BN = 64: 12 KiB)
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["W_WORDS"]),
     sizes={"A_VECS": 2 * BK * 128 // 4, "W_WORDS": 2 * BK * 64})
+CONV_SPLIT_SUM = kernel("conv_split_sum", CONV_PARAMS, dtypes=accepts(DType.F32, DType.F32, DType.F32,
+                                                                       out=DType.F32))
 #: Tile rows (output positions) from the largest; the first giving MIN_GROUPS workgroups is taken.
 TILE_ROWS = (128, 64)
 MIN_GROUPS = 256
-#: Benches only: force a BM. Not a user flag.
+#: Split K when the grid has fewer workgroups than this; aim at SPLIT_TARGET workgroups.
+SPLIT_BELOW = 128
+SPLIT_TARGET = 256
+SPLIT_MAX = 16
+SPLIT_MIN_STEPS = 32  # K steps of BK per split at least
+#: Benches and tests only: force a BM, or a split count. Not user flags.
 FORCE_ROWS: int | None = None
+FORCE_SPLITS: int | None = None
 
 
 def tile_cols(channels: int) -> int:
@@ -72,27 +86,68 @@ def blocks(bm: int, bn: int) -> dict[str, object]:
         fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * w{j};"
                 for h in range(hs) for j in range(tn)]
         fma.append("        }")
-    store = [f"    store4(g, m0 + tx * 4u + {64 * h}u, o0 + ty + {16 * j}u, acc[{h * tn + j}]);"
+    store = [f"    store4(g, split, m0 + tx * 4u + {64 * h}u, o0 + ty + {16 * j}u, acc[{h * tn + j}]);"
              for h in range(hs) for j in range(tn)]
     return {"BM": bm, "BN": bn, "A_VECS": 2 * BK * bm // 4, "W_WORDS": 2 * BK * bn, "ACC": hs * tn,
             "REGS": "\n".join(regs), "LOAD": "\n".join(load), "STAGE": "\n".join(stage),
             "FMA": "\n".join(fma), "STORE": "\n".join(store)}
 
 
-def gemm_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], groups: int, subs: dict[str, object]
-               ) -> list[Step]:
-    """The implicit GEMM over ``fields`` (ConvParams without ``m_start``): one dispatch per run of
-    65535 row tiles."""
-    m, kdim, channels = fields["m"], fields["kdim"], fields["c_out_g"]
-    steps = math.ceil(kdim / BK)
-    if steps > LOOP_BUDGET:
-        raise LimitError(f"{where(node)}: the implicit GEMM would run {steps} K steps in one GPU thread, "
-                         f"more than the {LOOP_BUDGET} allowed (K = {kdim}; lavapipe stops at 65535)")
+def tiles(dims: dict[str, int]) -> tuple[int, int, int]:
+    """(BM, BN, workgroups of one split) for the ConvParams sizes ``dims``."""
+    channels, groups = dims["c_out_g"], dims["groups"]
     bn = tile_cols(channels)
     n_tiles = math.ceil(channels / bn)
-    bm = tile_rows(m, n_tiles, groups)
+    bm = tile_rows(dims["m"], n_tiles, groups)
+    return bm, bn, math.ceil(dims["m"] / bm) * n_tiles * groups
+
+
+def wanted_splits(dims: dict[str, int]) -> int:
+    """K chunks that bring a small grid near SPLIT_TARGET workgroups (1: no split)."""
+    if FORCE_SPLITS is not None:
+        return FORCE_SPLITS
+    _, _, workgroups = tiles(dims)
+    if workgroups >= SPLIT_BELOW:
+        return 1
+    steps = math.ceil(dims["kdim"] / BK)
+    return max(1, min(math.ceil(SPLIT_TARGET / workgroups), steps // SPLIT_MIN_STEPS, SPLIT_MAX))
+
+
+def split_scratch_bytes(dims: dict[str, int]) -> int:
+    """Scratch the partial sums of the wanted split take (0 without a split)."""
+    splits = wanted_splits(dims)
+    return 0 if splits == 1 else 4 * splits * dims["total"]
+
+
+def _splits(ctx: LowerCtx, dims: dict[str, int]) -> int:
+    """wanted_splits, bounded by the scratch ``ctx.scratch`` offers inside this step's binding."""
+    base, size = ctx.scratch
+    if base < ctx.window_base or base + size > ctx.window_base + ctx.window_size:
+        return 1
+    return max(1, min(wanted_splits(dims), size // (4 * dims["total"])))
+
+
+def gemm_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], subs: dict[str, object]) -> list[Step]:
+    """The implicit GEMM over ``fields`` (ConvParams but m_start and the split): one dispatch per run of
+    65535 row tiles (grid z = groups x K splits), then conv_split_sum when K is split."""
+    kdim, groups = fields["kdim"], fields["groups"]
+    steps = math.ceil(kdim / BK)
+    bm, bn, _ = tiles(fields)
+    splits = _splits(ctx, fields)
+    chunk = BK * math.ceil(steps / splits)  # K per split, whole steps
+    splits = math.ceil(kdim / chunk)  # no empty split
+    if math.ceil(chunk / BK) > LOOP_BUDGET:
+        raise LimitError(f"{where(node)}: the implicit GEMM would run {chunk // BK} K steps in one GPU "
+                         f"thread, more than the {LOOP_BUDGET} allowed (K = {kdim}; lavapipe stops at 65535)")
+    part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
+    fields = {**fields, "splits": splits, "k_chunk": chunk, "part": part}
     subs = {**subs, **blocks(bm, bn)}
-    row_tiles = math.ceil(m / bm)
-    return [ctx.dispatch(CONV_GEMM, node, (min(MAX_GROUPS, row_tiles - start), n_tiles, groups), subs, False,
-                         m_start=start * bm, **fields)
-            for start in range(0, row_tiles, MAX_GROUPS)]
+    row_tiles = math.ceil(fields["m"] / bm)
+    n_tiles = math.ceil(fields["c_out_g"] / bn)
+    out = [ctx.dispatch(CONV_GEMM, node, (min(MAX_GROUPS, row_tiles - start), n_tiles, groups * splits), subs,
+                        False, m_start=start * bm, **fields)
+           for start in range(0, row_tiles, MAX_GROUPS)]
+    if splits > 1:
+        out.append(ctx.dispatch(CONV_SPLIT_SUM, node, ctx.grid_1d(fields["total"]), {"EXPR": subs["EXPR"]},
+                                False, m_start=0, **fields))
+    return out
