@@ -62,6 +62,14 @@ def _float(im: Any, value: Any) -> Node:
     return im.tensor(value, DType.F32)
 
 
+def _folded(im: Any, node: Any, what: str, array: np.ndarray) -> Known:
+    """A value computed at import, kept among the importer's values for the whole import (its
+    materialised node is cached by the value's identity, which must not be reused)."""
+    known = Known(array)
+    im.values[f"{node.output[0]}:{what}"] = known
+    return known
+
+
 def add_channel_bias(g: Any, y: Node, bias: Node | None, name: str | None) -> Node:
     """y + bias[c] per channel, as its own add: the conv epilogue pattern (ir/passes/patterns_conv.py)
     moves it, with an activation that follows, into the conv kernel. Shared with the torch frontend."""
@@ -97,7 +105,8 @@ def emit_conv_batch_norm(im: Any, node: Any, ins: list[Any], attrs: dict) -> lis
     factor = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
     folded_w = (w * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
     folded_b = (((bias if bias is not None else 0.0) - mean) * factor + shift).astype(np.float32)
-    return [_conv(im, node, attrs, x, im.tensor(Known(folded_w)), im.tensor(Known(folded_b)))]
+    weight, bias = _folded(im, node, "weight", folded_w), _folded(im, node, "bias", folded_b)
+    return [_conv(im, node, attrs, x, _float(im, weight), _float(im, bias))]
 
 
 @emits("ConvTranspose")
@@ -187,7 +196,7 @@ def emit_group_norm(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any
     for value in ins[1:3]:
         if im.shape_of(value) == (groups,) and groups != channels:
             known = im.known(node, value, "per-group scale / bias")
-            value = Known(np.repeat(known, channels // groups))
+            value = _folded(im, node, f"channels{len(params)}", np.repeat(known, channels // groups))
         params.append(_float(im, value))
     return [im.g.group_norm(x, groups, params[0], params[1], eps=float(attrs.get("epsilon", 1e-5)),
                             name=im.name(node))]
