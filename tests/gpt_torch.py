@@ -1,0 +1,31 @@
+"""The GPT of rlxpy/models/gpt.py written independently in torch (the oracle of the training tests and
+benches/bench_train.py): the same parameters by name, the same computation, torch's own kernels."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def gpt_loss(params: dict[str, torch.Tensor], tokens: torch.Tensor, targets: torch.Tensor, layers: int,
+             heads: int, eps: float = 1e-5) -> torch.Tensor:
+    """Mean next-token cross-entropy of the GPT with ``params`` (tensors keyed like gpt.param_shapes)."""
+    batch, seq = tokens.shape
+    d = params["wte"].shape[1]
+    x = params["wte"][tokens.long()] + params["wpe"][:seq]
+    for i in range(layers):
+        p = f"h{i}"
+        h = F.layer_norm(x, (d,), params[f"{p}.ln1.g"], params[f"{p}.ln1.b"], eps)
+        q, k, v = (h @ params[f"{p}.attn.qkv.w"] + params[f"{p}.attn.qkv.b"]).split(d, dim=-1)
+        q, k, v = (t.reshape(batch, seq, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(d // heads))
+        a = a.transpose(1, 2).reshape(batch, seq, d)
+        x = x + a @ params[f"{p}.attn.proj.w"] + params[f"{p}.attn.proj.b"]
+        h = F.layer_norm(x, (d,), params[f"{p}.ln2.g"], params[f"{p}.ln2.b"], eps)
+        h = F.gelu(h @ params[f"{p}.mlp.fc.w"] + params[f"{p}.mlp.fc.b"], approximate="tanh")
+        x = x + h @ params[f"{p}.mlp.proj.w"] + params[f"{p}.mlp.proj.b"]
+    x = F.layer_norm(x, (d,), params["ln_f.g"], params["ln_f.b"], eps)
+    logits = x @ params["wte"].T
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
