@@ -95,7 +95,7 @@ def test_group_limited_gate_errors():
 def _torch_knn(pairwise, k):
     d = torch.from_numpy(pairwise).double().clone()
     n = d.shape[0]
-    d[~(d < float("inf"))] = float("inf")
+    d[~torch.isfinite(d)] = float("inf")
     d.fill_diagonal_(float("inf"))
     values, index = torch.sort(d, dim=-1, stable=True)
     values, index = values[:, :k], index[:, :k]
@@ -117,7 +117,8 @@ def test_umap_knn_matches_torch_sort(n, k):
 
 
 def test_umap_knn_ties_inf_and_nan():
-    pairwise = np.array([[0, 1, 1, np.inf], [1, 0, np.nan, 2], [5, 5, 0, 5], [np.inf] * 4], np.float32)
+    """Only finite distances qualify (NaN, +inf and -inf do not); equal ones keep the lower column."""
+    pairwise = np.array([[0, 1, 1, np.inf], [1, 0, np.nan, 2], [5, 5, 0, 5], [-np.inf] * 4], np.float32)
     g = Graph()
     got = _run(g, g.umap_knn(g.input("d", (4, 4)), 3), d=pairwise)
     np.testing.assert_array_equal(got[:, :3], [[1, 2, 4], [0, 3, 4], [0, 1, 3], [4, 4, 4]])

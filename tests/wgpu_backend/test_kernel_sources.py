@@ -130,6 +130,10 @@ def _region(g: rlxpy.Graph) -> None:
                                         shape=(2, 2, 4, 6), prologue="resize_nearest_2x"))
 
 
+def _custom(g: rlxpy.Graph) -> None:
+    g.output(g.umap_knn(g.input("pairwise", [20, 20]), 5))
+
+
 def _quant_generic(g: rlxpy.Graph) -> None:
     k, n = 64, 12
     for scheme, extra in (("int8", 1), ("int8_asym", 2), ("int4", 1), ("fp8_e4m3", 0), ("fp8_e5m2", 0),
@@ -181,7 +185,7 @@ def _gguf(qtype: str):
 BUILDERS = {"elementwise": _elementwise, "matmul": _matmul, "norm_reduce": _norm_reduce,
             "attention_rope_kv": _attention_rope_kv, "shape": _shape, "conv": _conv,
             "quant_generic": _quant_generic, "loss_backward": _loss_backward,
-            "scan": _scan, "region": _region, "signal": _signal,
+            "scan": _scan, "region": _region, "custom": _custom, "signal": _signal,
             **{f"gguf_{qtype}": _gguf(qtype) for qtype in sorted(GPU_TYPES)}}
 
 

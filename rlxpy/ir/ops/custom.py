@@ -58,7 +58,9 @@ class Custom(Op):
     Output f32, shape from the name:
     * group_limited_gate(sig [rows, E], route [rows, E]) -> [rows, 2*top_k]: DeepSeek-V3 style
       group-limited routing: top_k expert indices, then their weights.
-    * umap.knn(pairwise [n, n]) -> [n, 2k]: k nearest neighbour indices, then their distances."""
+    * umap.knn(pairwise [n, n]) -> [n, 2k]: k nearest neighbour indices, then their distances
+      (ascending, ties -> lower column, the diagonal excluded; only finite distances qualify,
+      unfilled slots hold index n and distance +inf)."""
 
     name: str
     attr_bytes: bytes = b""

@@ -48,7 +48,7 @@ def umap_knn(pairwise: np.ndarray, k: int) -> np.ndarray:
     column; only finite distances qualify, unfilled slots hold index n and distance +inf."""
     n = pairwise.shape[0]
     key = pairwise.astype(np.float64).copy()
-    key[~(key < np.inf)] = np.inf  # NaN and +inf never beat the empty slot's +inf
+    key[~np.isfinite(key)] = np.inf  # NaN and +-inf never beat the empty slot's +inf
     np.fill_diagonal(key, np.inf)
     order = np.argsort(key, axis=-1, kind="stable")[:, :k]
     dist = np.take_along_axis(key, order, axis=-1)
