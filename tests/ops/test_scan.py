@@ -87,6 +87,21 @@ def test_selective_scan_matches_reference_and_torch(device, variant, batch, step
     assert_close(got, want, *SCAN_TOL, "GPU vs torch")
 
 
+def test_selective_scan_matches_transformers_mamba_scan(device):
+    """transformers' pure-torch Mamba scan (mamba_selective_scan, channels-first, float64 here) on a
+    sequence long enough for the chunked path: y and the final state it returns."""
+    from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+
+    feeds, a = scan_inputs(2, 300, 33, 16, seed=9)
+    g, exe, got = run_scan(feeds, a, np.zeros((2, 33, 16), np.float32))
+    assert len(exe.schedule.steps) == 3
+    first = lambda t: torch.from_numpy(t).double().transpose(1, 2)  # noqa: E731  [B, S, C] -> [B, C, S]
+    want, state = mamba_selective_scan(first(feeds["x"]), first(feeds["delta"]), torch.from_numpy(a).double(),
+                                       first(feeds["b"]), first(feeds["c"]), return_last_state=True)
+    assert_close(got, want.transpose(1, 2).numpy(), *SCAN_TOL, "GPU vs transformers")
+    assert_close(exe.read_node("state"), state.numpy(), *SCAN_TOL, "final state vs transformers")
+
+
 def test_long_prefill_runs_in_parallel_chunks(device):
     """A 4k-token prefill is three dispatches: the invocations (lanes x chunks) fill an H100."""
     g = build_scan(1, 4096, 1536, 16)
