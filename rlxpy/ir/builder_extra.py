@@ -251,6 +251,29 @@ class BuilderExtra(GraphCore):
                                name: str | None = None) -> Node:
         return self.apply(ops.CrossEntropyBackward(), [logits, targets, dy], name)
 
+    # -- optimizer updates (in place) ---------------------------------------------------------------
+    def sgd_step(self, param: NodeRef, grad: NodeRef, hyper: NodeRef, momentum_buffer: NodeRef | None = None,
+                 scale: NodeRef | None = None, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, name: str | None = None) -> Node:
+        """torch.optim.SGD's update of ``param`` in place; a momentum buffer is needed iff momentum != 0."""
+        state = [momentum_buffer] if momentum_buffer is not None else []
+        op = ops.SgdStep(momentum, dampening, weight_decay, nesterov)
+        return self.apply(op, [param, grad, *state, hyper] + ([scale] if scale is not None else []), name)
+
+    def adam_step(self, param: NodeRef, grad: NodeRef, m: NodeRef, v: NodeRef, hyper: NodeRef,
+                  scale: NodeRef | None = None, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                  weight_decay: float = 0.0, decoupled: bool = False, name: str | None = None) -> Node:
+        """torch.optim.Adam (AdamW with ``decoupled``) updating param, m and v in place."""
+        op = ops.AdamStep(beta1, beta2, eps, weight_decay, decoupled)
+        return self.apply(op, [param, grad, m, v, hyper] + ([scale] if scale is not None else []), name)
+
+    def accumulate_grad(self, acc: NodeRef, grad: NodeRef, hyper: NodeRef, name: str | None = None) -> Node:
+        return self.apply(ops.AccumulateGrad(), [acc, grad, hyper], name)
+
+    def grad_clip_scale(self, grads: Sequence[NodeRef], max_norm: float = 0.0, scale: float = 1.0,
+                        name: str | None = None) -> Node:
+        return self.apply(ops.GradClipScale(float(max_norm), float(scale)), list(grads), name)
+
     # -- fused element-wise regions ---------------------------------------------------------------
     def elementwise_region(self, inputs: Sequence[NodeRef], chain: Sequence[ChainStep],
                            shape: Iterable | None = None, scalar_input_mask: int = 0,

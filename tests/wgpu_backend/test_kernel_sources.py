@@ -114,6 +114,11 @@ def _loss_backward(g: rlxpy.Graph) -> None:
              g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7))
     q = g.input("aq", [1, 2, 20, 8])
     g.output(*(g.attention_backward(q, q, q, q, wrt, 2, 8, mask_kind="causal") for wrt in ("query", "value")))
+    w, hyper = g.param("ow", [20]), g.input("hyper", [3])
+    scale = g.grad_clip_scale([w, x], 1.0)
+    g.output(scale, g.adam_step(w, w, g.param("om", [20]), g.param("ov", [20]), hyper, scale, decoupled=True),
+             g.sgd_step(g.param("op", [20]), w, hyper, g.param("ob", [20]), momentum=0.9),
+             g.accumulate_grad(g.param("oa", [20]), w, hyper))
 
 
 def _region(g: rlxpy.Graph) -> None:

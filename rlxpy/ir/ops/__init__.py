@@ -23,6 +23,7 @@ from rlxpy.ir.ops import (  # noqa: F401  (registration, in family order)
     loss,
     matmul,
     norm,
+    optim,
     quant,
     reduce,
     region,
@@ -51,7 +52,7 @@ from rlxpy.ir.ops.quant import GGUF_BLOCKS
 #: The op families, in the order the README lists them; each is a module of this package.
 FAMILIES: tuple[str, ...] = (
     "leaf", "elementwise", "shape", "matmul", "quant", "norm", "reduce", "attention", "rope", "kv",
-    "sample", "conv", "signal", "scan", "region", "custom", "loss", "backward", "control",
+    "sample", "conv", "signal", "scan", "region", "custom", "loss", "backward", "optim", "control",
 )
 
 

@@ -21,6 +21,7 @@ from rlxpy.ir.reference import (  # noqa: F401  (registration, in family order)
     loss,
     matmul,
     norm,
+    optim,
     quant,
     reduce,
     region,

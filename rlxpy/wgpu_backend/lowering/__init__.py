@@ -17,6 +17,7 @@ from rlxpy.wgpu_backend.lowering import (  # noqa: F401
     loss,
     matmul,
     norm,
+    optim,
     quant,
     reduce,
     region,

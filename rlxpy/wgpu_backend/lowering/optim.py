@@ -1,0 +1,100 @@
+"""Optim family on f32: the updates are one optim_update dispatch each (one thread per element, the
+parameter and state written in place: the kernel declares them ``mutates``); GradClipScale is one
+optim_norm dispatch per gradient (partial sums of squares, one per workgroup, into declared scratch)
+and one that combines them into the factor. A GradClipScale whose scratch lies outside its bind window
+runs its reference as a host step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.kernels.contract import accepts
+from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering.backward import scratch_in_window
+from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
+
+OPTIM_UPDATE = kernel("optim_update", params(
+    "OptimUpdateParams", n=U32, param=U32, grad=U32, m=U32, v=U32, hyper=U32, scale=U32, token=U32,
+    has_scale=U32, has_state=U32, beta1=F32, beta2=F32, eps=F32, weight_decay=F32, decoupled=U32,
+    momentum=F32, dampening=F32, nesterov=U32), dtypes=accepts(rest=DType.F32, out=DType.F32),
+    mutates=("param", "m", "v"))
+NORM_LANES = 256
+NORM_CHUNK = 16  # elements per lane of a partial sum
+OPTIM_NORM = kernel("optim_norm", params(
+    "OptimNormParams", n=U32, x=U32, partial=U32, slot=U32, y=U32, max_norm=F32, scale=F32),
+    dtypes=accepts(rest=DType.F32, out=DType.F32), shared_bytes=lambda s: 4 * int(s["WG"]))
+SGD, ADAM, ACCUMULATE = 0, 1, 2  # optim_update's MODE
+
+_NO_STATE = dict(m=0, v=0, has_state=0, beta1=0.0, beta2=0.0, eps=0.0, weight_decay=0.0, decoupled=0,
+                 momentum=0.0, dampening=0.0, nesterov=0)
+
+
+def _update(node: Node, ctx: LowerCtx, mode: int, state: list[Node], hyper: Node, scale: Node | None,
+            **fields: float | int) -> list[Step]:
+    param, grad = ctx.inputs(node)[:2]
+    defaults = {**_NO_STATE, **{name: ctx.offset(t) for name, t in zip(("m", "v"), state)}}
+    # m/v fields of an absent state point at the param itself: declared mutated, never written
+    for name in ("m", "v")[len(state):]:
+        defaults[name] = ctx.offset(param)
+    return [ctx.dispatch(OPTIM_UPDATE, node, ctx.grid_1d(max(param.numel, 1)), {"MODE": mode},
+                         scalable=False, n=param.numel, param=ctx.offset(param), grad=ctx.offset(grad),
+                         hyper=ctx.offset(hyper), scale=ctx.offset(scale) if scale is not None else 0,
+                         token=ctx.offset(node), has_scale=int(scale is not None), **{**defaults, **fields})]
+
+
+@lowers(ops.SgdStep)
+def lower_sgd_step(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.SgdStep = node.op  # type: ignore[assignment]
+    ins = ctx.inputs(node)
+    state = ins[2:2 + op.state]
+    hyper, *scale = ins[2 + op.state:]
+    return _update(node, ctx, SGD, state, hyper, scale[0] if scale else None, has_state=op.state,
+                   weight_decay=op.weight_decay, momentum=op.momentum, dampening=op.dampening,
+                   nesterov=int(op.nesterov))
+
+
+@lowers(ops.AdamStep)
+def lower_adam_step(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.AdamStep = node.op  # type: ignore[assignment]
+    ins = ctx.inputs(node)
+    hyper, *scale = ins[4:]
+    return _update(node, ctx, ADAM, ins[2:4], hyper, scale[0] if scale else None, has_state=1, beta1=op.beta1,
+                   beta2=op.beta2, eps=op.eps, weight_decay=op.weight_decay, decoupled=int(op.decoupled))
+
+
+@lowers(ops.AccumulateGrad)
+def lower_accumulate_grad(node: Node, ctx: LowerCtx) -> list[Step]:
+    return _update(node, ctx, ACCUMULATE, [], ctx.inputs(node)[2], None)
+
+
+def _partials(x: Node) -> int:
+    return max(1, math.ceil(x.numel / (NORM_LANES * NORM_CHUNK)))
+
+
+def norm_scratch(node: Node, graph: Graph) -> int:
+    return 4 * sum(_partials(graph.nodes[i]) for i in node.inputs)
+
+
+@lowers(ops.GradClipScale, scratch=norm_scratch)
+def lower_grad_clip_scale(node: Node, ctx: LowerCtx) -> list[Step]:
+    op: ops.GradClipScale = node.op  # type: ignore[assignment]
+    partial = scratch_in_window(ctx, norm_scratch(node, ctx.graph))
+    if partial is None:
+        return host_steps(node, ctx)
+    fields = dict(partial=partial, y=ctx.offset(node), max_norm=op.max_norm, scale=op.scale)
+    steps, slot = [], 0
+    for x in ctx.inputs(node) if op.max_norm else []:
+        groups = _partials(x)
+        subs = {"PHASE": 0, "CHUNK": NORM_CHUNK, "WG": NORM_LANES}
+        steps.append(ctx.dispatch(OPTIM_NORM, node, ctx.grid_1d(groups, 1), subs, scalable=False,
+                                  operands=[x], n=x.numel, x=ctx.offset(x), slot=slot, **fields))
+        slot += groups
+    subs = {"PHASE": 1, "CHUNK": NORM_CHUNK, "WG": NORM_LANES}
+    steps.append(ctx.dispatch(OPTIM_NORM, node, (1, 1, 1), subs, scalable=False, n=slot, x=0, slot=0,
+                              **fields))
+    return steps
