@@ -1,0 +1,154 @@
+"""CNN inference latency: resnet18 and mobilenet_v3_small (weights=None, seeded) at batch 1 and 32 on
+224 x 224 images, rlxpy through its ONNX import and through torch.compile(backend="rlxpy"), against
+torch CUDA eager and ONNX Runtime (its WebGPU, CUDA and CPU execution providers, whichever are
+installed), in one command:
+
+    python benches/bench_cnn.py --json cnn.json            # on the GPU machine
+    python benches/bench_cnn.py --quick                    # lavapipe smoke run (64 x 64, batch 1 and 2)
+
+Every figure is the median wall time of one call, input in and logits out included (torch CUDA:
+the input already on the GPU, synchronised). Each rlxpy path is first checked against eager torch
+(max error relative to the largest logit). Ratios are rlxpy's time over the other's (below 1: rlxpy
+is faster). Models come from tests/cnn_models.py (torchvision's when it imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from cnn_models import build  # noqa: E402
+
+from benches.common import emit  # noqa: E402
+from rlxpy.frontends.onnx import OnnxModel  # noqa: E402
+from rlxpy.frontends.torch_fx import make_backend  # noqa: E402
+
+MODELS = ("resnet18", "mobilenet_v3_small")
+ORT_PROVIDERS = ("WebGpuExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--quick", action="store_true", help="64 x 64, batches 1 and 2, 2 repeats (lavapipe)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--batches", type=int, nargs="*", help="default 1 32 (--quick: 1 2)")
+    parser.add_argument("--size", type=int, help="image side (default 224, --quick 64)")
+    parser.add_argument("--repeat", type=int, help="timed calls per case (default 20, --quick 2)")
+    return parser.parse_args()
+
+
+def median_ms(fn: Any, repeat: int, warmup: int, sync: Any = None) -> float:
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def export_onnx(model: torch.nn.Module, x: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buffer, opset_version=17, dynamo=False, input_names=["x"],
+                          output_names=["logits"])
+    return buffer.getvalue()
+
+
+def ort_times(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: int, warmup: int) -> dict[str, Any]:
+    """ONNX Runtime per installed execution provider: ms and relative error, or why it did not run."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"onnxruntime": "not installed"}
+    out: dict[str, Any] = {}
+    available = ort.get_available_providers()
+    for provider in ORT_PROVIDERS:
+        key = f"ort_{provider.removesuffix('ExecutionProvider').lower()}"
+        if provider not in available:
+            continue
+        try:
+            session = ort.InferenceSession(onnx_bytes, providers=[provider])
+            error = relative_error(session.run(None, {"x": x})[0], want)
+            out[f"{key}_ms"] = median_ms(lambda s=session: s.run(None, {"x": x}), repeat, warmup)
+            out[f"{key}_error"] = error
+        except Exception as e:  # noqa: BLE001  (a provider that cannot take the model is reported)
+            out[f"{key}_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def torch_cuda_ms(model: torch.nn.Module, x: torch.Tensor, repeat: int, warmup: int) -> float | None:
+    if not torch.cuda.is_available():
+        return None
+    gpu_model, gpu_x = model.to("cuda"), x.to("cuda")
+    with torch.no_grad():
+        ms = median_ms(lambda: gpu_model(gpu_x), repeat, warmup, torch.cuda.synchronize)
+    model.to("cpu")
+    return ms
+
+
+def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int) -> dict[str, Any]:
+    model = build(name)
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(batch))
+    with torch.no_grad():
+        want = model(x).numpy()
+    row: dict[str, Any] = {"model": name, "batch": batch, "size": size}
+    onnx_bytes = export_onnx(model, x)
+    imported = OnnxModel(onnx_bytes)
+    feeds = {"x": x.numpy()}
+    started = time.perf_counter()
+    row["rlxpy_onnx_error"] = relative_error(imported.run(feeds)["logits"], want)
+    row["rlxpy_onnx_first_call_s"] = time.perf_counter() - started  # import + compile + upload + run
+    row["rlxpy_onnx_ms"] = median_ms(lambda: imported.run(feeds), repeat, warmup)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=make_backend("error"))
+    with torch.no_grad():
+        row["rlxpy_compile_error"] = relative_error(compiled(x).numpy(), want)
+        row["rlxpy_compile_ms"] = median_ms(lambda: compiled(x), repeat, warmup)
+        row["torch_cpu_eager_ms"] = median_ms(lambda: model(x), repeat, warmup)
+    row["torch_cuda_eager_ms"] = torch_cuda_ms(model, x, repeat, warmup)
+    row.update(ort_times(onnx_bytes, x.numpy(), want, repeat, warmup))
+    for ours in ("rlxpy_onnx_ms", "rlxpy_compile_ms"):
+        for other in [k for k in row if k.endswith("_ms") and not k.startswith("rlxpy")]:
+            if isinstance(row[other], float) and row[other] > 0:
+                row[f"{ours.removesuffix('_ms')}_over_{other.removesuffix('_ms')}"] = row[ours] / row[other]
+    print(row, file=sys.stderr)
+    return row
+
+
+def main() -> None:
+    args = parse_args()
+    batches = args.batches or ([1, 2] if args.quick else [1, 32])
+    size = args.size or (64 if args.quick else 224)
+    repeat = args.repeat or (2 if args.quick else 20)
+    warmup = 1 if args.quick else 3
+    rows = [bench_case(name, batch, size, repeat, warmup) for name in args.models for batch in batches]
+    emit({"bench": "cnn", "torch": torch.__version__, "cuda": torch.cuda.is_available(), "rows": rows},
+         args.json)
+
+
+if __name__ == "__main__":
+    main()
