@@ -1,0 +1,67 @@
+"""The training graph: the model's forward, its gradients (ir/passes/autodiff.py), the optional
+global-norm clipping factor and gradient accumulation, and one in-place update per parameter.
+
+Names it adds: the input ``train/hyper`` (f32[3]: lr, update count t, apply), the params
+``train/<state>/<param>`` (optimizer state, e.g. ``train/exp_avg/wte``) and ``train/acc/<param>``
+(accumulated gradients, with ``accumulate`` > 1), and the nodes ``train/scale`` and
+``train/update/<param>``. Its only output is the loss: a run of every output runs the updates (they
+come after every node that reads the parameters), a run of the loss alone is the forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlxpy.errors import GraphError, where
+from rlxpy.ir import ops
+from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.passes.autodiff import grad
+from rlxpy.train.optim import Optimizer
+
+HYPER = "train/hyper"
+
+
+@dataclass(frozen=True)
+class TrainingGraph:
+    graph: Graph
+    loss: str
+    params: tuple[str, ...]
+    #: param -> its optimizer state params, in the optimizer's order
+    state: dict[str, tuple[str, ...]]
+    #: param -> its accumulation buffer (empty without accumulation)
+    accumulators: dict[str, str]
+
+
+def training_graph(source: Graph, loss: str, optimizer: Optimizer, params: Sequence[str] | None = None,
+                   clip_norm: float = 0.0, accumulate: int = 1) -> TrainingGraph:
+    """``source`` (a graph computing ``loss``) extended with gradients and updates of ``params``
+    (default: every float Param)."""
+    if accumulate < 1:
+        raise GraphError(f"accumulate must be >= 1 micro-batches, got {accumulate}")
+    result = grad(source, loss, params)
+    g = result.graph
+    names = tuple(result.grads)
+    for name in names:
+        if not isinstance(g[name].op, ops.Param):
+            raise GraphError(f"{where(g[name])}: only Params are trained")
+    hyper = g.input(HYPER, (3,))
+    grads = {name: g[result.grads[name]] for name in names}
+    accumulators, totals = {}, dict(grads)
+    if accumulate > 1:
+        for name in names:
+            acc = g.param(f"train/acc/{name}", g[name].shape)
+            accumulators[name] = acc.name
+            totals[name] = g.add(acc, grads[name], name=f"train/total/{name}")
+    scale: Node | None = None
+    if clip_norm or accumulate > 1:
+        scale = g.grad_clip_scale(list(totals.values()), clip_norm, 1.0 / accumulate, name="train/scale")
+    state = {}
+    for name in names:
+        nodes = [g.param(f"train/{kind}/{name}", g[name].shape) for kind in optimizer.state]
+        state[name] = tuple(n.name for n in nodes)
+        optimizer.update(g, g[name], totals[name], nodes, hyper, scale, f"train/update/{name}")
+    for name, acc in accumulators.items():  # after every reader of the buffers
+        g.accumulate_grad(g[acc], grads[name], hyper, name=f"train/accumulate/{name}")
+    g.outputs[:] = [g[result.loss].id]
+    return TrainingGraph(g, result.loss, names, state, accumulators)
