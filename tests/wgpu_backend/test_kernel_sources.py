@@ -56,7 +56,8 @@ def _norm_reduce(g: rlxpy.Graph) -> None:
              g.cumsum(x), g.cumsum(long, exclusive=True), g.argmax(long), g.topk(long, 100),
              g.sample(long, temperature=0.7, top_k=5))
     image, channel = g.input("image", [2, 4, 5, 3]), g.param("channel", [4])
-    g.output(g.group_norm(image, 2, channel, channel), g.batch_norm(image, channel, channel, channel, channel))
+    g.output(g.group_norm(image, 2, channel, channel),
+             g.batch_norm(image, channel, channel, channel, channel))
 
 
 def _attention_rope_kv(g: rlxpy.Graph) -> None:
@@ -157,8 +158,11 @@ def _quant_generic(g: rlxpy.Graph) -> None:
 
 def _signal(g: rlxpy.Graph) -> None:
     z, wave = g.input("z", [3, 17], "c64"), g.input("wave", [2, 900])
-    g.output(g.fft(z), g.rfft(g.input("long", [2, 5000])), g.irfft(z, 30),
-             g.stft(wave, g.param("win", [64]), 64, 16))
+    spectra, filters = g.stft(wave, g.param("win", [64]), 64, 16), g.param("mel", [5, 33])
+    floored = g.log_mel(spectra, filters, 2)
+    g.output(g.fft(z), g.rfft(g.input("long", [2, 5000])), g.irfft(z, 30), spectra, floored,
+             g.log_mel(spectra, filters), g.log_mel_backward(spectra, filters, floored, 2), g.welch_peaks(z, 3, 3))
+
 
 def _gguf(qtype: str):
     def build(g: rlxpy.Graph) -> None:

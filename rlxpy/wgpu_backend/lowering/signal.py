@@ -1,7 +1,7 @@
 """Signal family: Fft and Stft through the FFT plans of signal_fft.py; LogMel, LogMelBackward and
 WelchPeaks through their own kernels (signal_mel.py, signal_welch.py).
 
-Fft on F64 (WGSL has no f64) and an Fft or Stft without its plan table (a graph that skipped the unfuse
+F64 data (WGSL has no f64) and an Fft or Stft without its plan table (a graph that skipped the unfuse
 pass) run as host steps.
 """
 
@@ -21,14 +21,9 @@ from rlxpy.wgpu_backend.lowering.signal_fft import (
     scale_of,
     scratch_words,
 )
+from rlxpy.wgpu_backend.lowering.signal_mel import log_mel_backward_steps, log_mel_steps, mel_scratch, on_gpu
+from rlxpy.wgpu_backend.lowering.signal_welch import welch_peaks_steps, welch_scratch
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step, lowers
-
-#: Ops lowered as host steps, with the reason each has no kernel yet.
-HOST_OPS: dict[type[ops.Op], str] = {
-    ops.WelchPeaks: "host step",
-    ops.LogMel: "host step",
-    ops.LogMelBackward: "host step",
-}
 
 #: The WebGPU minimum of workgroup memory: scratch is sized for it (a larger device needs less).
 _MIN_FACTS = DeviceFacts()
@@ -107,6 +102,19 @@ def lower_stft(node: Node, ctx: LowerCtx) -> list[Step]:
     return fft_steps(job, ctx)
 
 
-@lowers(*HOST_OPS)
-def lower_signal_on_host(node: Node, ctx: LowerCtx) -> list[Step]:
-    return host_steps(node, ctx)
+@lowers(ops.LogMel, scratch=mel_scratch)
+def lower_log_mel(node: Node, ctx: LowerCtx) -> list[Step]:
+    """Whisper's log-mel of spectra, the floor per frame or per spectrogram (see ops.LogMel)."""
+    return log_mel_steps(node, ctx) if on_gpu(node, ctx.graph) else host_steps(node, ctx)
+
+
+@lowers(ops.LogMelBackward, scratch=mel_scratch)
+def lower_log_mel_backward(node: Node, ctx: LowerCtx) -> list[Step]:
+    """LogMel's gradient wrt the spectrum, the floor held constant (see ops.LogMelBackward)."""
+    return log_mel_backward_steps(node, ctx) if on_gpu(node, ctx.graph) else host_steps(node, ctx)
+
+
+@lowers(ops.WelchPeaks, scratch=welch_scratch)
+def lower_welch_peaks(node: Node, ctx: LowerCtx) -> list[Step]:
+    """The k strongest bins of each batch row's Welch PSD (see ops.WelchPeaks)."""
+    return welch_peaks_steps(node, ctx)

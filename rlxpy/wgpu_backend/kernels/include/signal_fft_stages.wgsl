@@ -14,6 +14,14 @@ fn radix_of(stage: u32) -> u32 {
 }
 
 // Runs every stage on the half starting at `src`; returns the start of the half holding the result.
+// v times roots[index] (index 0: v itself, no table read)
+fn twist(v: vec2<f32>, index: u32) -> vec2<f32> {
+    if (index == 0u) {
+        return v;
+    }
+    return cmul(v, pair(p.table, index));
+}
+
 fn run_stages(lane: u32, src: u32) -> u32 {
     var here = src;
     var ns = 1u;
@@ -27,32 +35,40 @@ fn run_stages(lane: u32, src: u32) -> u32 {
         for (var q = 0u; q < radix; q = q + 1u) {
             w[q] = pair(p.table, q * (p.n_table / radix));
         }
+        // (line, j, k = j mod ns) of butterfly j_all = lane + i * WG, stepped without dividing (stride
+        // is a multiple of ns, so k only wraps at ns)
+        let line_step = {{WG}}u / stride;
+        let j_step = {{WG}}u % stride;
+        let k_step = j_step % ns;
+        var line = lane / stride;
+        var j = lane % stride;
+        var k = j % ns;
         for (var j_all = lane; j_all < count; j_all = j_all + {{WG}}u) {
-            let line = (j_all / stride) * p.len;
-            let j = j_all % stride;
-            let k = j % ns;
-            var x: array<vec2<f32>, 7>;
-            for (var q = 0u; q < radix; q = q + 1u) {
-                var v = sh[here + line + j + q * stride];
-                if (q > 0u && k > 0u) {
-                    v = cmul(v, pair(p.table, q * k * step));
-                }
-                x[q] = v;
-            }
-            let out = there + line + (j / ns) * ns * radix + k;
-            if (radix == 2u) {
-                sh[out] = x[0] + x[1];
-                sh[out + ns] = x[0] - x[1];
-            } else if (radix == 4u) {
-                let a = x[0] + x[2];
-                let b = x[0] - x[2];
-                let d = x[1] + x[3];
-                let e = x[1] - x[3];
+            let start = here + line * p.len + j;
+            let out = there + line * p.len + (j - k) * radix + k;  // (j / ns) * ns * radix + k
+            if (radix == 4u) {
+                let x0 = sh[start];
+                let x1 = twist(sh[start + stride], k * step);
+                let x2 = twist(sh[start + 2u * stride], 2u * k * step);
+                let x3 = twist(sh[start + 3u * stride], 3u * k * step);
+                let a = x0 + x2;
+                let b = x0 - x2;
+                let d = x1 + x3;
+                let e = x1 - x3;
                 sh[out] = a + d;
                 sh[out + ns] = b + mul_neg_i(e);
                 sh[out + 2u * ns] = a - d;
                 sh[out + 3u * ns] = b + mul_pos_i(e);
+            } else if (radix == 2u) {
+                let x0 = sh[start];
+                let x1 = twist(sh[start + stride], k * step);
+                sh[out] = x0 + x1;
+                sh[out + ns] = x0 - x1;
             } else {
+                var x: array<vec2<f32>, 7>;
+                for (var q = 0u; q < radix; q = q + 1u) {
+                    x[q] = twist(sh[start + q * stride], q * k * step);
+                }
                 for (var q = 0u; q < radix; q = q + 1u) {
                     var acc = x[0];
                     for (var m = 1u; m < radix; m = m + 1u) {
@@ -60,6 +76,16 @@ fn run_stages(lane: u32, src: u32) -> u32 {
                     }
                     sh[out + q * ns] = acc;
                 }
+            }
+            line = line + line_step;
+            j = j + j_step;
+            k = k + k_step;
+            if (k >= ns) {
+                k = k - ns;
+            }
+            if (j >= stride) {
+                j = j - stride;
+                line = line + 1u;
             }
         }
         workgroupBarrier();
