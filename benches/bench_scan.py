@@ -8,6 +8,8 @@
 * GatedDeltaNet prefill and decode (B=1, H=16, N=128) against a torch loop of the delta rule.
 * GroupedMatMul (MoE, f32) with 8 and 64 experts, prefill (4096 routed rows) and decode (8 rows)
   against the per-expert torch matmuls of an HF MoE block (rows sorted by expert, one matmul each).
+* A Mamba-1 LM of mamba-130m's shape with random weights (rlxpy.models.mamba): a 512-token prefill
+  and 64 greedy tokens against transformers' MambaForCausalLM (torch path) on the same weights.
 
 Every rlxpy result is checked against its torch counterpart first (max |diff| / max |torch|). Times
 are medians: rlxpy per run with dispatches only (no readback) and, where the adapter has timestamp
@@ -32,9 +34,14 @@ from rlxpy.errors import UnsupportedOpError
 from rlxpy.wgpu_backend.profile import step_times_ms
 
 FULL = {"scan": (1, 2048, 1536, 16), "delta": (1, 1024, 16, 128),
-        "moe": [(8, 2048, 8192), (64, 2048, 1408)], "moe_rows": (4096, 8)}
+        "moe": [(8, 2048, 8192), (64, 2048, 1408)], "moe_rows": (4096, 8),
+        # mamba-130m's shape (random weights), a 512-token prompt, 64 greedy tokens
+        "mamba": ({"vocab_size": 50280, "hidden_size": 768, "state_size": 16, "num_hidden_layers": 24,
+                   "conv_kernel": 4, "expand": 2}, 512, 64)}
 QUICK = {"scan": (1, 256, 64, 16), "delta": (1, 64, 4, 32), "moe": [(8, 64, 96), (64, 64, 48)],
-         "moe_rows": (300, 8)}
+         "moe_rows": (300, 8),
+         "mamba": ({"vocab_size": 500, "hidden_size": 64, "state_size": 8, "num_hidden_layers": 2,
+                    "conv_kernel": 4, "expand": 2}, 70, 8)}
 CHUNK = 64  # the chunked torch scan's chunk length
 
 
@@ -236,6 +243,53 @@ def bench_grouped(side: Side, experts: int, k: int, n: int, rows: int, repeat: i
             "torch_tflops": flops / torch_ms / 1e9, "rel_error": rel_error(got, want)}
 
 
+def bench_mamba_model(side: Side, shape: dict[str, int], prompt: int, steps: int) -> dict[str, Any]:
+    """A Mamba-1 LM of that shape with random weights: prompt prefill (rlxpy in chunks of 64) and greedy
+    decode, rlxpy against transformers' MambaForCausalLM (its torch path) on the same weights."""
+    import torch
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from rlxpy.frontends.hf_mamba import config_from_hf, load_into
+    from rlxpy.models.mamba import MambaGenerator
+
+    torch.manual_seed(0)
+    model = MambaForCausalLM(MambaConfig(**shape)).eval()
+    started = time.perf_counter()
+    gen = MambaGenerator(config_from_hf(model.config), chunk=64)
+    compile_s = time.perf_counter() - started
+    load_into(gen, model.state_dict())
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, shape["vocab_size"], prompt)]
+    got = gen.logits(ids)
+    model = model.to(side.device)
+    tids = torch.tensor([ids], device=side.device)
+    with torch.no_grad():
+        want = model(tids).logits[0, -1]
+    gen.reset()
+    gen.prefill(ids, ("next",))  # warm: every pipeline of both branches
+    gen.generate(ids[:3], 2)
+
+    def ours_prefill() -> None:
+        gen.reset()
+        gen.prefill(ids, ("next",))
+
+    prefill_ms = 1e3 * timeit(ours_prefill, repeat=3, warmup=1)
+    started = time.perf_counter()
+    tokens = gen.generate(ids, steps)
+    decode_s = time.perf_counter() - started - prefill_ms / 1e3
+    with torch.no_grad():
+        torch_prefill_ms = side.time_ms(lambda: model(tids), 3)
+        torch_total_ms = side.time_ms(lambda: model.generate(tids, max_new_tokens=steps, min_new_tokens=steps,
+                                                             do_sample=False, pad_token_id=0), 1)
+    torch_decode_s = max(1e-9, (torch_total_ms - torch_prefill_ms) / 1e3)
+    return {"shape": shape, "prompt": prompt, "decode_steps": steps, "compile_s": compile_s,
+            "rel_error": rel_error(got, want), "tokens": tokens[:8],
+            "prefill_ms": prefill_ms, "torch_prefill_ms": torch_prefill_ms,
+            "prefill_ratio": torch_prefill_ms / prefill_ms,
+            "decode_tok_s": (steps - 1) / max(decode_s, 1e-9),
+            "torch_decode_tok_s": (steps - 1) / torch_decode_s,
+            "decode_ratio": torch_decode_s / max(decode_s, 1e-9)}
+
+
 def main() -> None:
     args = parse_args(__doc__)
     sizes = QUICK if args.quick else FULL
@@ -248,6 +302,7 @@ def main() -> None:
     results["gated_delta_net"] = bench_gated_delta(side, sizes["delta"], repeat)
     results["grouped_matmul"] = [bench_grouped(side, e, k, n, rows, repeat)
                                  for e, k, n in sizes["moe"] for rows in sizes["moe_rows"]]
+    results["mamba_model"] = bench_mamba_model(side, *sizes["mamba"])
     emit(results, args.json)
 
 

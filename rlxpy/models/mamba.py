@@ -180,47 +180,49 @@ class MambaGenerator:
             self.exe.set_param_bytes(name, bytes(self.exe.param_nbytes(name)))
         self.shift = 0
 
-    def _run(self, branch: str, tokens: np.ndarray, valid: int) -> dict[str, np.ndarray]:
+    def _run(self, branch: str, tokens: np.ndarray, valid: int, what: Sequence[str] = ("logits", "next")
+             ) -> dict[str, np.ndarray]:
         out = self.exe.run({f"{branch}_tokens": tokens, f"{branch}_valid": np.array([valid], np.int32),
                             f"{branch}_shift": np.array([self.shift], np.int32)},
-                           outputs=[f"{branch}_logits", f"{branch}_next"])
+                           outputs=[f"{branch}_{name}" for name in what])
         self.shift = valid
-        return out
+        return {name: out[f"{branch}_{name}"].reshape(-1) for name in what}
 
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        """Feed ``ids`` after what the state holds; returns the logits after the last one."""
+    def prefill(self, ids: Sequence[int], what: Sequence[str] = ("logits", "next")) -> dict[str, np.ndarray]:
+        """Feed ``ids`` after what the state holds; returns ``what`` (logits, next: the greedy token)
+        after the last one."""
         if not ids:
             raise InputError("the prompt is empty: give at least one token")
         out: dict[str, np.ndarray] = {}
         for start in range(0, len(ids), self.chunk):
             part = list(ids[start:start + self.chunk])
-            if len(part) == 1:
-                out = self._run("decode", np.array(part, np.int32), 1)
-                out["prefill_logits"] = out["decode_logits"]
+            if len(part) == 1:  # one token: the decode branch (no padded rows)
+                out = self._run("decode", np.array(part, np.int32), 1, what)
                 continue
             tokens = np.zeros(self.chunk, np.int32)
             tokens[:len(part)] = part
-            out = self._run("prefill", tokens, len(part))
-        return out["prefill_logits"].reshape(-1)
+            out = self._run("prefill", tokens, len(part), what)
+        return out
 
     def decode(self, token: int) -> np.ndarray:
         """Feed one token; returns the logits after it."""
-        return self._run("decode", np.array([token], np.int32), 1)["decode_logits"].reshape(-1)
+        return self._run("decode", np.array([token], np.int32), 1, ("logits",))["logits"]
 
     def generate(self, ids: Sequence[int], max_tokens: int) -> list[int]:
-        """Greedy continuation of ``ids`` from a fresh state."""
+        """Greedy continuation of ``ids`` from a fresh state (the argmax on the GPU: one int read back
+        per token)."""
         self.reset()
-        token = int(np.argmax(self.prefill(ids)))
+        token = int(self.prefill(ids, ("next",))["next"][0])
         out = [token]
         while len(out) < max_tokens:
-            token = int(np.argmax(self.decode(token)))
+            token = int(self._run("decode", np.array([token], np.int32), 1, ("next",))["next"][0])
             out.append(token)
         return out
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """The next-token logits of ``ids`` from a fresh state."""
         self.reset()
-        return self.prefill(ids)
+        return self.prefill(ids, ("logits",))["logits"]
 
 
 def dt_rank_of(hidden: int, rank: int | str) -> int:
