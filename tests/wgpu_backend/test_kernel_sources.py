@@ -161,7 +161,8 @@ def _signal(g: rlxpy.Graph) -> None:
     spectra, filters = g.stft(wave, g.param("win", [64]), 64, 16), g.param("mel", [5, 33])
     floored = g.log_mel(spectra, filters, 2)
     g.output(g.fft(z), g.rfft(g.input("long", [2, 5000])), g.irfft(z, 30), spectra, floored,
-             g.log_mel(spectra, filters), g.log_mel_backward(spectra, filters, floored, 2), g.welch_peaks(z, 3, 3))
+             g.log_mel(spectra, filters), g.log_mel_backward(spectra, filters, floored, 2),
+             g.welch_peaks(z, 3, 3))
 
 
 def _gguf(qtype: str):
