@@ -64,7 +64,8 @@ def test_fused_residual_norms_match_torch(shape, with_bias, kind):
 
 
 # -- channel norms of CNNs --------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,groups", [((2, 6, 5), 3), ((1, 4, 3, 7), 4), ((3, 8, 2, 3, 5), 1), ((2, 5, 1), 5)],
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5), 3), ((1, 4, 3, 7), 4), ((3, 8, 2, 3, 5), 1),
+                                          ((2, 5, 1), 5)],
                          ids=str)
 @pytest.mark.parametrize("with_beta", [False, True])
 def test_group_norm_matches_torch(shape, groups, with_beta):

@@ -99,7 +99,8 @@ def _interpolate_case(mode: str, align: bool | None):
 
 @pytest.mark.parametrize("shape,size,scale", [((2, 3, 5, 7), (9, 4), None), ((1, 2, 4, 6), None, 2.0),
                                               ((1, 1, 5, 3), None, 1.5), ((2, 2, 7), (3,), None),
-                                              ((1, 2, 3, 4, 5), (5, 3, 8), None), ((1, 1, 6, 6), (1, 1), None)],
+                                              ((1, 2, 3, 4, 5), (5, 3, 8), None),
+                                              ((1, 1, 6, 6), (1, 1), None)],
                          ids=str)
 @pytest.mark.parametrize("mode,align", [("nearest", None), ("nearest-exact", None), ("linear", False),
                                         ("linear", True)])

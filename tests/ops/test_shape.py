@@ -556,7 +556,8 @@ RESIZES = [  # (shape, sizes, steps)
 
 
 @pytest.mark.parametrize("shape,sizes,steps", RESIZES, ids=str)
-@pytest.mark.parametrize("mode,coord", [("nearest_floor", "asymmetric"), ("nearest_round_prefer_ceil", "half_pixel"),
+@pytest.mark.parametrize("mode,coord", [("nearest_floor", "asymmetric"),
+                                        ("nearest_round_prefer_ceil", "half_pixel"),
                                         ("nearest_round_prefer_floor", "pytorch_half_pixel"),
                                         ("nearest_ceil", "align_corners"), ("linear", "half_pixel"),
                                         ("linear", "align_corners"), ("linear", "asymmetric")])
@@ -578,8 +579,9 @@ def test_resize_matches_torch_interpolate(device, mode, align):
     x[0, 0, 4, 5] = np.nan
     expected = torch.nn.functional.interpolate(torch.from_numpy(x), scale_factor=1.7, mode=mode,
                                                align_corners=align).numpy()
-    resize_mode = {"nearest": "nearest_floor", "nearest-exact": "nearest_round_prefer_ceil"}.get(mode, "linear")
-    coord = {"nearest": "asymmetric", "bilinear": "align_corners" if align else "half_pixel"}.get(mode, "half_pixel")
+    resize_mode, coord = {"nearest": ("nearest_floor", "asymmetric"),
+                          "nearest-exact": ("nearest_round_prefer_ceil", "half_pixel"),
+                          "bilinear": ("linear", "align_corners" if align else "half_pixel")}[mode]
     g = rlxpy.Graph()
     y = g.resize(g.input("x", x.shape), expected.shape[2:], resize_mode, coord, (1 / 1.7, 1 / 1.7))
     g.output(y)
