@@ -1,6 +1,8 @@
 // y = act(conv(x, w) + bias) as an implicit GEMM per group (grid z): rows m = (n, output position),
-// columns o = the group's output channels, K = (input channel c, window tap). The A tile is gathered
-// from x while it is loaded (no im2col buffer; padding taps read 0), w is read as [o, K].
+// columns o = the group's output channels, K = (window tap, input channel c). The A tile is gathered
+// from x while it is loaded (no im2col buffer; padding taps read 0). When the group's channels come in
+// runs of 8 (RUNS = 1) the 8 k of a step share one tap: each thread decodes it once per step and reads
+// its channels at a fixed stride; otherwise every element decodes its own (gather_a).
 // One BM x BN output tile per 16 x 16 workgroup, K in steps of 8: the next step's loads go to
 // registers while this one is summed, then into the other of two workgroup buffers (one barrier per
 // step). Thread (tx, ty) owns positions m0 + 4tx + 64h + i (i < 4, h < BM/64), read as one vec4 per
@@ -21,32 +23,35 @@ const BK: u32 = 8u;
 // the window's size is part of the pipeline: the tap decode then divides by constants
 const KH: u32 = {{KH}}u;
 const KW: u32 = {{KW}}u;
-const KVOL: u32 = {{KD}}u * KH * KW;
 const A_STEP: u32 = BK * BM / 4u;  // vec4s of one buffer of tile_a
 const W_STEP: u32 = BK * BN;
 
 var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM/4]: 4 positions per vec4
 var<workgroup> tile_w: array<f32, {{W_WORDS}}>;  // [2][BK][BN]
 
-// A[m, k] of a row whose input row base and output position are given: tap k = (c, td, th, tw).
-fn gather_a(ok: bool, row: u32, od: u32, oh: u32, ow: u32, k: u32) -> f32 {
+// Offset inside one input channel of window tap `tap` (0 .. KVOL-1, row-major) of an output position.
+fn window_offset(od: u32, oh: u32, ow: u32, tap: u32) -> i32 {
+    return tap_offset(od, oh, ow, tap / (KW * KH), (tap / KW) % KH, tap % KW);
+}
+
+// A[m, k] of a row whose input row base (n*C_in + g*C_in/G) and output position are given.
+fn gather_a(ok: bool, row: u32, od: u32, oh: u32, ow: u32, k: u32, in_size: u32) -> f32 {
     if (!ok || k >= p.kdim) {
         return 0.0;
     }
-    let c = k / KVOL;
-    let tap = k % KVOL;
-    let tw = tap % KW;
-    let th = (tap / KW) % KH;
-    let td = tap / (KW * KH);
-    return x_at(row + c, od, oh, ow, td, th, tw);
+    let offset = window_offset(od, oh, ow, k / p.c_in_g);
+    if (offset < 0) {
+        return 0.0;
+    }
+    return ld_f32(p.x + (row + k % p.c_in_g) * in_size + u32(offset));
 }
 
-// W[o, k] of group g: output channel o of the group, tap k = (c, tap).
+// W[o, k] of group g: output channel o of the group, k = (tap, c).
 fn gather_w(g: u32, o: u32, k: u32) -> f32 {
     if (o >= p.c_out_g || k >= p.kdim) {
         return 0.0;
     }
-    return ld_f32(p.w + w_index(g, o, k / KVOL, k % KVOL));
+    return ld_f32(p.w + w_index(g, o, k % p.c_in_g, k / p.c_in_g));
 }
 
 fn store_y(g: u32, split: u32, m: u32, o: u32, acc: f32) {
@@ -91,6 +96,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let od = pos / (p.out_w * p.out_h);
     let wk = flat % BK;
     let wo = flat / BK;
+    let in_size = p.in_d * p.in_h * p.in_w;
 {{REGS}}
     var acc = array<vec4<f32>, {{ACC}}>();
     var k0 = k_begin;

@@ -61,18 +61,34 @@ def tile_rows(m: int, n_tiles: int, groups: int) -> int:
     return next((bm for bm in TILE_ROWS if math.ceil(m / bm) * n_tiles * groups >= MIN_GROUPS), TILE_ROWS[-1])
 
 
-def blocks(bm: int, bn: int) -> dict[str, object]:
+def a_loads(bm: int, runs: bool) -> list[str]:
+    """The A loads of one K step: with channel runs one tap decode for all, else one per element."""
+    count, rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    if not runs:
+        return [f"    na{r} = gather_a(ok, row, od, oh, ow, k0 + ak + {r * rows}u, in_size);"
+                for r in range(count)]
+    lines = ["    {",
+             "        let offset = window_offset(od, oh, ow, k0 / p.c_in_g);",
+             "        let first = p.x + (row + k0 % p.c_in_g + ak) * in_size + u32(max(offset, 0));",
+             "        if (ok && offset >= 0) {"]
+    lines += [f"            na{r} = ld_f32(first + {r * rows}u * in_size);" for r in range(count)]
+    lines += ["        } else {", *(f"            na{r} = 0.0;" for r in range(count)), "        }", "    }"]
+    return lines
+
+
+def blocks(bm: int, bn: int, runs: bool) -> dict[str, object]:
     """The placeholders of conv_gemm.wgsl for one tile shape: register declarations, the loads of one
-    K step, their staging into buffer ``b``, the sums of one step and the stores."""
+    K step (``runs``: the group's channels come in runs of BK), their staging into buffer ``b``, the
+    sums of one step and the stores."""
     hs, tn = bm // 64, bn // 16
-    a_loads, a_rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    a_count, a_rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
     w_loads = -(-bn * BK // THREADS)
     guard = [f"wo + {32 * r}u < BN" if 32 * (r + 1) > bn else "" for r in range(w_loads)]
-    regs = [f"    var na{r} = 0.0;" for r in range(a_loads)]
+    regs = [f"    var na{r} = 0.0;" for r in range(a_count)]
     regs += [f"    var nw{r} = 0.0;" for r in range(w_loads)]
-    load = [f"    na{r} = gather_a(ok, row, od, oh, ow, k0 + ak + {r * a_rows}u);" for r in range(a_loads)]
+    load = a_loads(bm, runs)
     stage = [f"    tile_a[b * A_STEP + (ak + {r * a_rows}u) * (BM / 4u) + am / 4u][am % 4u] = na{r};"
-             for r in range(a_loads)]
+             for r in range(a_count)]
     for r in range(w_loads):
         put = (f"nw{r} = gather_w(g, o0 + wo + {32 * r}u, k0 + wk);",
                f"tile_w[b * W_STEP + wk * BN + wo + {32 * r}u] = nw{r};")
@@ -141,7 +157,7 @@ def gemm_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], subs: dict[str
                          f"thread, more than the {LOOP_BUDGET} allowed (K = {kdim}; lavapipe stops at 65535)")
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     fields = {**fields, "splits": splits, "k_chunk": chunk, "part": part}
-    subs = {**subs, **blocks(bm, bn)}
+    subs = {**subs, **blocks(bm, bn, fields["c_in_g"] % BK == 0)}
     row_tiles = math.ceil(fields["m"] / bm)
     n_tiles = math.ceil(fields["c_out_g"] / bn)
     out = [ctx.dispatch(CONV_GEMM, node, (min(MAX_GROUPS, row_tiles - start), n_tiles, groups * splits), subs,
