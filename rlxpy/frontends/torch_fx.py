@@ -12,8 +12,10 @@ tensor changed (another storage, or its version counter moved). Inputs are conve
 boundary (int64 -> int32 after a range check), outputs come back as torch tensors of the dtypes and
 device torch would give.
 
-``on_unsupported="fallback"`` (default) runs a graph rlxpy cannot take in eager torch, with one
-warning that lists the reasons (a clean graph break: the whole captured subgraph runs in torch);
+``on_unsupported="fallback"`` (default) splits a graph rlxpy cannot take whole at the nodes it
+cannot take (graph breaks, torch_fx_partition.py): those run in eager torch, the rest in rlxpy
+subgraphs, with one warning naming the ops and the share of nodes on rlxpy; a graph with no part
+worth running goes to eager torch whole, with one warning that lists the reasons.
 ``"error"`` raises UnsupportedOpError instead. Graphs that need gradients are always left to torch:
 rlxpy runs inference. torch is imported here and in the modules above only, never by rlxpy's core.
 """
@@ -34,6 +36,7 @@ import torch.fx as fx
 import rlxpy
 from rlxpy.errors import InputError, RlxError, UnsupportedOpError
 from rlxpy.frontends import torch_fx_ops, torch_fx_ops_cnn, torch_fx_ops_nn  # noqa: F401  (they fill TRANSLATORS)
+from rlxpy.frontends.torch_fx_stitch import split_graph
 from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evaluate_host, to_numpy
 from rlxpy.ir.passes.dynamic import bind_graph
 
@@ -49,10 +52,14 @@ class RlxpyFallbackWarning(UserWarning):
     """A captured graph runs in eager torch because rlxpy cannot take it (the message says why)."""
 
 
-def _warn_once(message: str) -> None:
+class RlxpyGraphBreakWarning(RlxpyFallbackWarning):
+    """Part of a captured graph runs in eager torch (the message names the ops and the share on rlxpy)."""
+
+
+def _warn_once(message: str, category: type[Warning] = RlxpyFallbackWarning) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
-        warnings.warn(message, RlxpyFallbackWarning, stacklevel=3)
+        warnings.warn(message, category, stacklevel=3)
 
 
 @functools.cache
@@ -126,6 +133,11 @@ def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence[Any], policy: 
     try:
         translation = FxTranslator(gm, static).translate()
     except UnsupportedOpError as e:
+        if policy == "fallback":  # a graph break: the parts rlxpy takes still run on rlxpy
+            split = split_graph(gm, static, lambda part, tr: CompiledGraph(part, tr, policy, options))
+            if split is not None:
+                _warn_once(split.message(), RlxpyGraphBreakWarning)
+                return split
         return _unsupported(e, policy, gm.forward)
     return CompiledGraph(gm, translation, policy, options)
 
@@ -331,5 +343,5 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["CompiledGraph", "RlxpyFallbackWarning", "compiled_graphs", "decompositions", "make_backend",
-           "rlxpy_backend"]
+__all__ = ["CompiledGraph", "RlxpyFallbackWarning", "RlxpyGraphBreakWarning", "compiled_graphs",
+           "decompositions", "make_backend", "rlxpy_backend"]
