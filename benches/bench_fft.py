@@ -1,0 +1,202 @@
+"""FFTs and a Whisper log-mel front end (issue 14), rlxpy side by side with torch (cuFFT on CUDA).
+
+Cases: batched c64 FFTs of 2^10, 2^14 and 2^20 points (one workgroup per line, four-step passes),
+mixed-radix lengths (480, 1000, 2187 = 3^7), primes through Bluestein (97 in one workgroup, 4099 in four
+passes), an rfft, and the log-mel of 30 s of 16 kHz speech-like audio (Stft, LogMel with the
+per-spectrogram floor: WhisperFeatureExtractor's features) at batch 1 and 8. Every rlxpy result is
+checked first (max |diff| / max |want| against numpy / the float64 reference).
+
+Times are medians. rlxpy: the sum of its GPU step times (timestamp queries, ``gpu_ms``) and the wall
+time of a run with dispatches only (``ms``: submit and wait, no readback); torch: CUDA events around
+back-to-back calls on device tensors (without CUDA, torch runs on the CPU: a smoke run, the ratios
+then mean nothing). ``ratio`` = torch ms / rlxpy GPU ms (> 1: rlxpy is faster); ``gpoints_s`` = points
+transformed per second (1e9) by rlxpy's GPU time.
+
+One command: ``python benches/bench_fft.py [--quick] [--json out.json]``; ``--quick`` uses small batches
+and a 5 s clip (lavapipe).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+from common import emit, parse_args, torch_cuda
+
+import rlxpy
+from rlxpy.errors import UnsupportedOpError
+from rlxpy.ir.ops.signal import fft_plan_length
+from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.profile import step_times_ms
+
+#: (name, length, points per batch: batch = points // length); kind "c2c" or "rfft"
+CASES = [
+    ("c64 2^10", 1 << 10, 1 << 22, "c2c"),
+    ("c64 2^14", 1 << 14, 1 << 22, "c2c"),
+    ("c64 2^20", 1 << 20, 1 << 22, "c2c"),
+    ("c64 480 (2^5 3 5)", 480, 1 << 22, "c2c"),
+    ("c64 1000 (2^3 5^3)", 1000, 1 << 22, "c2c"),
+    ("c64 2187 (3^7)", 2187, 1 << 22, "c2c"),
+    ("c64 97 (prime, Bluestein)", 97, 1 << 21, "c2c"),
+    ("c64 4099 (prime, Bluestein 4 passes)", 4099, 1 << 21, "c2c"),
+    ("rfft 2^12", 1 << 12, 1 << 22, "rfft"),
+]
+QUICK_POINTS = 1 << 14
+REPEAT, QUICK_REPEAT = 20, 3
+
+
+class Torch:
+    """torch on CUDA (timed with events over back-to-back calls) or, without CUDA, on the CPU."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.cuda = torch_cuda() is not None
+        self.device = "cuda" if self.cuda else "cpu"
+
+    def tensor(self, a: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def ms(self, fn, repeat: int) -> float:
+        torch = self.torch
+        with torch.no_grad():
+            for _ in range(3):
+                fn()
+            if not self.cuda:
+                times = []
+                for _ in range(repeat):
+                    started = time.perf_counter()
+                    fn()
+                    times.append(time.perf_counter() - started)
+                return 1e3 * statistics.median(times)
+            torch.cuda.synchronize()
+            rounds = []
+            for _ in range(5):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(repeat):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                rounds.append(start.elapsed_time(end) / repeat)
+            return statistics.median(rounds)
+
+
+def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
+    """Median wall ms of a run with dispatches only, and the median sum of GPU step times."""
+    exe.run(feeds)
+    walls, gpu = [], []
+    with exe.flags.override(dispatch_only=1):
+        for _ in range(repeat):
+            started = time.perf_counter()
+            exe.run(feeds)
+            exe.sync()
+            walls.append(time.perf_counter() - started)
+        try:
+            for _ in range(min(repeat, 5)):
+                gpu.append(sum(step_times_ms(exe).values()))
+        except UnsupportedOpError:  # no timestamp queries on this adapter
+            gpu = []
+    return {"ms": 1e3 * statistics.median(walls), "gpu_ms": statistics.median(gpu) if gpu else None,
+            "steps": [s.kernel or s.kind for s in exe.schedule.steps]}
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.complex128) - want).max() / (np.abs(want).max() or 1.0))
+
+
+def bench_fft(side: Torch, name: str, n: int, points: int, kind: str, repeat: int) -> dict[str, Any]:
+    batch = max(1, points // n)
+    rng = np.random.default_rng(n)
+    g = rlxpy.Graph("fft")
+    if kind == "rfft":
+        x = rng.standard_normal((batch, n)).astype(np.float32)
+        y = g.rfft(g.input("x", x.shape))
+        want = np.fft.rfft(x[:4].astype(np.float64))
+    else:
+        x = (rng.standard_normal((batch, n)) + 1j * rng.standard_normal((batch, n))).astype(np.complex64)
+        y = g.fft(g.input("x", x.shape, "c64"))
+        want = np.fft.fft(x[:4].astype(np.complex128))
+    g.output(y)
+    exe = rlxpy.compile(g)
+    got = exe.run({"x": x})[y.name]
+    ours = rlxpy_ms(exe, {"x": x}, repeat)
+    tx = side.tensor(x)
+    fft = side.torch.fft.rfft if kind == "rfft" else side.torch.fft.fft
+    theirs = side.ms(lambda: fft(tx), repeat)
+    gpu = ours["gpu_ms"]
+    return {"case": name, "n": n, "batch": batch, "plan_length": fft_plan_length(n),
+            "rel_err": rel_error(got[:4], want), **ours, "torch_ms": theirs,
+            "ratio": theirs / gpu if gpu else None,
+            "gpoints_s": batch * n / gpu / 1e6 if gpu else None}
+
+
+def speech_like(seconds: float, seed: int, rate: int = 16000) -> np.ndarray:
+    """Two chirps (one gated on and off like syllables) plus noise (tests/ops/test_signal.py's clip)."""
+    t = np.arange(int(rate * seconds)) / rate
+    low = 0.3 * np.sin(2 * np.pi * (200 * t + 40 * t**2))
+    high = 0.2 * np.sin(2 * np.pi * (3000 * t - 30 * t**2)) * (np.sin(2 * np.pi * 1.5 * t) > 0)
+    return (low + high + 0.01 * np.random.default_rng(seed).standard_normal(t.size)).astype(np.float32)
+
+
+def bench_log_mel(side: Torch, seconds: float, batch: int, repeat: int) -> dict[str, Any]:
+    rate, n_fft, hop, n_mels = 16000, 400, 160, 80
+    audio = np.stack([speech_like(seconds, seed) for seed in range(batch)])
+    samples = audio.shape[-1]
+    frames = samples // hop
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
+    try:
+        from transformers import WhisperFeatureExtractor
+
+        filters = WhisperFeatureExtractor(feature_size=n_mels).mel_filters.T.astype(np.float32)
+    except ImportError:  # any non-negative filterbank times the same
+        filters = np.abs(np.random.default_rng(0).standard_normal((n_mels, n_fft // 2 + 1)), dtype=np.float32)
+    g = rlxpy.Graph("log_mel")
+    spectrum = g.stft(g.input("audio", audio.shape), g.param("window", window.shape), n_fft, hop)
+    mel = g.log_mel(g.narrow(spectrum, 1, 0, frames), g.param("filters", filters.shape), floor_axes=2)
+    out = g.transpose(mel, [0, 2, 1])  # [batch, n_mels, frames], as WhisperFeatureExtractor gives
+    g.output(out)
+    exe = rlxpy.compile(g)
+    exe.set_param("window", window)
+    exe.set_param("filters", filters)
+    got = exe.run({"audio": audio})[out.name]
+    want = run_reference(g, {"audio": audio}, {"window": window, "filters": filters})[out.name]
+    ours = rlxpy_ms(exe, {"audio": audio}, repeat)
+    torch = side.torch
+    ta, tw, tf = side.tensor(audio), side.tensor(window), side.tensor(filters)
+
+    def torch_log_mel():  # transformers' _torch_extract_fbank_features
+        stft = torch.stft(ta, n_fft, hop, window=tw, return_complex=True)
+        power = stft[..., :-1].abs() ** 2
+        logs = torch.clamp(tf @ power, min=1e-10).log10()
+        top = logs.amax(dim=(-2, -1), keepdim=True)
+        return (torch.maximum(logs, top - 8.0) + 4.0) / 4.0
+
+    theirs = side.ms(torch_log_mel, repeat)
+    gpu = ours["gpu_ms"]
+    return {"case": f"log-mel {seconds:g} s x {batch}", "samples": samples, "rate": rate,
+            "abs_err": float(np.abs(got - want).max()), **ours, "torch_ms": theirs,
+            "ratio": theirs / gpu if gpu else None}
+
+
+def main() -> None:
+    args = parse_args("FFT and log-mel throughput, rlxpy vs torch (cuFFT)")
+    side = Torch()
+    repeat = QUICK_REPEAT if args.quick else REPEAT
+    results = []
+    for name, n, points, kind in CASES:
+        if args.quick:
+            points = max(n, QUICK_POINTS)  # 2^20 at batch 1
+        results.append(bench_fft(side, name, n, points, kind, repeat))
+        print(results[-1], flush=True)
+    for seconds, batch in ([(5.0, 1)] if args.quick else [(30.0, 1), (30.0, 8)]):
+        results.append(bench_log_mel(side, seconds, batch, repeat))
+        print(results[-1], flush=True)
+    emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "results": results}, args.json)
+
+
+if __name__ == "__main__":
+    main()
