@@ -29,3 +29,22 @@ def gpt_loss(params: dict[str, torch.Tensor], tokens: torch.Tensor, targets: tor
     x = F.layer_norm(x, (d,), params["ln_f.g"], params["ln_f.b"], eps)
     logits = x @ params["wte"].T
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
+
+
+def torch_train(params0: dict, batches: list[dict], layers: int, heads: int, lr: float, weight_decay: float,
+                clip: float, device: str = "cpu", dtype: torch.dtype = torch.float32) -> list[float]:
+    """Per-step losses of torch.optim.AdamW (+ clip_grad_norm_) training the GPT from ``params0`` on
+    ``batches`` (numpy arrays as gpt.sample_batch makes them)."""
+    params = {k: torch.nn.Parameter(torch.tensor(v, dtype=dtype, device=device)) for k, v in params0.items()}
+    opt = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for batch in batches:
+        opt.zero_grad()
+        tokens, targets = (torch.tensor(batch[k], device=device) for k in ("tokens", "targets"))
+        loss = gpt_loss(params, tokens, targets, layers, heads)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        opt.step()
+        losses.append(loss.item())
+    return losses

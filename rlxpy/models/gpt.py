@@ -4,13 +4,16 @@ output head tied to the token embedding; the graph ends in the mean cross-entrop
 
 Inputs ``tokens`` and ``targets`` (i32 [batch, seq]); params named as ``param_shapes`` lists them.
 ``init_params`` draws GPT-2's initialisation (normal 0.02, the residual projections scaled by
-1/sqrt(2 layers), zero biases, unit LayerNorm gains) from a seeded numpy generator.
+1/sqrt(2 layers), zero biases, unit LayerNorm gains) from a seeded numpy generator; ``stdlib_corpus``
+and ``sample_batch`` make byte-level batches from the Python standard library's sources.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -89,3 +92,23 @@ def _block(g: Graph, cfg: GptConfig, w: dict[str, Node], p: str, x: Node) -> Nod
     h = g.linear(h, w[f"{p}.mlp.fc.w"], w[f"{p}.mlp.fc.b"], activation="gelu_approx", name=f"{p}.fc")
     return g.add(x, g.linear(h, w[f"{p}.mlp.proj.w"], w[f"{p}.mlp.proj.b"], name=f"{p}.mlp_out"),
                  name=f"{p}.res2")
+
+
+def stdlib_corpus(max_bytes: int = 1 << 22) -> np.ndarray:
+    """Bytes (u8) of the Python standard library's .py sources, in sorted path order, up to ``max_bytes``."""
+    root = Path(os.__file__).parent
+    chunks, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        data = path.read_bytes()
+        chunks.append(data)
+        total += len(data)
+        if total >= max_bytes:
+            break
+    return np.frombuffer(b"".join(chunks)[:max_bytes], dtype=np.uint8).copy()
+
+
+def sample_batch(corpus: np.ndarray, cfg: GptConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``batch`` random windows of the corpus: tokens = seq bytes, targets = the next byte of each."""
+    starts = rng.integers(0, len(corpus) - cfg.seq - 1, cfg.batch)
+    windows = np.stack([corpus[s:s + cfg.seq + 1] for s in starts]).astype(np.int32)
+    return {"tokens": windows[:, :-1].copy(), "targets": windows[:, 1:].copy()}
