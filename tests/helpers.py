@@ -92,3 +92,10 @@ def check_op(
             assert_close(ref[node.name], want, rtol, atol, f"reference vs oracle for {node.name}")
             assert_close(gpu[node.name], want, rtol, atol, f"GPU vs oracle for {node.name}")
     return gpu
+
+
+def typed(graph: Any, values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``values`` converted to the dtypes of the graph's inputs/params of the same names: the explicit
+    conversion the input contract (rlxpy/ir/values.py) asks of a caller holding float64/int64 data."""
+    leaves = {n.op.name: n for n in [*graph.inputs(), *graph.params()]}
+    return {name: np.asarray(value).astype(leaves[name].dtype.numpy) for name, value in values.items()}

@@ -21,9 +21,9 @@ def build_demo(batch: int = 8, features: int = 64, hidden: int = 128, classes: i
     logits = g.linear(h, w2, b2, name="fc2")
     g.output(g.softmax(logits, name="probs"))
     params = {
-        "w1": rng.standard_normal((features, hidden)).astype(np.float32) / np.sqrt(features),
+        "w1": (rng.standard_normal((features, hidden)) / np.sqrt(features)).astype(np.float32),
         "b1": rng.standard_normal(hidden).astype(np.float32) * 0.1,
-        "w2": rng.standard_normal((hidden, classes)).astype(np.float32) / np.sqrt(hidden),
+        "w2": (rng.standard_normal((hidden, classes)) / np.sqrt(hidden)).astype(np.float32),
         "b2": np.zeros(classes, np.float32),
         "ln_gamma": np.ones(hidden, np.float32), "ln_beta": np.zeros(hidden, np.float32),
     }

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import typed
 
 from rlxpy.errors import GraphError, InputError
 from rlxpy.ir import DType, Graph, Node, Sym, ops
@@ -432,7 +433,7 @@ def kitchen_sink() -> tuple[Graph, dict, dict]:
               "beta": rng.random(4), "cos": rng.random((16, 1)), "sin": rng.random((16, 1)),
               "cache": rng.standard_normal((6, 4)), "table": _block("Q8_0", 6, 32, 1),
               "experts": np.stack([_block("Q8_0", 6, 32, s) for s in (2, 3)])}
-    return g, inputs, params
+    return g, typed(g, inputs), typed(g, params)
 
 
 def _structure(g: Graph) -> list:
@@ -495,12 +496,14 @@ def test_run_reference_validates_inputs():
         run_reference(g, {})
     with pytest.raises(InputError, match=r"input 'x': expected shape \[2, 3\] \(f32\), got \[3, 2\]"):
         run_reference(g, {"x": np.zeros((3, 2))})
-    flat = run_reference(g, {"x": np.arange(6) - 3.0})["y"]  # a flat array of the right size is reshaped
-    np.testing.assert_array_equal(flat, [[0, 0, 0], [0, 1, 2]])
+    with pytest.raises(InputError, match=r"got \[6\] \(shapes must match exactly\)"):
+        run_reference(g, {"x": np.arange(6, dtype=np.float32)})  # a flat array is not reshaped
     gi = Graph("ints")
     gi.output(gi.copy(gi.input("i", (2,), "i32")))
-    with pytest.raises(InputError, match="non-integer values"):
+    with pytest.raises(InputError, match="got float64 data, expected int32"):
         run_reference(gi, {"i": np.array([0.5, 1.0])})
+    with pytest.raises(InputError, match="non-integer values"):
+        run_reference(gi, {"i": [0.5, 1.0]})
     gp = Graph("params")
     gp.output(gp.copy(gp.param("p", (2,))))
     with pytest.raises(InputError, match="missing param 'p'"):

@@ -15,10 +15,11 @@ import numpy as np
 
 from rlxpy.errors import GraphError, InputError, RegistryError, UnsupportedOpError, where
 from rlxpy.ir import ops
-from rlxpy.ir.dtype import DType, from_storage
+from rlxpy.ir.dtype import from_storage
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.passes.dynamic import bind_graph, infer_binding
 from rlxpy.ir.shape import format_shape
+from rlxpy.ir.values import check_value
 
 RefFn = Callable[[Any, list[np.ndarray], "Node"], np.ndarray]
 REFERENCE: dict[type[ops.Op], RefFn] = {}
@@ -43,28 +44,6 @@ def reference_of(op_type: type[ops.Op]) -> RefFn:
     if op_type not in REFERENCE:
         raise UnsupportedOpError(f"{op_type.__name__} has no reference implementation")
     return REFERENCE[op_type]
-
-
-def check_value(node: Node, value: Any, what: str) -> np.ndarray:
-    """Validate a user-supplied input/param value against the node's static type."""
-    array = np.asarray(value)
-    shape = tuple(node.shape)
-    if array.shape != shape:
-        if array.size == node.numel and array.ndim <= 1:
-            array = array.reshape(shape)
-        else:
-            raise InputError(
-                f"{what} {node.name!r}: expected shape {format_shape(shape)} "
-                f"({node.dtype}), got {format_shape(array.shape)}"
-            )
-    if node.dtype is DType.U8 and array.dtype != np.uint8:
-        raise InputError(f"{what} {node.name!r}: expected raw u8 bytes, got {array.dtype}")
-    if array.dtype.kind == "c" and node.dtype is not DType.C64:
-        raise InputError(f"{what} {node.name!r}: complex data for a {node.dtype} tensor")
-    if array.dtype.kind in "fc" and node.dtype.is_int:
-        if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
-            raise InputError(f"{what} {node.name!r}: {node.dtype} tensor given non-integer values")
-    return array.astype(node.dtype.numpy)
 
 
 def run_reference(
