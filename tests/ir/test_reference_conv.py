@@ -1,4 +1,5 @@
-"""Conv, Pool and Im2Col: shape rules, builder and reference vs torch.nn.functional."""
+"""Conv, ConvTranspose, Pool, AdaptivePool and Im2Col: shape rules, builder and reference vs
+torch.nn.functional."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conv_oracles import zero_stuffed_conv_transpose
 
 from rlxpy.errors import GraphError
 from rlxpy.ir.graph import Graph
@@ -386,3 +388,23 @@ def test_global_pools_keep_unit_dims():
     _close(out[hi.name], x.max(axis=(2, 3), keepdims=True))
     with pytest.raises(GraphError, match="must be static"):
         g.global_avg_pool(g.input("s", (1, 2, "T")))
+
+
+@pytest.mark.parametrize("shape, c_out, kernel, window", [
+    ((1, 2, 5), 3, (3,), (2, 1, 1, 1, 1)),  # window: stride, padding, output_padding, dilation, groups
+    ((2, 4, 4, 3), 4, (3, 2), (3, 0, 2, 2, 2)),
+])
+def test_conv_transpose_multiplies_zeros_between_inputs(shape, c_out, kernel, window):
+    stride, padding, out_pad, dilation, groups = window
+    x, w = _rand(shape, 25), _rand((shape[1], c_out // groups) + kernel, 26)
+    w[0, 0, (0,) * len(kernel)] = np.inf  # reaches outputs between and beyond the inputs: NaN there
+    w[1, -1, (-1,) * len(kernel)] = np.nan
+    g = Graph()
+    y = g.conv_transpose(g.input("x", shape), g.input("w", w.shape), *window)
+    got = _run(g, y, x=x, w=w)
+    _close(got, zero_stuffed_conv_transpose(x, w, *window).float(), 1e-5)
+    tx, tw = torch.from_numpy(x).double(), torch.from_numpy(w).double()
+    scatter = TORCH_CONV_T[len(kernel)](tx, tw, None, stride, padding, out_pad, groups, dilation)
+    assert np.isnan(got).sum() > np.isnan(scatter.numpy()).sum()  # torch's scatter skips those products
+    w[np.isinf(w) | np.isnan(w)] = 0.5
+    _close(_run(g, y, x=x, w=w), zero_stuffed_conv_transpose(x, w, *window).float(), 1e-5)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conv_oracles import zero_stuffed_conv_transpose
 from helpers import TOL, assert_close, check_op, rand
 
 import rlxpy
@@ -212,6 +213,20 @@ def test_conv_transpose_matches_torch(device, monkeypatch, case, path):
     inputs = _conv_t_inputs(case)
     check_op(_build_conv_t(case), inputs, _torch_conv_t(case), tol=CONV_TOL)
     assert {kind for kind, _ in _steps(_build_conv_t(case), inputs)} == {"gpu"}
+
+
+@pytest.mark.parametrize("path", ["gemm", "direct"])
+def test_conv_transpose_nan_and_inf_as_the_ir_defines_them(device, monkeypatch, path):
+    """Non-finite inputs propagate as in torch; a non-finite weight also reaches the outputs its tap
+    covers between the inputs (a conv over zero-stuffed x: the oracle computes exactly that)."""
+    monkeypatch.setattr(conv_lowering, "FORCE_PATH", path)
+    x = rand((2, 8, 5, 4), 12, low=-1.0, high=1.0)
+    x[0, 3, 2, 1], x[1, 0, 4, 3] = np.nan, -np.inf
+    w = rand((8, 8, 3, 3), 13) / 6
+    w[2, 5, 1, 2] = np.inf
+    out = check_op(lambda g, xn, wn: g.conv_transpose(xn, wn, 2, 1, 1),
+                   [x, w], lambda a, b: zero_stuffed_conv_transpose(a, b, 2, 1, 1, 1).float(), tol=CONV_TOL)
+    assert np.isnan(next(iter(out.values()))).any()
 
 
 # -- Pool, AdaptivePool ----------------------------------------------------------------------------

@@ -126,7 +126,8 @@ class Conv(Op):
     [C_out]. With x_pad = x zero-padded by ``padding`` before and ``padding_end`` after each dim,
     ``out[n, o, p] = act(bias[o] + sum_{c, t} x_pad[n, g*C_in/G + c, p*s + t*d] * w[o, c, t])``,
     g = o // (C_out/G). Padded taps are zeros that are multiplied (an inf or NaN weight makes NaN
-    wherever its tap lands in padding, as in torch). ``groups = C_in`` is depthwise.
+    wherever its tap lands in padding, as torch's float64 conv does; its float32 CPU path, oneDNN,
+    skips padded taps). ``groups = C_in`` is depthwise.
     ``kernel_size`` must match w's trailing dims; ``activation`` is any ActKind (None: none)."""
 
     kernel_size: tuple[int, ...]
@@ -171,12 +172,15 @@ class ConvTranspose(Op):
     ConvTranspose), with an optional bias and activation epilogue.
 
     x [N, C_in, *spatial] (rank 3/4/5), w [C_in, C_out/groups, *kernel_size] (torch's layout),
-    optional bias [C_out]. Every input element scatters its window:
-    ``out[n, g*C_out/G + o, i*s + t*d - pb] += x[n, g*C_in/G + c, i] * w[g*C_in/G + c, o, t]``
-    over taps landing in [0, out); then ``act(out + bias)``. Output size per dim:
-    ``(in - 1)*s - pb - pe + d(k-1) + output_padding + 1`` (>= 1), where pb = ``padding`` and pe
-    = ``padding_end`` (default: pb); ``output_padding`` only lengthens the end of the output
-    (positions no tap reaches hold the bias)."""
+    optional bias [C_out]. Output position q sums every tap t of every input channel c of its
+    group: ``out[n, g*C_out/G + o, q] = act(bias + sum_{c, t} xz[n, g*C_in/G + c, (q + pb - t*d)/s]
+    * w[g*C_in/G + c, o, t])`` where xz is x when the division is exact and lands in [0, in), else
+    a zero that is multiplied, as Conv's padding is: this is a Conv over x with s-1 zeros between
+    elements and the flipped kernel. For finite weights it equals torch's scatter form
+    (``out[i*s + t*d - pb] += x[i] * w[t]``); an inf or NaN weight also makes NaN at the outputs its
+    tap covers between or beyond the inputs, which torch's scatter never multiplies. Output size per
+    dim: ``(in - 1)*s - pb - pe + d(k-1) + output_padding + 1`` (>= 1), where pb = ``padding`` and
+    pe = ``padding_end`` (default: pb); ``output_padding`` only lengthens the end of the output."""
 
     kernel_size: tuple[int, ...]
     stride: tuple[int, ...] = ()

@@ -3,7 +3,7 @@
 
 The windowed ops walk the kernel taps: for each tap offset t the strided slice
 ``x_pad[..., t*d : t*d + s*(out-1) + 1 : s]`` holds that tap's input for every output position.
-ConvTranspose scatters the same slices into a full-size output, then crops the padding.
+ConvTranspose gathers per tap too: output q reads input (q + pb - t*d)/s where that is exact.
 """
 
 from __future__ import annotations
@@ -61,23 +61,36 @@ def ref_conv(op: Conv, args, node):
     return _epilogue(y, args[2] if len(args) > 2 else None, op.activation, x.dtype)
 
 
+def _transposed_taps(tap, geo: Geometry, in_sizes, out_sizes) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """For one tap: per output position the input index it reads, (q + pb - t*d)/s (clipped), and
+    whether that division is exact and inside the input (an [*out] mask)."""
+    index, mask = [], np.ones(tuple(out_sizes), bool)
+    for i, (t, n, o) in enumerate(zip(tap, in_sizes, out_sizes)):
+        num = np.arange(o) + geo.begin[i] - t * geo.dilation[i]
+        ok = (num >= 0) & (num % geo.stride[i] == 0) & (num // geo.stride[i] < n)
+        index.append(np.clip(num // geo.stride[i], 0, n - 1))
+        mask = mask & ok.reshape([-1 if j == i else 1 for j in range(len(out_sizes))])
+    return tuple(np.ix_(*index)), mask
+
+
 def conv_transpose_nd(x: np.ndarray, w: np.ndarray, geo: Geometry, groups: int, out_sizes) -> np.ndarray:
-    """Grouped N-d transposed convolution in float64: scatter every tap, then crop ``begin``."""
+    """Grouped N-d transposed convolution in float64, as a gather: every output position takes every
+    tap, reading x where (q + pb - t*d)/s is exact and inside the input and a (multiplied) zero
+    elsewhere."""
     batch, c_in = x.shape[:2]
     in_sizes = x.shape[2:]
     c_group = c_in // groups
     o_group = w.shape[1]
-    full = [max((n - 1) * s + geo.span(i), b + o)
-            for i, (n, s, b, o) in enumerate(zip(in_sizes, geo.stride, geo.begin, out_sizes))]
-    x64 = x.astype(np.float64).reshape((batch, groups, c_group) + tuple(in_sizes))
+    x64 = x.astype(np.float64)
     w64 = w.astype(np.float64).reshape((groups, c_group, o_group) + w.shape[2:])
-    acc = np.zeros((batch, groups, o_group) + tuple(full))
+    acc = np.zeros((batch, groups, o_group) + tuple(out_sizes))
     with np.errstate(all="ignore"):
         for tap in itertools.product(*(range(k) for k in w.shape[2:])):
-            where = _tap_slices(tap, geo.stride, geo.dilation, in_sizes)
-            acc[(slice(None),) * 3 + where] += np.einsum("ngc...,gco->ngo...", x64, w64[(Ellipsis,) + tap])
-    crop = tuple(slice(b, b + o) for b, o in zip(geo.begin, out_sizes))
-    return acc[(slice(None),) * 3 + crop].reshape((batch, groups * o_group) + tuple(out_sizes))
+            index, mask = _transposed_taps(tap, geo, in_sizes, out_sizes)
+            patch = np.where(mask, x64[(slice(None), slice(None)) + index], 0.0)
+            patch = patch.reshape((batch, groups, c_group) + tuple(out_sizes))
+            acc += np.einsum("ngc...,gco->ngo...", patch, w64[(Ellipsis,) + tap])
+    return acc.reshape((batch, groups * o_group) + tuple(out_sizes))
 
 
 @reference(ConvTranspose)
