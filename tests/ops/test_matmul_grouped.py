@@ -10,8 +10,12 @@ import torch
 from helpers import TOL, assert_close
 
 import rlxpy
+from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend import arena
+from rlxpy.wgpu_backend.lowering import matmul_grouped  # noqa: F401  (registers its scratch before a patch)
+from rlxpy.wgpu_backend.schedule import SCRATCH
 
 
 def experts_torch(x: np.ndarray, w: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -128,3 +132,18 @@ def test_top_k_gated_moe_runs_on_the_gpu(device, scores):
     assert {s.kind for s in exe.schedule.steps} == {"gpu"}, "gate, routing and experts: no host step"
     got = exe.run({"x": x, "logits": logits})["moe"]
     assert_close(got, moe_torch(x, logits, w, top_k, scores), *TOL["matmul"], "GPU vs torch")
+
+
+def test_without_scratch_for_the_routing_table_it_runs_on_the_host(device, monkeypatch):
+    monkeypatch.setitem(SCRATCH, ops.GroupedMatMul, lambda node, graph: 0)
+    monkeypatch.setattr(arena, "SCRATCH_MIN", 0)
+    r = np.random.default_rng(4)
+    x, w = r.standard_normal((20, 8)).astype(np.float32), r.standard_normal((3, 8, 5)).astype(np.float32)
+    idx = r.integers(0, 3, 20).astype(np.int32)
+    g = rlxpy.Graph("moe_host")
+    nodes = g.input("x", x.shape), g.param("w", w.shape), g.input("idx", idx.shape, "i32")
+    g.output(g.grouped_matmul(*nodes, name="y"))
+    exe = rlxpy.compile(g)
+    exe.set_param("w", w)
+    assert [s.kind for s in exe.schedule.steps] == ["host"]
+    assert_close(exe.run({"x": x, "idx": idx})["y"], experts_torch(x, w, idx), *TOL["matmul"], "host step")

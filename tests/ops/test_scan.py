@@ -14,11 +14,13 @@ from helpers import assert_close
 import rlxpy
 from rlxpy import env
 from rlxpy.errors import UnsupportedOpError
+from rlxpy.ir import ops
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend import arena
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.lowering import scan as scan_lowering
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
-from rlxpy.wgpu_backend.schedule import DeviceFacts
+from rlxpy.wgpu_backend.schedule import SCRATCH, DeviceFacts
 
 #: GPU f32 vs float64: the scan's rounding grows with |y| (a sum of N state products per step).
 SCAN_TOL = (2e-4, 2e-4)
@@ -268,3 +270,23 @@ def test_gated_delta_net_carries_its_state_across_runs(device):
     g2 = build(2 * s)
     want = run_reference(g2, whole, {"state": np.zeros((b, h, n, n), np.float32)})["o"][:, s:]
     assert_close(got, want, 1e-4, 1e-5, "second half after a carried state")
+
+
+@pytest.mark.parametrize("op", ["selective_scan", "gated_delta_net"])
+def test_without_scratch_the_op_runs_as_a_host_step(device, monkeypatch, op):
+    """A chunked scan (or a delta rule over several dispatches) needs scratch; where the arena offers
+    none for it the node runs as a host step with the same results."""
+    op_type = ops.SelectiveScan if op == "selective_scan" else ops.GatedDeltaNet
+    monkeypatch.setitem(SCRATCH, op_type, lambda node, graph: 0)
+    monkeypatch.setattr(arena, "SCRATCH_MIN", 0)
+    if op == "selective_scan":
+        feeds, a = scan_inputs(1, 300, 5, 16, seed=4)
+        g, exe, got = run_scan(feeds, a)
+        params = {"A": a}
+    else:
+        feeds, params = delta_inputs(1, 300, 2, 128, seed=4), {}
+        g = build_delta(1, 300, 2, 128)
+        exe = rlxpy.compile(g)
+        got = exe.run(feeds)["o"]
+    assert [s.kind for s in exe.schedule.steps] == ["host"]
+    assert_close(got, run_reference(g, feeds, params)[g[g.outputs[0]].name], 1e-6, 1e-6, "host step")
