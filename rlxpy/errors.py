@@ -27,6 +27,10 @@ class LimitError(RlxError):
     """A window, workgroup, buffer or binding exceeds a device limit."""
 
 
+class DeviceLostError(RlxError, RuntimeError):
+    """The WebGPU device is gone (destroyed, driver reset): compile again, on the new device."""
+
+
 class KernelError(RlxError):
     """WGSL or a pipeline was rejected by wgpu (wraps wgpu's error)."""
 

@@ -131,13 +131,21 @@ class Arena:
         wgpu = wgpu_module()
         if size > device.max_buffer:
             raise LimitError(
-                f"arena of {size / 2**20:.1f} MiB exceeds the device's max buffer "
-                f"({device.max_buffer / 2**20:.1f} MiB)"
+                f"arena of {size} B ({size / 2**20:.1f} MiB) exceeds the device's max buffer size of "
+                f"{device.max_buffer} B ({device.max_buffer / 2**20:.1f} MiB, max_buffer_size of "
+                f"{device.name}): the graph's live tensors do not fit one buffer; split the graph or shrink "
+                "its batch"
             )
         self.device = device
         self.size = size
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-        self.buffer = device.device.create_buffer(label=label, size=size, usage=usage)
+        try:
+            self.buffer = device.device.create_buffer(label=label, size=size, usage=usage)
+        except Exception as e:  # out of device memory, or a lost device
+            if device.probe() is not None:
+                raise device.lost_error(f"{label} of {size} B") from e
+            raise LimitError(f"arena of {size} B ({size / 2**20:.1f} MiB) could not be allocated on "
+                             f"{device.name}: {' '.join(str(e).split())}") from e
         self._stagings: list[Any] = [None, None, None]  # two for runs' readback, one for read()
         self._transfer: Any = None
         self._pending_upload = 0

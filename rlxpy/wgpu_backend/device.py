@@ -6,7 +6,6 @@ arena, binding 1 = the step's uniform record; both with dynamic offsets, so one 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import threading
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlxpy import env
-from rlxpy.errors import KernelError, UnsupportedOpError
+from rlxpy.errors import DeviceLostError, KernelError, UnsupportedOpError
 
 WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes")
 
@@ -37,6 +36,8 @@ class Device:
     features: set[str]
     info: dict[str, Any]
     reason: str = ""
+    #: why the device is gone, once known (see ``probe``); every later use raises DeviceLostError
+    lost: str | None = None
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _layouts: dict[int, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,6 +121,29 @@ class Device:
             self._pipelines[key] = pipeline
         return pipeline
 
+    def probe(self) -> str | None:
+        """Why the device is lost, or None while it works. wgpu-native exposes no lost state (its
+        lost future is unimplemented) and aborts the process on a submit to a lost device, so a
+        failed wgpu call is followed by this: a 4-byte buffer, which wgpu refuses on a lost device."""
+        if self.lost is None:
+            try:
+                self.device.create_buffer(label="rlx_probe", size=4, usage=wgpu_module().BufferUsage.COPY_DST
+                                          ).destroy()
+            except Exception as e:  # noqa: BLE001 - any refusal that says "lost" is the answer
+                text = " ".join(str(e).split())
+                if "lost" in text.lower():
+                    self.lost = text
+        return self.lost
+
+    def check(self, what: str) -> None:
+        """DeviceLostError when the device is known to be lost (an attribute read: cheap per run)."""
+        if self.lost is not None:
+            raise self.lost_error(what)
+
+    def lost_error(self, what: str) -> DeviceLostError:
+        return DeviceLostError(f"{what}: the WebGPU device {self.name} was lost ({self.lost}); everything "
+                               "compiled on it is gone: compile again (rlxpy.compile makes a new device)")
+
     def require_feature(self, feature: str, what: str) -> None:
         if feature not in self.features:
             raise UnsupportedOpError(f"{what} needs the '{feature}' feature, which {self.name} lacks")
@@ -160,9 +184,21 @@ def _pick_adapter(wgpu: Any) -> tuple[Any, str]:
     return best, "best of " + (f"{len(adapters)} adapters (also: {others})" if others else "1 adapter")
 
 
-@functools.cache
+_CURRENT: Device | None = None
+_CURRENT_LOCK = threading.Lock()
+
+
 def get_device() -> Device:
-    """The shared device. Raises UnsupportedOpError when wgpu finds no adapter."""
+    """The shared device, made on first use and again when the last one was lost (destroyed, or a
+    driver reset). Raises UnsupportedOpError when wgpu finds no adapter."""
+    global _CURRENT
+    with _CURRENT_LOCK:
+        if _CURRENT is None or _CURRENT.probe() is not None:
+            _CURRENT = _make_device()
+        return _CURRENT
+
+
+def _make_device() -> Device:
     wgpu = wgpu_module()
     try:
         adapter, reason = _pick_adapter(wgpu)
@@ -181,7 +217,21 @@ def get_device() -> Device:
         "max_buffer_size": adapter.limits["max-buffer-size"],
     }
     device = adapter.request_device_sync(label="rlxpy", required_features=features, required_limits=limits)
-    return Device(adapter, device, dict(device.limits), set(device.features), dict(adapter.info), reason)
+    made = Device(adapter, device, dict(device.limits), set(device.features), dict(adapter.info), reason)
+    _note_destroy(made)
+    return made
+
+
+def _note_destroy(dev: Device) -> None:
+    """Mark ``dev`` lost when its GPUDevice is destroyed: a run checks the mark before it submits
+    (wgpu-native would abort the process), without a probe per run."""
+    destroy = dev.device.destroy
+
+    def destroy_and_mark() -> None:
+        dev.lost = dev.lost or "destroyed by GPUDevice.destroy()"
+        destroy()
+
+    dev.device.destroy = destroy_and_mark
 
 
 def main(argv: list[str]) -> int:

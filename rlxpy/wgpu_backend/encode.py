@@ -269,7 +269,12 @@ class Encoder:
                 continue
             dev.queue.submit([encoder.finish()])
             started = time.perf_counter()
-            step.host(host_io)
+            try:
+                step.host(host_io)
+            except Exception as e:  # the traceback names the step (Python 3.11+ notes)
+                if hasattr(e, "add_note"):
+                    e.add_note(f"in rlxpy host step {step.label}")
+                raise
             self.host_seconds[index] = time.perf_counter() - started
             if timer is not None:
                 timer.host(self.steps.index(step), self.host_seconds[index])

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy import env
-from rlxpy.errors import EnvError, InputError
+from rlxpy.errors import EnvError, InputError, RlxError
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType, from_storage, to_storage
 from rlxpy.ir.graph import Graph, Node
@@ -70,6 +70,7 @@ class WgpuExecutable:
         self.flags = env.RunFlags.from_env()
         self.source_graph = graph
         self.device = device or get_device()
+        self.device.check(f"compile {graph.name}")
         facts = device_facts(self.device)
         #: {param name: its f32 node} for params stored as f16 (shadow.py); set_param converts them
         self.shadowed: dict[str, Node]
@@ -112,7 +113,11 @@ class WgpuExecutable:
             data = to_shadow(name, check_value(source, value, "param"))
         else:
             data = to_storage(check_value(node, value, "param"), node.dtype)
-        self.arena.write(self.schedule.node_offset(node.id), data)
+        try:
+            self.arena.write(self.schedule.node_offset(node.id), data)
+        except BaseException as e:
+            self._after_failure(e, f"set_param {name!r}")
+            raise
         self._params_set.add(name)
 
     def set_param_bytes(self, name: str, data: bytes | np.ndarray) -> None:
@@ -129,7 +134,11 @@ class WgpuExecutable:
         if raw.nbytes != want:
             also = "" if source is None else f" (or {source.nbytes} bytes of f32: stored as an f16 shadow)"
             raise InputError(f"param {name!r} ({node.type}): expected {want} bytes{also}, got {raw.nbytes}")
-        self.arena.write(self.schedule.node_offset(node.id), raw.tobytes())
+        try:
+            self.arena.write(self.schedule.node_offset(node.id), raw.tobytes())
+        except BaseException as e:
+            self._after_failure(e, f"set_param_bytes {name!r}")
+            raise
         self._params_set.add(name)
 
     def _param(self, name: str) -> Node:
@@ -186,14 +195,35 @@ class WgpuExecutable:
             for name, (node, data) in staged.items():
                 self._upload_input(name, node, data)
 
-        pending = self.encoder.submit(HostIO(self), reads, steps, copies, before_submit=upload, timer=timer)
+        if self.device.lost is not None:  # a submit to a lost device aborts the process
+            self.device.check(f"run {self.graph.name}")
+        try:
+            pending = self.encoder.submit(HostIO(self), reads, steps, copies, before_submit=upload,
+                                          timer=timer)
+        except BaseException as e:
+            self._after_failure(e, f"run {self.graph.name}")
+            raise
 
         def result() -> dict[str, np.ndarray]:
-            out = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, pending())}
+            try:
+                chunks = pending()
+            except BaseException as e:
+                self._after_failure(e, f"run {self.graph.name} (readback)")
+                raise
+            out = {n.name: self._decode(n, chunk) for n, chunk in zip(wanted, chunks)}
             self.last_run_seconds = time.perf_counter() - started
             return out
 
         return result
+
+    def _after_failure(self, error: BaseException, what: str) -> None:
+        """After a failed upload, run or readback (a host step raising, Ctrl-C, ...) the executable
+        stays usable: the next run uploads every input again (the arena may hold a half-done upload).
+        A wgpu error on a lost device becomes DeviceLostError (raised here, from the wgpu error)."""
+        self._last_inputs.clear()
+        wgpu_error = isinstance(error, Exception) and not isinstance(error, RlxError)
+        if wgpu_error and self.device.probe() is not None:
+            raise self.device.lost_error(what) from error
 
     def _explained_run(self, inputs: Mapping[str, Any] | None, outputs: Iterable[str] | None,
                        feeds: Mapping[str, GpuHandle] | None) -> dict[str, np.ndarray]:
