@@ -1,7 +1,8 @@
 // Grouped matmul over the routing pass's tile table: workgroup (column tile x, tile y) computes
 // y[r] = x[r] @ w[expert] for the <= BM rows r of its tile (gathered through perm) and BN columns;
 // tiles past the table's count return at once, the out-of-range bucket writes zero rows. 16 x 16
-// lanes, each 4 rows x 4 columns, the x and w tiles of BK steps of K in workgroup memory.
+// lanes, each 4 adjacent rows x 4 adjacent columns; the x and w tiles of BK steps of K sit in workgroup
+// memory as vec4s, so one step of a lane's sums reads two vec4s for its 16 FMAs.
 // Bindings: 0 = arena window, 1 = MatmulGroupedParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
@@ -9,8 +10,8 @@
 const BM: u32 = 64u;
 const BN: u32 = 64u;
 const BK: u32 = 16u;
-var<workgroup> tile_x: array<f32, 1024>;  // [BK][BM]
-var<workgroup> tile_w: array<f32, 1024>;  // [BK][BN]
+var<workgroup> tile_x: array<vec4<f32>, 256>;  // [BK][BM / 4]
+var<workgroup> tile_w: array<vec4<f32>, 256>;  // [BK][BN / 4]
 var<workgroup> rows: array<u32, BM>;
 var<workgroup> job: vec3<u32>;  // (expert, first position in perm, rows)
 
@@ -22,14 +23,15 @@ fn stage(e: u32, k0: u32, col0: u32, count: u32, w: u32) {
     if (m < count && kx < p.k) {
         vx = ld_f32(p.x + rows[m] * p.k + kx);
     }
-    tile_x[(e % BK) * BM + m] = vx;
+    let at = (e % BK) * BM + m;
+    tile_x[at / 4u][at % 4u] = vx;
     let kw = k0 + e / BN;  // w tile: neighbouring lanes read neighbouring columns
     let cw = col0 + e % BN;
     var vw = 0.0;
     if (kw < p.k && cw < p.n) {
         vw = ld_f32(w + kw * p.n + cw);
     }
-    tile_w[e] = vw;
+    tile_w[e / 4u][e % 4u] = vw;
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -54,7 +56,7 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     let tx = lane % 16u;
     let ty = lane / 16u;
     let col0 = wid.x * BN;
-    var acc: array<vec4<f32>, 4>;  // rows ty + 16 r, columns col0 + 4 tx .. + 3
+    var acc: array<vec4<f32>, 4>;  // rows 4 ty + r, columns col0 + 4 tx .. + 3
     if (task.x < p.experts) {
         let w = p.w + task.x * p.k * p.n;
         for (var k0 = 0u; k0 < p.k; k0 = k0 + BK) {
@@ -63,22 +65,22 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
             stage(lane + 512u, k0, col0, count, w);
             stage(lane + 768u, k0, col0, count, w);
             workgroupBarrier();
-            if (ty < count) {  // lanes whose rows are all past the tile's last skip the sums
+            if (4u * ty < count) {  // lanes whose rows are all past the tile's last skip the sums
                 for (var kk = 0u; kk < BK; kk = kk + 1u) {
-                    let b = kk * BN + 4u * tx;
-                    let wv = vec4<f32>(tile_w[b], tile_w[b + 1u], tile_w[b + 2u], tile_w[b + 3u]);
+                    let wv = tile_w[kk * (BN / 4u) + tx];
+                    let xv = tile_x[kk * (BM / 4u) + ty];
                     // unrolled: lavapipe counts every loop iteration against its per-invocation limit
-                    acc[0] = acc[0] + tile_x[kk * BM + ty] * wv;
-                    acc[1] = acc[1] + tile_x[kk * BM + ty + 16u] * wv;
-                    acc[2] = acc[2] + tile_x[kk * BM + ty + 32u] * wv;
-                    acc[3] = acc[3] + tile_x[kk * BM + ty + 48u] * wv;
+                    acc[0] = acc[0] + xv.x * wv;
+                    acc[1] = acc[1] + xv.y * wv;
+                    acc[2] = acc[2] + xv.z * wv;
+                    acc[3] = acc[3] + xv.w * wv;
                 }
             }
             workgroupBarrier();
         }
     }
     for (var r = 0u; r < 4u; r = r + 1u) {
-        let m = ty + 16u * r;
+        let m = 4u * ty + r;
         if (m < count) {
             for (var c = 0u; c < 4u; c = c + 1u) {
                 let col = col0 + 4u * tx + c;
