@@ -136,10 +136,11 @@ class BuilderExtra(GraphCore):
         """Complex DFT along ``axis`` (c64, or the f32/f64 block layout on the last axis)."""
         return self.apply(ops.Fft(inverse, _enum(FftNorm, norm), axis), [x], name)  # type: ignore[arg-type]
 
-    def rfft(self, x: NodeRef, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1,
+    def rfft(self, x: NodeRef, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1, onesided: bool = True,
              name: str | None = None) -> Node:
-        """f32 signal -> its c64 one-sided spectrum along ``axis`` (torch.fft.rfft)."""
-        return self.apply(ops.Fft(False, _enum(FftNorm, norm), axis, real=True), [x], name)  # type: ignore
+        """f32 signal -> its c64 one-sided (or full) spectrum along ``axis`` (torch.fft.rfft / fft)."""
+        op = ops.Fft(False, _enum(FftNorm, norm), axis, real=True, onesided=onesided)  # type: ignore[arg-type]
+        return self.apply(op, [x], name)
 
     def irfft(self, x: NodeRef, n: int = 0, norm: FftNorm | str = FftNorm.BACKWARD, axis: int = -1,
               name: str | None = None) -> Node:
@@ -152,6 +153,14 @@ class BuilderExtra(GraphCore):
         """f32 [..., T] -> c64 [..., frames, bins] (torch.stft with its last two axes swapped)."""
         op = ops.Stft(n_fft, hop, center, pad_mode, onesided, _enum(FftNorm, norm))  # type: ignore[arg-type]
         return self.apply(op, [x, window], name)
+
+    def view_as_real(self, x: NodeRef, name: str | None = None) -> Node:
+        """c64 [...] -> f32 [..., 2] (re, im), the same bytes."""
+        return self.apply(ops.ComplexView(False), [x], name)
+
+    def view_as_complex(self, x: NodeRef, name: str | None = None) -> Node:
+        """f32 [..., 2] (re, im) -> c64 [...], the same bytes."""
+        return self.apply(ops.ComplexView(True), [x], name)
 
     def welch_peaks(self, spectrum: NodeRef, k: int, n_segments: int, name: str | None = None) -> Node:
         return self.apply(ops.WelchPeaks(k, n_segments), [spectrum], name)
@@ -246,6 +255,10 @@ class BuilderExtra(GraphCore):
         op = ops.AttentionBackward(num_heads, head_dim, _enum(AttentionWrt, wrt), num_kv_heads,  # type: ignore[arg-type]
                                      _enum(MaskKind, mask_kind), score_scale, softcap, window)  # type: ignore[arg-type]
         return self.apply(op, [q, k, v, dy] + ([mask] if mask is not None else []), name)
+
+    def activation_backward(self, t: NodeRef, dy: NodeRef, fn: ActKind | str, of_output: bool = False,
+                            name: str | None = None) -> Node:
+        return self.apply(ops.ActivationBackward(_enum(ActKind, fn), of_output), [t, dy], name)  # type: ignore[arg-type]
 
     def cross_entropy_backward(self, logits: NodeRef, targets: NodeRef, dy: NodeRef,
                                name: str | None = None) -> Node:

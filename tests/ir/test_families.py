@@ -11,8 +11,8 @@ from rlxpy.ir.reference import REFERENCE, run_reference
 EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
     "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward", "Custom",
-    "CrossEntropyBackward",
-    "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
+    "ActivationBackward", "CrossEntropyBackward",
+    "ComplexView", "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
     "GaussianSplatRasterize", "GaussianSplatRender", "GaussianSplatRenderBackward", "Im2Col",
     "LayerNormBackwardGamma", "LayerNormBackwardInput", "LogMel", "LogMelBackward", "Pool",
     "RmsNormBackwardBeta", "RmsNormBackwardGamma", "RmsNormBackwardInput", "RopeBackward",
@@ -27,7 +27,7 @@ def _extra_ops() -> list[type]:
 def test_every_extra_op_is_registered_with_a_reference():
     found = {cls.__name__ for cls in _extra_ops()}
     assert found == {name for name in EXTRA_OPS if name in ops.OP_TYPES}
-    assert len(found) == 29  # 10 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 5 signal
+    assert len(found) == 31  # 11 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 6 signal
     assert [cls.__name__ for cls in _extra_ops() if cls not in REFERENCE] == []
     assert ops.DequantMatMul in REFERENCE
 
@@ -52,7 +52,7 @@ def _one_of_each() -> tuple[Graph, dict]:
     filters = g.param("filters", (3, 5))
     mel = g.log_mel(spec, filters)
     dmel = g.log_mel_backward(spec, filters, mel)
-    frames = g.stft(g.input("wave", (2, 20)), g.param("window", (8,)), 8, 4)
+    frames = g.view_as_real(g.stft(g.input("wave", (2, 20)), g.param("window", (8,)), 8, 4))
     scores = g.input("scores", (2, 8))
     gated = g.group_limited_gate(scores, scores, n_group=4, topk_group=2, top_k=2)
     knn = g.umap_knn(g.input("dist", (4, 4)), 2)
@@ -61,7 +61,8 @@ def _one_of_each() -> tuple[Graph, dict]:
              g.rms_norm_backward_beta(rows, gamma, rows), g.layer_norm_backward_input(rows, gamma, rows),
              g.layer_norm_backward_gamma(rows, rows), g.cumsum_backward(rows, exclusive=True),
              g.gather_backward(rows, g.input("idx", (3,), "i32"), 7),
-             g.cross_entropy_backward(rows, g.input("targets", (3,), "i32"), g.input("drows", (3,)))]
+             g.cross_entropy_backward(rows, g.input("targets", (3,), "i32"), g.input("drows", (3,))),
+             g.activation_backward(rows, rows, "silu")]
     tables = g.param("cos", (8, 2)), g.param("sin", (8, 2))
     rope = g.rope_backward(g.input("dy", (3, 8)), *tables, head_dim=4, interleaved=True)
     attn = g.attention_backward(q, q, q, q, "value", 2, 4, mask_kind="sliding_window", window=1, softcap=3.0)

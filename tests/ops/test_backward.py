@@ -277,3 +277,37 @@ def test_attention_backward_splits_long_work_over_dispatches(device, monkeypatch
     g, _, _ = _attention_graph(case)
     assert len(rlxpy.compile(g).schedule.steps) > 6
     _check_attention(case)
+
+
+# -- activations --------------------------------------------------------------------------------
+
+SLOPE_TOL = (2e-6, 2e-6)
+TORCH_ACTIVATIONS = {
+    "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp, "log": torch.log,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "neg": torch.neg, "abs": torch.abs, "gelu": F.gelu,
+    "gelu_approx": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "round": torch.round,
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "atan": torch.atan,
+}
+
+
+@pytest.mark.parametrize("fn", sorted(TORCH_ACTIVATIONS))
+def test_activation_backward_matches_autograd(device, fn):
+    x = rand((255, 33), 30, low=-4, high=4)
+    if fn in ("log", "sqrt", "rsqrt"):
+        x = np.abs(x) + 0.1
+    if fn == "tan":
+        x = x / 3
+    x.reshape(-1)[:4] = [0.0, -0.0, 1e-30, 6.0] if fn not in ("log", "sqrt", "rsqrt") else x.reshape(-1)[:4]
+    dy = rand(x.shape, 31)
+    g = rlxpy.Graph("activation_backward")
+    xi, dyi = g.input("x", x.shape), g.input("dy", x.shape)
+    from_input = g.activation_backward(xi, dyi, fn)
+    outs = [from_input]
+    if fn in ("relu", "sigmoid", "tanh", "exp", "neg", "sqrt", "rsqrt", "tan"):
+        outs.append(g.activation_backward(g.activation(xi, fn), dyi, fn, of_output=True))
+    g.output(*outs)
+    got = run(g, {"x": x, "dy": dy})
+    tx = t64(x, True)
+    TORCH_ACTIVATIONS[fn](tx).backward(t64(dy))
+    for out in outs:
+        assert_close(got[out.name], tx.grad.numpy(), *SLOPE_TOL, f"{fn} backward ({out.name})")

@@ -112,7 +112,8 @@ def _loss_backward(g: rlxpy.Graph) -> None:
     g.output(g.log_softmax(x), g.cross_entropy(x, t), g.cross_entropy_backward(x, t, g.input("lrows", [200])),
              g.rms_norm_backward_input(x, gamma, dy), g.layer_norm_backward_gamma(x, dy),
              g.rms_norm_backward_beta(x, gamma, dy), g.rope_backward(dy, cos, sin, 20),
-             g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7))
+             g.cumsum_backward(dy, 0), g.gather_backward(dy, t, 7),
+             g.activation_backward(x, dy, "gelu_approx"), g.activation_backward(x, dy, "tanh", True))
     q = g.input("aq", [1, 2, 20, 8])
     g.output(*(g.attention_backward(q, q, q, q, wrt, 2, 8, mask_kind="causal") for wrt in ("query", "value")))
     w, hyper = g.param("ow", [20]), g.input("hyper", [3])

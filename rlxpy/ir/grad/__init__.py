@@ -20,6 +20,6 @@ from rlxpy.ir.grad import (  # noqa: F401  (registration, in family order)
     rope,
     shape,
 )
-from rlxpy.ir.grad.core import VJP, GradContext, VjpFn, differentiable, vjp, vjp_of
+from rlxpy.ir.grad.core import VJP, Grad, GradContext, Slice, VjpFn, differentiable, vjp, vjp_of
 
-__all__ = ["VJP", "GradContext", "VjpFn", "differentiable", "vjp", "vjp_of"]
+__all__ = ["VJP", "Grad", "GradContext", "Slice", "VjpFn", "differentiable", "vjp", "vjp_of"]

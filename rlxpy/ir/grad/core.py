@@ -14,6 +14,7 @@ imported. Nothing here imports a family.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,7 +24,21 @@ from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.base import BinaryOp, CmpOp, ReduceOp
 from rlxpy.ir.shape import Shape
 
-VjpFn = Callable[["GradContext", Node, Node], Sequence[Node | None]]
+
+@dataclass(frozen=True)
+class Slice:
+    """A gradient that is zero outside ``[start, start + value.shape[axis])`` along ``axis`` of its
+    tensor (what a Narrow hands back): the traversal merges the slices that reach one tensor into one
+    Concat, padded with zeros only where no slice lands (q, k and v narrowed from one QKV projection
+    give back one concatenation, not three zero-padded copies and two sums)."""
+
+    axis: int
+    start: int
+    value: Node
+
+
+Grad = Node | Slice
+VjpFn = Callable[["GradContext", Node, Node], Sequence[Grad | None]]
 VJP: dict[type[ops.Op], VjpFn] = {}
 
 
@@ -87,6 +102,47 @@ class GradContext:
         except KeyError:
             return False
         return True
+
+    # -- summing the gradients that reach one tensor ------------------------------------------------
+    def combine(self, parts: Sequence[Grad], like: Node, name: str | None = None) -> Node:
+        """The sum of ``parts`` (full gradients and Slices) as one gradient of ``like``'s type: the
+        largest set of disjoint slices along one axis becomes one Concat, other slices are padded."""
+        full = [p for p in parts if isinstance(p, Node)]
+        slices = sorted((p for p in parts if isinstance(p, Slice)), key=lambda p: (p.axis, p.start))
+        if slices:
+            axis = max({p.axis for p in slices}, key=lambda a: sum(p.axis == a for p in slices))
+            merged, rest, end = [], [], 0
+            for part in slices:
+                if part.axis == axis and part.start >= end:
+                    merged.append(part)
+                    end = part.start + part.value.shape[axis]
+                else:
+                    rest.append(part)
+            full.append(self._padded(merged, axis, like))
+            full += [self._padded([part], part.axis, like) for part in rest]
+        total = full[0]
+        for value in full[1:]:
+            total = self.add(total, value)
+        return total
+
+    def _padded(self, parts: Sequence[Slice], axis: int, like: Node) -> Node:
+        """Disjoint slices along ``axis`` (in order) with zeros between them: one Concat."""
+        pieces, at = [], 0
+        for part in parts:
+            if part.start > at:
+                pieces.append(self.zeros_shaped(like, axis, part.start - at))
+            pieces.append(part.value)
+            at = part.start + part.value.shape[axis]
+        if at < like.shape[axis]:
+            pieces.append(self.zeros_shaped(like, axis, like.shape[axis] - at))
+        return pieces[0] if len(pieces) == 1 else self.g.concat(pieces, axis)
+
+    def zeros_shaped(self, like: Node, axis: int, length: int) -> Node:
+        """Zeros of ``like``'s dtype and shape with ``length`` along ``axis``."""
+        shape = list(like.shape)
+        shape[axis] = length
+        zero = self.g.constant(np.zeros((1,) * like.rank), dtype=like.dtype)
+        return self.g.expand(zero, shape) if any(d != 1 for d in shape) else zero
 
     # -- small builders -------------------------------------------------------------------------
     def scalar(self, value: float, like: Node) -> Node:

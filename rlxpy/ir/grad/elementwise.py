@@ -1,88 +1,35 @@
 """Gradient rules of the element-wise family: activations, binary ops, select, casts and copies.
 
-Each derivative is torch's (tools/autograd/derivatives.yaml), written with IR primitives: ReLU's
-uses its output (``y <= 0`` gives 0), maximum/minimum split a tie evenly, pow's exponent gradient is
-0 where the base is 0 and the exponent >= 0, abs's is 0 at 0, round's is 0.
+Each derivative is torch's (tools/autograd/derivatives.yaml). An activation's is one fused
+ActivationBackward (backward family: ReLU's from its output, ``y <= 0`` gives 0; abs's is 0 at 0;
+round's is 0); the others are written with IR primitives: maximum/minimum split a tie evenly, pow's
+exponent gradient is 0 where the base is 0 and the exponent >= 0.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
+from rlxpy.errors import GraphError
 from rlxpy.ir import ops
 from rlxpy.ir.grad.core import GradContext, vjp
 from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.backward import FROM_OUTPUT
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 
-Act = ops.ActKind
 
-
-def _act(ctx: GradContext, kind: ActKind, x: Node) -> Node:
-    return ctx.g.activation(x, kind)
-
-
-def _gelu_slope(ctx: GradContext, x: Node) -> Node:
-    """d/dx of x * Phi(x): Phi(x) + x phi(x). Phi has no primitive (no erf), so it is gelu(x) / x,
-    exact in f32 since gelu(x) = x * (Phi(x) rounded), with Phi(0) = 1/2 by hand."""
-    zero = ctx.compare(x, 0.0, CmpOp.EQ)
-    safe = ctx.where(zero, 1.0, x, x)
-    cdf = ctx.where(zero, 0.5, ctx.div(_act(ctx, Act.GELU, x), safe), x)
-    pdf = ctx.mul(_act(ctx, Act.EXP, ctx.mul(ctx.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
-    return ctx.add(cdf, ctx.mul(x, pdf))
-
-
-def _gelu_approx_slope(ctx: GradContext, x: Node) -> Node:
-    """d/dx of 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    k = math.sqrt(2.0 / math.pi)
-    x2 = ctx.mul(x, x)
-    u = ctx.mul(ctx.mul(x, ctx.add(ctx.mul(x2, 0.044715), 1.0)), k)
-    t = _act(ctx, Act.TANH, u)
-    du = ctx.mul(ctx.add(ctx.mul(x2, 3 * 0.044715), 1.0), k)
-    sech2 = ctx.sub(ctx.scalar(1.0, x), ctx.mul(t, t))
-    return ctx.add(ctx.mul(ctx.add(t, 1.0), 0.5), ctx.mul(ctx.mul(ctx.mul(x, 0.5), sech2), du))
-
-
-#: dy -> dx of each activation, given (ctx, x, y, dy).
-ACTIVATION_GRADS: dict[ActKind, Callable[[GradContext, Node, Node, Node], Node]] = {
-    Act.RELU: lambda c, x, y, dy: c.where(c.compare(y, 0.0, CmpOp.LE), 0.0, dy, dy),
-    Act.SIGMOID: lambda c, x, y, dy: c.mul(dy, c.mul(y, c.sub(c.scalar(1.0, y), y))),
-    Act.TANH: lambda c, x, y, dy: c.mul(dy, c.sub(c.scalar(1.0, y), c.mul(y, y))),
-    Act.EXP: lambda c, x, y, dy: c.mul(dy, y),
-    Act.LOG: lambda c, x, y, dy: c.div(dy, x),
-    Act.SQRT: lambda c, x, y, dy: c.div(dy, c.mul(y, 2.0)),
-    Act.RSQRT: lambda c, x, y, dy: c.mul(dy, c.mul(c.mul(c.mul(y, y), y), -0.5)),
-    Act.NEG: lambda c, x, y, dy: c.neg(dy),
-    Act.ABS: lambda c, x, y, dy: c.where(c.compare(x, 0.0, CmpOp.GT), dy,
-                                         c.where(c.compare(x, 0.0, CmpOp.LT), c.neg(dy), 0.0, dy), dy),
-    Act.GELU: lambda c, x, y, dy: c.mul(dy, _gelu_slope(c, x)),
-    Act.GELU_APPROX: lambda c, x, y, dy: c.mul(dy, _gelu_approx_slope(c, x)),
-    Act.SILU: lambda c, x, y, dy: c.mul(dy, _silu_slope(c, x)),
-    Act.ROUND: lambda c, x, y, dy: c.zeros(x),
-    Act.SIN: lambda c, x, y, dy: c.mul(dy, _act(c, Act.COS, x)),
-    Act.COS: lambda c, x, y, dy: c.neg(c.mul(dy, _act(c, Act.SIN, x))),
-    Act.TAN: lambda c, x, y, dy: c.mul(dy, c.add(c.mul(y, y), 1.0)),
-    Act.ATAN: lambda c, x, y, dy: c.div(dy, c.add(c.mul(x, x), 1.0)),
-}
-#: Activations whose gradient needs only the output (a fused matmul may keep them fused).
-FROM_OUTPUT = frozenset({Act.RELU, Act.SIGMOID, Act.TANH, Act.EXP, Act.NEG})
-
-
-def _silu_slope(ctx: GradContext, x: Node) -> Node:
-    """d/dx of x sigmoid(x): s (1 + x (1 - s))."""
-    s = _act(ctx, Act.SIGMOID, x)
-    return ctx.mul(s, ctx.add(ctx.mul(x, ctx.sub(ctx.scalar(1.0, s), s)), 1.0))
-
-
-def activation_grad(ctx: GradContext, kind: ActKind, x: Node, y: Node, dy: Node) -> Node:
-    """dx of ``y = kind(x)`` given dy (``x`` may be None for the kinds of FROM_OUTPUT)."""
-    return ACTIVATION_GRADS[kind](ctx, x, y, dy)
+def activation_grad(ctx: GradContext, kind: ActKind, x: Node | None, y: Node, dy: Node,
+                    name: str | None = None) -> Node:
+    """dx of ``y = kind(x)`` given dy: one ActivationBackward, reading y for the kinds whose
+    derivative y gives (``x`` may then be None), else x."""
+    of_output = kind in FROM_OUTPUT
+    t = y if of_output else x
+    if t is None:
+        raise GraphError(f"{y.name}: the derivative of {kind.name} needs the activation's input")
+    return ctx.g.activation_backward(t, dy, kind, of_output, name)
 
 
 @vjp(ops.Activation)
 def grad_activation(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
-    x = ctx.input(node, 0)
-    return [ctx.fit(activation_grad(ctx, node.op.fn, x, node, dy), x, ctx.name(node, "x"))]
+    return [activation_grad(ctx, node.op.fn, ctx.input(node, 0), node, dy, ctx.name(node, "x"))]
 
 
 def _pow_grads(ctx: GradContext, node: Node, a: Node, b: Node, dy: Node) -> tuple[Node | None, Node | None]:
@@ -93,7 +40,7 @@ def _pow_grads(ctx: GradContext, node: Node, a: Node, b: Node, dy: Node) -> tupl
     if ctx.needs(node, 1):  # y log(a), 0 where a == 0 and b >= 0
         zero_base = ctx.mul(ctx.g.cast(ctx.compare(a, 0.0, CmpOp.EQ), dy.dtype),
                             ctx.g.cast(ctx.compare(b, 0.0, CmpOp.GE), dy.dtype))
-        slope = ctx.mul(node, _act(ctx, Act.LOG, a))
+        slope = ctx.mul(node, ctx.g.activation(a, ActKind.LOG))
         db = ctx.where(ctx.compare(zero_base, 0.0, CmpOp.NE), 0.0, ctx.mul(dy, slope), dy)
     return da, db
 

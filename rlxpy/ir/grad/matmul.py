@@ -13,6 +13,7 @@ from rlxpy.ir import ops
 from rlxpy.ir.grad.core import GradContext, vjp
 from rlxpy.ir.grad.elementwise import activation_grad
 from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.backward import FROM_OUTPUT
 
 
 def _swap_last(ctx: GradContext, x: Node) -> Node:
@@ -52,7 +53,7 @@ def grad_fused_matmul(ctx: GradContext, node: Node, dy: Node) -> list[Node | Non
     act = node.op.activation
     dz = dy
     if act is not None:
-        z = ctx.g.linear(x, w, bias, name=ctx.name(node, "recomputed"))
+        z = None if act in FROM_OUTPUT else ctx.g.linear(x, w, bias, name=ctx.name(node, "recomputed"))
         dz = activation_grad(ctx, act, z, node, dy)
     dx, dw = matmul_grads(ctx, node, x, w, dz, ctx.needs(node, 0), ctx.needs(node, 1), ("x", "w"))
     dbias = None

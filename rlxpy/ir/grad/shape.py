@@ -1,17 +1,16 @@
 """Gradient rules of the shape family: Reshape, Transpose, Narrow, Concat, Expand, Gather and
 ScatterAdd. Indices carry no gradient.
 
-Narrow's gradient pads dy with zeros back to the input (a Concat); Expand's sums the broadcast axes;
+Narrow's gradient is a Slice (dy in the narrowed range; the traversal merges the slices of one tensor
+into one zero-padded Concat); Expand's sums the broadcast axes;
 Gather's is the backward family's GatherBackward (a scatter-add that clamps indices like the
 forward); ScatterAdd's gathers dy at each update's row and zeroes updates whose row was skipped.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from rlxpy.ir import ops
-from rlxpy.ir.grad.core import GradContext, vjp
+from rlxpy.ir.grad.core import Grad, GradContext, Slice, vjp
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import CmpOp
 from rlxpy.ir.shape import normalize_axis
@@ -31,24 +30,13 @@ def grad_transpose(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     return [ctx.g.transpose(dy, inverse, ctx.name(node, "x"))]
 
 
-def _zero_block(ctx: GradContext, like: Node, axis: int, length: int) -> Node:
-    shape = list(like.shape)
-    shape[axis] = length
-    zero = ctx.g.constant(np.zeros((1,) * like.rank), dtype=like.dtype)
-    return ctx.g.expand(zero, shape) if any(d != 1 for d in shape) else zero
-
-
 @vjp(ops.Narrow)
-def grad_narrow(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+def grad_narrow(ctx: GradContext, node: Node, dy: Node) -> list[Grad | None]:
+    """dy in the narrowed range, zeros elsewhere: a Slice, merged with its siblings by the traversal."""
     x = ctx.input(node, 0)
     op: ops.Narrow = node.op  # type: ignore[assignment]
     axis = normalize_axis(op.axis, x.rank)
-    after = x.shape[axis] - op.start - op.length
-    parts = ([_zero_block(ctx, x, axis, op.start)] if op.start else []) + [dy] + \
-        ([_zero_block(ctx, x, axis, after)] if after else [])
-    if len(parts) == 1:
-        return [dy]
-    return [ctx.g.concat(parts, axis, ctx.name(node, "x"))]
+    return [dy if op.length == x.shape[axis] else Slice(axis, op.start, dy)]
 
 
 @vjp(ops.Concat)

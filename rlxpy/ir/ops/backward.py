@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.ops.attention import Attention
-from rlxpy.ir.ops.base import ENUMS, MaskKind, Op, TensorType, check_axis, need
+from rlxpy.ir.ops.base import ENUMS, ActKind, MaskKind, Op, TensorType, check_axis, need
 from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.shape import format_shape
@@ -214,3 +214,29 @@ class CrossEntropyBackward(Op):
         need(tuple(dy.shape) == tuple(targets.shape) and dy.dtype == logits.dtype,
              f"dy {dy} must be {logits.dtype}{format_shape(targets.shape)}, one value per row")
         return logits
+
+
+#: Activations whose derivative their output gives (ActivationBackward may read y instead of x).
+FROM_OUTPUT = frozenset({ActKind.RELU, ActKind.SIGMOID, ActKind.TANH, ActKind.EXP, ActKind.NEG, ActKind.SQRT,
+                         ActKind.RSQRT, ActKind.TAN})
+
+
+@dataclass(frozen=True)
+class ActivationBackward(Op):
+    """dx of Activation(fn) in one pass: ``dx = dy * fn'(x)``; inputs t, dy, with t the activation's
+    input x, or its output y when ``of_output`` (for the kinds whose derivative y gives: RELU, SIGMOID,
+    TANH, EXP, NEG, SQRT, RSQRT, TAN). The derivatives are torch's: RELU 0 where y <= 0 (x <= 0), else
+    1; SIGMOID y(1 - y); TANH 1 - y^2; EXP y; LOG 1/x; SQRT 1/(2y); RSQRT -y^3/2; ABS sign(x), 0 at 0;
+    GELU Phi(x) + x phi(x); GELU_APPROX that of the tanh form; SILU s(1 + x(1 - s)), s = sigmoid(x);
+    ROUND 0; SIN cos x; COS -sin x; TAN 1 + y^2; ATAN 1/(1 + x^2)."""
+
+    fn: ActKind
+    of_output: bool = False
+    arity = (2, 2)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        t, dy = ins
+        need(t.dtype.is_float and dy == t, f"t and dy must be one float type, got {t} and {dy}")
+        need(not self.of_output or self.fn in FROM_OUTPUT,
+             f"the derivative of {self.fn.name} needs the activation's input, not its output")
+        return t

@@ -7,7 +7,8 @@ the activation (the input is then kept instead of recomputed). The traversal wal
 loss back in reverse order. A node is *active* when it is a float tensor that depends on a ``wrt``
 tensor and that the loss depends on; each active node's rule (``rlxpy/ir/grad/<family>.py``,
 registered with ``@vjp``) turns the gradient of its output into gradients of its active inputs.
-Gradients that reach one tensor by several paths (fan-out, tied weights) are summed; inactive inputs
+Gradients that reach one tensor by several paths (fan-out, tied weights) are summed (the slices that
+Narrows hand back are merged into one Concat first); inactive inputs
 (integer indices, masks, constants) get none. An active node whose op has no rule is an
 UnsupportedOpError naming the node and op.
 
@@ -25,10 +26,9 @@ import numpy as np
 
 from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
-from rlxpy.ir.grad import GradContext, differentiable, vjp_of
-from rlxpy.ir.grad.elementwise import FROM_OUTPUT
+from rlxpy.ir.grad import Grad, GradContext, Slice, differentiable, vjp_of
 from rlxpy.ir.graph import Graph, Node, NodeRef
-from rlxpy.ir.ops.base import BinaryOp
+from rlxpy.ir.ops.backward import FROM_OUTPUT
 from rlxpy.ir.passes.rewrite import Emit, Remap, copy_graph
 from rlxpy.ir.passes.unfuse import unfuse
 
@@ -106,15 +106,16 @@ def _active(graph: Graph, loss: Node, wrt: set[int]) -> list[bool]:
 def _backward(graph: Graph, loss: Node, active: list[bool], wrt: set[int]) -> dict[int, Node]:
     """Walk from the loss back; returns {wrt node id: its summed gradient}."""
     ctx = GradContext(graph, active)
-    pending: dict[int, Node] = {}
+    pending: dict[int, list[Grad]] = {}
     if active[loss.id]:
         seed = graph.constant(np.ones(loss.shape), dtype=loss.dtype, name=ctx.name(loss, "seed"))
-        pending[loss.id] = seed
+        pending[loss.id] = [seed]
     found: dict[int, Node] = {}
     for node in reversed(graph.nodes[:loss.id + 1]):
-        dy = pending.pop(node.id, None)
-        if dy is None or not active[node.id]:
+        parts = pending.pop(node.id, None)
+        if not parts or not active[node.id]:
             continue
+        dy = ctx.combine(parts, node)
         if node.id in wrt:
             found[node.id] = dy
         if not node.inputs:
@@ -126,14 +127,20 @@ def _backward(graph: Graph, loss: Node, active: list[bool], wrt: set[int]) -> di
         for index, value in zip(node.inputs, results):
             if value is None or not active[index]:
                 continue
-            source = graph.nodes[index]
-            if value.type != source.type:
-                raise GraphError(f"{where(node)}: its gradient rule gave {value.type} for input "
-                                 f"{source.name} ({source.type})")
-            previous = pending.get(index)
-            pending[index] = value if previous is None else \
-                graph.apply(ops.Binary(BinaryOp.ADD), [previous, value], ctx.name(source, "sum"))
+            _check_type(node, graph.nodes[index], value)
+            pending.setdefault(index, []).append(value)
     return found
+
+
+def _check_type(node: Node, source: Node, value: Grad) -> None:
+    """A gradient has its input's type (a Slice: except along its axis)."""
+    tensor = value.value if isinstance(value, Slice) else value
+    shape = list(source.shape)
+    if isinstance(value, Slice):
+        shape[value.axis] = tensor.shape[value.axis]
+    if tensor.dtype != source.dtype or list(tensor.shape) != shape:
+        raise GraphError(f"{where(node)}: its gradient rule gave {tensor.type} for input {source.name} "
+                         f"({source.type})")
 
 
 def split_activations(graph: Graph) -> Graph:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops import TensorType
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.backward import (
+    ActivationBackward,
     AttentionBackward,
     AttentionWrt,
     CrossEntropyBackward,
@@ -20,7 +22,7 @@ from rlxpy.ir.ops.backward import (
     RmsNormBackwardInput,
     RopeBackward,
 )
-from rlxpy.ir.ops.base import MaskKind
+from rlxpy.ir.ops.base import ActKind, MaskKind
 from rlxpy.ir.reference.attention import attention_mask, from_bhsd, mask_bhqk, to_bhsd
 from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.loss import log_softmax, target_rows
@@ -164,3 +166,47 @@ def ref_cross_entropy_backward(op: CrossEntropyBackward, args, node):
     onehot = np.arange(logits.shape[-1]) == rows[..., None]
     grad = (probs - onehot) * dy.astype(np.float64)[..., None]
     return np.where(valid[..., None], grad, 0.0).astype(logits.dtype)
+
+
+def _gelu_tanh_slope(x: np.ndarray) -> np.ndarray:
+    k = np.sqrt(2.0 / np.pi)
+    t = np.tanh(k * (x + 0.044715 * x ** 3))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
+
+
+#: fn'(t) in float64, from the input x (or the output y for ActivationBackward.of_output kinds)
+SLOPES = {
+    ActKind.RELU: lambda t: np.where(t <= 0, 0.0, 1.0),
+    ActKind.SIGMOID: lambda t: t * (1.0 - t),
+    ActKind.TANH: lambda t: 1.0 - t * t,
+    ActKind.EXP: lambda t: t,
+    ActKind.LOG: lambda t: 1.0 / t,
+    ActKind.SQRT: lambda t: 0.5 / t,
+    ActKind.RSQRT: lambda t: -0.5 * t ** 3,
+    ActKind.NEG: lambda t: -np.ones_like(t),
+    ActKind.ABS: np.sign,
+    ActKind.GELU: lambda t: (0.5 * (1.0 + special.erf(t / np.sqrt(2.0)))
+                             + t * np.exp(-0.5 * t * t) / np.sqrt(2 * np.pi)),
+    ActKind.GELU_APPROX: _gelu_tanh_slope,
+    ActKind.SILU: lambda t: special.expit(t) * (1.0 + t * (1.0 - special.expit(t))),
+    ActKind.ROUND: np.zeros_like,
+    ActKind.SIN: np.cos,
+    ActKind.COS: lambda t: -np.sin(t),
+    ActKind.TAN: lambda t: 1.0 + t * t,
+    ActKind.ATAN: lambda t: 1.0 / (1.0 + t * t),
+}
+#: kinds whose slope above is written in the output y; from the input x they first apply the function
+_OUTPUT_FORM = {ActKind.SIGMOID: special.expit, ActKind.TANH: np.tanh, ActKind.EXP: np.exp,
+                ActKind.SQRT: np.sqrt, ActKind.RSQRT: lambda x: 1.0 / np.sqrt(x), ActKind.TAN: np.tan}
+
+
+@reference(ActivationBackward)
+def ref_activation_backward(op: ActivationBackward, args, node):
+    t, dy = (a.astype(np.float64) for a in args)
+    with np.errstate(all="ignore"):
+        if not op.of_output and op.fn in _OUTPUT_FORM:
+            t = _OUTPUT_FORM[op.fn](t)
+        grad = dy * SLOPES[op.fn](t)
+        if op.fn is ActKind.ROUND:  # a zero slope, even where dy is inf or NaN (torch gives zeros)
+            grad = np.zeros_like(dy)
+    return grad.astype(args[0].dtype)

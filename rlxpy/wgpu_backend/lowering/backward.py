@@ -10,6 +10,7 @@
 * GatherBackward: backward_gather, a scatter-add without atomics: one workgroup per table row and
   column block scans the indices and adds the matching dy rows in order (deterministic).
 * CrossEntropyBackward: backward_cross_entropy, one workgroup per row: (softmax - onehot) * dy.
+* ActivationBackward: backward_activation, dy * fn'(t), one thread per element.
 * AttentionBackward: backward_attention.py (flash-attention-2 style kernels with recomputation).
 
 A node whose scratch lies outside its bind window (an arena bigger than one binding) runs its
@@ -24,11 +25,14 @@ from rlxpy.errors import GraphError, where
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.ops.backward import FROM_OUTPUT
+from rlxpy.ir.ops.base import ActKind
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, I32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering import backward_attention  # noqa: F401  (registers AttentionBackward)
+from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.lowering.loss import row_passes, target_type
 from rlxpy.wgpu_backend.lowering.reduce import chunks, split_axes, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
@@ -54,6 +58,29 @@ _INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64:
 BACKWARD_GATHER = kernel("backward_gather", params(
     "BackwardGatherParams", outer=U32, dim=U32, inner=U32, blocks=U32, count_all=U32, start=U32, count=U32,
     accumulate=U32, dy=U32, idx=U32, y=U32), dtypes=accepts(DType.F32, tuple(_INDEX_TYPES), out=DType.F32))
+BACKWARD_ACTIVATION = kernel("backward_activation", params(
+    "BackwardActivationParams", ("n",), n=U32, t=U32, dy=U32, dx=U32),
+    dtypes=accepts(DType.F32, DType.F32, out=DType.F32), extent_axis=0)
+#: fn'(.) in WGSL, of the input ``v`` or of the output ``y`` (FROM_OUTPUT kinds)
+ACTIVATION_SLOPES = {
+    ActKind.RELU: "select(1.0, 0.0, y <= 0.0 && !is_nan(y))",
+    ActKind.SIGMOID: "y * (1.0 - y)",
+    ActKind.TANH: "1.0 - y * y",
+    ActKind.EXP: "y",
+    ActKind.LOG: "1.0 / v",
+    ActKind.SQRT: "0.5 / y",
+    ActKind.RSQRT: "-0.5 * y * y * y",
+    ActKind.NEG: "-1.0",
+    ActKind.ABS: "sign(v)",
+    ActKind.GELU: "0.5 * (1.0 + erf_f32(v * 0.7071067811865475)) + v * exp(-0.5 * v * v) * 0.398942280401",
+    ActKind.GELU_APPROX: "gelu_tanh_slope(v)",
+    ActKind.SILU: "silu_slope(v)",
+    ActKind.ROUND: "0.0",
+    ActKind.SIN: "cos_f32(v)",
+    ActKind.COS: "-sin_f32(v)",
+    ActKind.TAN: "1.0 + y * y",
+    ActKind.ATAN: "1.0 / (1.0 + v * v)",
+}
 BACKWARD_CROSS_ENTROPY = kernel("backward_cross_entropy", params(
     "BackwardCrossEntropyParams", ("rows",), rows=U32, cols=U32, x=U32, targets=U32, dy=U32, y=U32),
     dtypes=accepts(DType.F32, (DType.I32, DType.U32, DType.I64), DType.F32, out=DType.F32),
@@ -207,3 +234,18 @@ def lower_cross_entropy_backward(node: Node, ctx: LowerCtx) -> list[Step]:
                          cols=cols, x=ctx.offset(logits), targets=ctx.offset(targets), dy=ctx.offset(dy),
                          y=ctx.offset(node))]
 
+
+
+@lowers(ops.ActivationBackward)
+def lower_activation_backward(node: Node, ctx: LowerCtx) -> list[Step]:
+    """dy * fn'(t) in one pass; t is the output y for ``of_output``, else the input (y recomputed from it
+    for the kinds whose slope is written in y)."""
+    op: ops.ActivationBackward = node.op  # type: ignore[assignment]
+    t, dy = ctx.inputs(node)
+    if node.numel == 0:
+        return []
+    forward = "v" if op.of_output or op.fn not in FROM_OUTPUT else ACTIVATION_WGSL[op.fn]
+    subs = {"FORWARD": forward, "SLOPE": ACTIVATION_SLOPES[op.fn],
+            "ZERO": "true" if op.fn is ActKind.ROUND else "false"}
+    return [ctx.dispatch(BACKWARD_ACTIVATION, node, ctx.grid_1d(node.numel), subs, n=node.numel,
+                         t=ctx.offset(t), dy=ctx.offset(dy), dx=ctx.offset(node))]
