@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 from rlxpy.errors import InputError, ModelError, RlxError
+from rlxpy.interrupt import interruptible
 
 DEFAULT_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    with interruptible() as check:  # Ctrl-C lands even while wgpu waits on the GPU
+        return _generate(args, check)
+
+
+def _generate(args: argparse.Namespace, check: Callable[[], None]) -> int:
     from rlxpy.frontends.gguf import default_model_path, load_generator
     from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
     from rlxpy.models.session import stop_ids
@@ -26,7 +33,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     gen, model = load_generator(
         path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed
     )
-    gen.progress = prefill_bar()
+    check()
+    bar = prefill_bar()
+
+    def progress(done: int, total: int) -> None:
+        bar(done, total)
+        check()
+
+    gen.progress = progress
     if args.chat and tokenizer.chat.fallback_message:
         print(f"rlxpy: {tokenizer.chat.fallback_message}", file=sys.stderr)
     text = (
@@ -45,8 +59,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     stop = stop_ids(tokenizer)
     if not args.chat:
         print(args.prompt, end="", flush=True)
-    for token in gen.generate(ids, args.max_tokens, stop=stop):
-        print(stream.push(token), end="", flush=True)
+    try:
+        for token in gen.generate(ids, args.max_tokens, stop=stop):
+            print(stream.push(token), end="", flush=True)
+            check()
+    except KeyboardInterrupt:
+        print(flush=True)  # end the text's line; main() says why it stopped
+        raise
     print(stream.flush())
     s = gen.stats
     print(
@@ -249,13 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except RlxError as e:
         print(f"rlxpy: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # one line, no traceback, the shell's code for SIGINT
+        print("rlxpy: interrupted", file=sys.stderr)
         return 130
 
 

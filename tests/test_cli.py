@@ -29,3 +29,39 @@ def test_demo_runs_a_graph_and_prints_its_report(device, capsys):
 def test_bad_model_path_is_a_clear_error(capsys):
     assert main(["info", "/nonexistent/model.gguf"]) == 2
     assert "no such GGUF file" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_generate_stops_with_one_line_and_code_130(device):
+    """SIGINT once the first generated text is out (SmolLM2, greedy, a short prompt): the text line
+    is ended, stderr's last line says why, no traceback, exit code 130."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    prompt = "Once upon a time"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlxpy.cli", "generate", "--no-chat", "--max-tokens", "200",
+         "--context", "256", "--chunk", "8", prompt],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    text, deadline = b"", time.monotonic() + 300
+    try:
+        while len(text) < len(prompt) + 3 and time.monotonic() < deadline:  # the prompt, then tokens
+            ready, _, _ = select.select([process.stdout], [], [], 5)
+            if ready:
+                chunk = os.read(process.stdout.fileno(), 256)
+                assert chunk, f"generate ended before any token: {process.wait()}"
+                text += chunk
+        assert len(text) > len(prompt), "no token within the deadline"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    errors = err.decode()
+    assert process.returncode == 130, errors[-2000:]
+    assert "Traceback" not in errors and "cffi" not in errors, errors[-2000:]
+    assert errors.strip().splitlines()[-1] == "rlxpy: interrupted"
+    assert (text + out).decode(errors="replace").startswith(prompt) and (text + out).endswith(b"\n")

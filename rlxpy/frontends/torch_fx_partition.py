@@ -17,20 +17,12 @@ so does a node that would pass a non-tensor value (a tuple) across a boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.fx as fx
 
-from rlxpy.frontends.torch_fx_translate import (
-    NOT_FOLDABLE,
-    TORCH_TO_RLX,
-    TRANSLATORS,
-    _flatten,
-    _is_assert,
-    _is_scalar_meta,
-    op_key,
-    op_label,
-)
+from rlxpy.frontends.torch_fx_translate import NOT_FOLDABLE, TORCH_TO_RLX, TRANSLATORS, op_key, op_label
 
 #: A part needs this many computing nodes; below it the hand-over costs more than it saves.
 MIN_COMPUTE_NODES = 2
@@ -69,12 +61,33 @@ class Plan:
         return [item for item in self.order if isinstance(item, fx.Node)]
 
 
+def flatten(value: Any) -> list[Any]:
+    """The leaves of nested lists, tuples and dicts (an FX node's args, a multi-output meta)."""
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in flatten(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in flatten(v)]
+    return [value]
+
+
+def is_scalar_node(node: fx.Node) -> bool:
+    """Size arithmetic (SymInt maths, sym_size): the translator reads its meta, never its args."""
+    val = node.meta.get("val")
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def is_assert_node(node: fx.Node) -> bool:
+    """A runtime assert the translator drops."""
+    key = op_key(node.target)
+    return key.startswith("_assert") or key.startswith("sym_constrain_range") or key == "_print"
+
+
 def node_problem(node: fx.Node) -> tuple[str, str] | None:
     """Why rlxpy cannot take ``node`` at all: ("op", aten label) or ("dtype", name); None if it may."""
-    if op_key(node.target) not in TRANSLATORS and not _is_scalar_meta(node):
+    if op_key(node.target) not in TRANSLATORS and not is_scalar_node(node):
         return "op", op_label(node.target)
     for source in [node, *node.all_input_nodes]:
-        for value in _flatten(source.meta.get("val")):
+        for value in flatten(source.meta.get("val")):
             if isinstance(value, torch.Tensor) and value.dtype not in TORCH_TO_RLX:
                 return "dtype", str(value.dtype).removeprefix("torch.")
     return None
@@ -115,7 +128,7 @@ def _classify(gm: fx.GraphModule, static: set[int], forced: set[fx.Node]
         if node.op == "get_attr":
             free.add(node)
             continue
-        if node.op != "call_function" or _is_assert(node):
+        if node.op != "call_function" or is_assert_node(node):
             continue
         problem = node_problem(node)
         if problem is not None:
@@ -131,17 +144,17 @@ def _is_free(node: fx.Node, weights: set[fx.Node], free: set[fx.Node]) -> bool:
     """Size arithmetic over placeholders, or a static tensor computed from weights and constants
     alone (what the translator folds on the host)."""
     inputs = node.all_input_nodes
-    if _is_scalar_meta(node):
+    if is_scalar_node(node):
         return all(i.op == "placeholder" or i in free for i in inputs)
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or any(word in op_key(node.target) for word in NOT_FOLDABLE):
         return False
     if any(isinstance(s, torch.SymInt) for s in val.shape):
         return False
-    arguments = _flatten(list(node.args) + list(node.kwargs.values()))
+    arguments = flatten(list(node.args) + list(node.kwargs.values()))
     if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in arguments):
         return False
-    return all(i in weights or i in free and not _is_scalar_meta(i) for i in inputs)
+    return all(i in weights or i in free and not is_scalar_node(i) for i in inputs)
 
 
 def _stages(compute: list[fx.Node], eager: set[fx.Node]) -> dict[fx.Node, int]:
@@ -162,7 +175,8 @@ def _group(compute: list[fx.Node], eager: set[fx.Node], stage: dict[fx.Node, int
             parts.setdefault(stage[node], Part(0, stage[node], [])).nodes.append(node)
     for part in parts.values():
         members = set(part.nodes)
-        part.outputs = [n for n in part.nodes if any(u not in members and not _is_assert(u) for u in n.users)]
+        part.outputs = [n for n in part.nodes
+                        if any(u not in members and not is_assert_node(u) for u in n.users)]
     return [parts[level] for level in sorted(parts)]
 
 
@@ -183,11 +197,12 @@ def _unfit(parts: list[Part], eager: set[fx.Node]) -> set[fx.Node]:
 
 
 def _computes(node: fx.Node) -> bool:
-    return op_key(node.target) not in VIEW_OPS and not _is_scalar_meta(node)
+    return op_key(node.target) not in VIEW_OPS and not is_scalar_node(node)
 
 
 def _passable(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), PASSABLE)
 
 
-__all__ = ["MIN_COMPUTE_NODES", "Part", "Plan", "node_problem", "plan_partition"]
+__all__ = ["MIN_COMPUTE_NODES", "Part", "Plan", "flatten", "is_assert_node", "is_scalar_node", "node_problem",
+           "plan_partition"]

@@ -19,8 +19,8 @@ import torch
 import torch.fx as fx
 
 from rlxpy.errors import UnsupportedOpError
-from rlxpy.frontends.torch_fx_partition import Part, Plan, plan_partition
-from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, _is_assert
+from rlxpy.frontends.torch_fx_partition import Part, Plan, is_assert_node, plan_partition
+from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation
 
 #: What runs one part: (the part's GraphModule, its translation) -> a callable returning a list.
 MakePart = Callable[[fx.GraphModule, Translation], Callable[..., list[Any]]]
@@ -79,7 +79,7 @@ def split_graph(gm: fx.GraphModule, static: set[int], make_part: MakePart) -> Pa
     runners = [make_part(module, translation) for module, translation in built]
     module = stitch_module(gm, plan, runners)
     eager = sum(1 for n in module.graph.nodes if n.op == "call_function" and "rlxpy_part" not in n.meta)
-    total = sum(1 for n in gm.graph.nodes if n.op == "call_function" and not _is_assert(n))
+    total = sum(1 for n in gm.graph.nodes if n.op == "call_function" and not is_assert_node(n))
     return Partitioned(module, runners, total - eager, total, _reasons(plan) + refusals)
 
 
