@@ -34,8 +34,13 @@ import torch
 import torch.fx as fx
 
 import rlxpy
-from rlxpy.errors import InputError, RlxError, UnsupportedOpError
-from rlxpy.frontends import torch_fx_ops, torch_fx_ops_cnn, torch_fx_ops_nn  # noqa: F401  (they fill TRANSLATORS)
+from rlxpy.errors import DeviceLostError, InputError, RlxError, UnsupportedOpError
+from rlxpy.frontends import (  # noqa: F401  (they fill TRANSLATORS)
+    torch_fx_ops,
+    torch_fx_ops_cnn,
+    torch_fx_ops_nn,
+    torch_fx_ops_signal,
+)
 from rlxpy.frontends.torch_fx_stitch import split_graph
 from rlxpy.frontends.torch_fx_translate import FxTranslator, Translation, evaluate_host, to_numpy
 from rlxpy.ir.passes.dynamic import bind_graph
@@ -192,7 +197,7 @@ class CompiledGraph:
             self._refresh_weights(args)
             outputs: dict[str, np.ndarray] = {}
             if self.graph.outputs:
-                outputs = self.executable(binding).run(inputs)
+                outputs = self._run(binding, inputs)
         except RlxError as e:  # the graph cannot compile or run here: torch runs it from now on
             if self.policy == "error":
                 raise
@@ -200,6 +205,14 @@ class CompiledGraph:
             _warn_once(f"rlxpy: running a captured graph in eager torch from now on: {e}")
             return self._eager(args)
         return [self._output(spec, outputs, symbols) for spec in self.translation.outputs]
+
+    def _run(self, binding: dict[str, int], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return self.executable(binding).run(inputs)
+        except DeviceLostError:  # the next compile gets a new device: compile again, once
+            self.executables.clear()
+            self._uploaded.clear()
+            return self.executable(binding).run(inputs)
 
     def _eager(self, args: Sequence[Any]) -> list[Any]:
         self.eager_calls += 1

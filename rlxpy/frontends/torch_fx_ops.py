@@ -16,6 +16,7 @@ import numpy as np
 import torch.fx as fx
 
 from rlxpy.frontends.onnx_ops import erf
+from rlxpy.frontends.torch_fx_ops_signal import complex_abs
 from rlxpy.frontends.torch_fx_translate import Dim, FxTranslator, Host, translator
 from rlxpy.ir import DType, Node, Sym, ops
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
@@ -44,6 +45,8 @@ def _compute_dtype(t: T, *values: Any) -> DType:
 
 def _binary(t: T, node: fx.Node, kind: BinaryOp, a: Any, b: Any) -> Node:
     out = t.out_dtype(node)
+    if out is DType.C64:
+        raise t.unsupported(f"complex arithmetic ({kind.name.lower()})")
     compute = DType.F32 if out.is_float else out
     if out is DType.BOOL and kind in (BinaryOp.MAX, BinaryOp.MIN, BinaryOp.MUL):
         compute = DType.BOOL
@@ -65,6 +68,10 @@ _UNARY = {"relu": ActKind.RELU, "sigmoid": ActKind.SIGMOID, "tanh": ActKind.TANH
 def _make_unary(fn: ActKind):
     def translate(t: T, node: fx.Node, a: Args) -> Node:
         x = t.tensor(a["self"])
+        if x.dtype is DType.C64:  # only |z| is defined on complex tensors here
+            if fn is ActKind.ABS:
+                return complex_abs(t, x, node.name)
+            raise t.unsupported(f"{fn.name.lower()} of a complex tensor")
         if fn in (ActKind.NEG, ActKind.ABS, ActKind.RELU) and x.dtype is DType.I32:
             zero = t.constant(0, DType.I32)  # exact integer forms: torch keeps int64 for these
             if fn is ActKind.NEG:

@@ -34,7 +34,7 @@ Translate = Callable[["FxTranslator", fx.Node, dict[str, Any]], Any]
 TRANSLATORS: dict[str, Translate] = {}
 
 TORCH_TO_RLX = {torch.float32: DType.F32, torch.int64: DType.I32, torch.int32: DType.I32,
-                torch.bool: DType.BOOL}
+                torch.bool: DType.BOOL, torch.complex64: DType.C64}
 #: Ops whose output must never be folded at upload time (random, uninitialised).
 NOT_FOLDABLE = ("rand", "dropout", "bernoulli", "empty", "normal", "uniform", "multinomial")
 #: Small host values with no placeholder ancestor become Constants; bigger ones become Params.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.fft
 import scipy.signal
 import torch
 
 from rlxpy.errors import GraphError
+from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph
 from rlxpy.ir.ops.base import FftNorm
 from rlxpy.ir.reference import run_reference
@@ -200,3 +202,131 @@ def test_log_mel_shape_errors():
     f = g.param("f2", (5, 9))
     with pytest.raises(GraphError, match=r"dy must be float \[4, 5\]"):
         g.log_mel_backward(s, f, g.input("dy", (4, 6)))
+
+
+# -- rfft / irfft / axes, Stft, ComplexView, c64 spectra, the plan table ---------------------------------
+@pytest.mark.parametrize("norm", list(FftNorm))
+@pytest.mark.parametrize("n, axis", [(1, -1), (8, -1), (9, 0), (6, 1)])
+def test_rfft_irfft_and_full_real_spectra_match_torch(n, axis, norm):
+    shape = [3, 4, 5]
+    shape[axis] = n
+    x = _rand(tuple(shape), 20)
+    torch_norm = {FftNorm.BACKWARD: "backward", FftNorm.FORWARD: "backward", FftNorm.ORTHO: "ortho"}[norm]
+    g = Graph()
+    half = g.rfft(g.input("x", x.shape), norm, axis)
+    full = g.rfft(g.input("x2", x.shape), norm, axis, onesided=False)
+    back = g.irfft(half, n, norm, axis)
+    g.output(half, full, back)
+    out = run_reference(g, {"x": x, "x2": x})
+    t = torch.from_numpy(x).double()
+    want_half = torch.fft.rfft(t, dim=axis, norm=torch_norm).numpy()
+    np.testing.assert_allclose(out[half.name], want_half, atol=1e-5)
+    np.testing.assert_allclose(out[full.name], torch.fft.fft(t, dim=axis, norm=torch_norm).numpy(), atol=1e-5)
+    scale = {FftNorm.BACKWARD: n, FftNorm.FORWARD: 1, FftNorm.ORTHO: 1}[norm]  # BACKWARD never scales
+    np.testing.assert_allclose(out[back.name], x * scale, rtol=1e-5, atol=1e-4)
+    assert out[half.name].dtype == np.complex64 and out[back.name].dtype == np.float32
+
+
+def test_irfft_output_length_and_c64_along_an_axis():
+    z = (np.random.default_rng(21).standard_normal((5, 4)) + 1j).astype(np.complex64)
+    g = Graph()
+    short = g.irfft(g.input("z", z.shape, "c64"), 4, axis=0)
+    long = g.irfft(g.input("w", z.shape, "c64"), 11, axis=0)
+    column = g.fft(g.input("c", z.shape, "c64"), inverse=True, axis=0, norm="forward")
+    g.output(short, long, column)
+    out = run_reference(g, {"z": z, "w": z, "c": z})
+    zt = torch.from_numpy(z).to(torch.complex128)
+    np.testing.assert_allclose(out[short.name], torch.fft.irfft(zt, 4, dim=0).numpy() * 4, atol=1e-5)
+    np.testing.assert_allclose(out[long.name], torch.fft.irfft(zt, 11, dim=0).numpy() * 11, atol=1e-5)
+    np.testing.assert_allclose(out[column.name], torch.fft.ifft(zt, dim=0).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("center, pad_mode, onesided, norm", [(True, "reflect", True, "backward"),
+                                                              (True, "constant", False, "ortho"),
+                                                              (False, "reflect", True, "backward")])
+def test_stft_matches_torch(center, pad_mode, onesided, norm):
+    x, window = _rand((2, 3, 50), 22), np.hanning(12).astype(np.float32)
+    g = Graph()
+    y = g.stft(g.input("x", x.shape), g.input("w", window.shape), 12, 5, center, pad_mode, onesided, norm)
+    got = _run(g, y, x=x, w=window)
+    want = torch.stft(torch.from_numpy(x).double().reshape(6, 50), 12, 5,
+                      window=torch.from_numpy(window).double(), center=center, pad_mode=pad_mode,
+                      onesided=onesided, normalized=norm == "ortho", return_complex=True)
+    want = want.transpose(-1, -2).reshape(got.shape).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_complex_view_round_trips_the_same_values():
+    z = (np.random.default_rng(23).standard_normal((3, 4)) * (1 + 2j)).astype(np.complex64)
+    g = Graph()
+    pairs = g.view_as_real(g.input("z", z.shape, "c64"))
+    again = g.view_as_complex(pairs)
+    g.output(pairs, again)
+    out = run_reference(g, {"z": z})
+    np.testing.assert_array_equal(out[pairs.name], torch.view_as_real(torch.from_numpy(z)).numpy())
+    np.testing.assert_array_equal(out[again.name], z)
+
+
+@pytest.mark.parametrize("floor_axes", [1, 2])
+def test_log_mel_of_c64_spectra_matches_torch(floor_axes):
+    rng = np.random.default_rng(24)
+    spectrum = (rng.standard_normal((2, 6, 9)) + 1j * rng.standard_normal((2, 6, 9))).astype(np.complex64)
+    spectrum[0, 2] *= 1e-5  # quiet: floored by the spectrogram's loud frames when floor_axes=2
+    filters = np.abs(rng.standard_normal((4, 9))).astype(np.float32)
+    dy = _rand((2, 6, 4), 25)
+    g = Graph()
+    s, f = g.input("s", spectrum.shape, "c64"), g.param("f", filters.shape)
+    y, dx = g.log_mel(s, f, floor_axes), g.log_mel_backward(s, f, g.input("dy", dy.shape), floor_axes)
+    g.output(y, dx)
+    out = run_reference(g, {"s": spectrum, "dy": dy}, {"f": filters})
+    z = torch.from_numpy(spectrum).to(torch.complex128).requires_grad_(True)
+    logs = torch.clamp(z.abs() ** 2 @ torch.from_numpy(filters).double().T, min=1e-10).log10()
+    floor = (logs.amax(dim=-1 if floor_axes == 1 else (-2, -1), keepdim=True) - 8.0).detach()
+    want = (torch.maximum(logs, floor) + 4.0) / 4.0
+    np.testing.assert_allclose(out[y.name], want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    want.backward(torch.from_numpy(dy).double())
+    np.testing.assert_allclose(out[dx.name], z.grad.numpy(), rtol=1e-4, atol=1e-6)
+    assert out[y.name].dtype == np.float32 and out[dx.name].dtype == np.complex64
+
+
+def test_welch_peaks_of_c64_spectra_match_scipy():
+    signal, blocks = _welch_case(2, 3, 10, seed=26)
+    spectra = blocks[:, :10] + 1j * blocks[:, 10:]
+    g = Graph()
+    got = _run(g, g.welch_peaks(g.input("s", spectra.shape, "c64"), 6, 3), s=spectra.astype(np.complex64))
+    _, psd = scipy.signal.welch(signal, window="boxcar", nperseg=10, noverlap=0, detrend=False,
+                                scaling="spectrum")
+    for b in range(2):
+        bins = np.argsort(-psd[b] * 100, kind="stable")[:6]
+        np.testing.assert_array_equal(got[b, 0::2], bins)
+        np.testing.assert_allclose(got[b, 1::2], psd[b, bins] * 100, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 12, 17, 97])
+def test_the_unfuse_pass_attaches_each_transforms_plan_table(n):
+    from rlxpy.ir.passes import unfuse
+    from rlxpy.ir.passes.unfuse_signal import fft_table
+
+    g = Graph()
+    spectrum = g.fft(g.input("z", (2, n), "c64"))
+    g.output(g.fft(spectrum, inverse=True))
+    flat = unfuse(g)
+    tables = [node for node in flat.nodes if isinstance(node.op, ops.Constant)]
+    assert len(tables) == 1  # shared by both transforms
+    assert all(len(node.inputs) == 2 and node.inputs[1] == tables[0].id for node in flat.nodes
+               if isinstance(node.op, ops.Fft))
+    table = fft_table(n).view(np.complex64).astype(np.complex128)
+    m = ops.signal.fft_plan_length(n)
+    k = np.arange(m)
+    roots = np.cos(2 * np.pi * k / m) - 1j * np.sin(2 * np.pi * k / m)
+    np.testing.assert_allclose(table[:m], roots, atol=1e-7)
+    if m != n:  # Bluestein: chirp, then FFT(conj chirp wrapped) / m
+        j = np.arange(n)
+        chirp = np.exp(-1j * np.pi * j.astype(np.float64) ** 2 / n)
+        np.testing.assert_allclose(table[m:m + n], chirp, atol=1e-6)
+        b = np.zeros(m, np.complex128)
+        b[:n], b[m - n + 1:] = np.conj(chirp), np.conj(chirp[1:][::-1])
+        np.testing.assert_allclose(table[m + n:], scipy.fft.fft(b) / m, atol=1e-7)
+    g2 = Graph()
+    with pytest.raises(GraphError, match=r"fft: the plan table of length 12 is f32\[24\], got f32\[10\]"):
+        g2.apply(ops.Fft(), [g2.input("z", (2, 12), "c64"), g2.input("t", (10,))])

@@ -82,7 +82,8 @@ class Fft(Op):
     * complex (``real=False``): C64 in and out, or F32/F64 rows in the 2N block layout (``axis`` must
       then be the last); N is the axis length.
     * rfft (``real=True``, forward): F32 with the axis N -> C64 with the axis N//2+1 (the one-sided
-      bins of the real signal's DFT).
+      bins of the real signal's DFT), or N with ``onesided=False`` (all bins: torch.fft.fft of a real
+      tensor).
     * irfft (``real=True, inverse=True``): C64 with the axis M -> F32 with the axis ``n`` (0 means
       2(M-1)), N = n: the input is the one-sided half of a Hermitian spectrum of length n; bins past
       n//2 are ignored, missing bins are 0, and the imaginary parts of bin 0 and (even n) bin n/2 are
@@ -91,13 +92,15 @@ class Fft(Op):
     ``norm`` scales the result: BACKWARD = no scaling either way (so ifft(fft(x)) = N x, unlike
     numpy's default); FORWARD = the inverse scaled by 1/N (numpy's norm="backward", names swapped);
     ORTHO = 1/sqrt(N) both ways (numpy's "ortho"). Otherwise torch.fft.fft / ifft / rfft / irfft.
-    ``n`` is only for irfft. An optional second input is the plan table of N (module docstring)."""
+    ``n`` is only for irfft, ``onesided=False`` only for rfft. An optional second input is the plan
+    table of N (module docstring)."""
 
     inverse: bool = False
     norm: FftNorm = FftNorm.BACKWARD
     axis: int = -1
     real: bool = False
     n: int = 0
+    onesided: bool = True
     arity = (1, 2)
 
     def length(self, x: TensorType) -> int:
@@ -116,6 +119,8 @@ class Fft(Op):
         size = x.shape[axis]
         need(isinstance(size, int), f"fft needs a static axis {self.axis}, got {x}")
         need(self.n == 0 or (self.real and self.inverse), f"n={self.n} is only for irfft (real, inverse)")
+        need(self.onesided or (self.real and not self.inverse),
+             "onesided=False is only for rfft (real, forward)")
         shape = list(x.shape)
         if not self.real:
             need(x.dtype in (DType.F32, DType.F64, DType.C64),
@@ -130,7 +135,7 @@ class Fft(Op):
         elif not self.inverse:
             need(x.dtype is DType.F32, f"rfft takes a real f32 signal, got {x}")
             need(size != 0, f"rfft needs a non-empty axis {self.axis}, got {x}")
-            shape[axis] = size // 2 + 1  # type: ignore[operator]
+            shape[axis] = size // 2 + 1 if self.onesided else size  # type: ignore[operator]
             out = TensorType(tuple(shape), DType.C64)
         else:
             need(x.dtype is DType.C64, f"irfft takes a c64 one-sided spectrum, got {x}")
@@ -185,6 +190,24 @@ class Stft(Op):
         bins = self.n_fft // 2 + 1 if self.onesided else self.n_fft
         _check_table(ins, 2, self.n_fft, "stft")
         return TensorType(tuple(x.shape[:-1]) + (frames, bins), DType.C64)
+
+
+@dataclass(frozen=True)
+class ComplexView(Op):
+    """The same bytes seen as the other type: C64 [...] -> F32 [..., 2] (re, im pairs:
+    torch.view_as_real, ONNX's complex layout), or with ``to_complex`` F32 [..., 2] -> C64 [...]
+    (torch.view_as_complex)."""
+
+    to_complex: bool = False
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        (x,) = ins
+        if self.to_complex:
+            need(x.dtype is DType.F32 and x.rank >= 1 and x.shape[-1] == 2,
+                 f"view_as_complex takes f32 [..., 2] (re, im pairs), got {x}")
+            return TensorType(tuple(x.shape[:-1]), DType.C64)
+        need(x.dtype is DType.C64, f"view_as_real takes c64, got {x}")
+        return TensorType(tuple(x.shape) + (2,), DType.F32)
 
 
 def spectrum_length(x: TensorType, what: str) -> int:

@@ -10,6 +10,7 @@ from rlxpy.ir.ops.base import FftNorm
 from rlxpy.ir.ops.signal import (
     LOG_MEL_MIN_ENERGY,
     LOG_MEL_RANGE,
+    ComplexView,
     Fft,
     LogMel,
     LogMelBackward,
@@ -51,7 +52,8 @@ def fft_rows(z: np.ndarray, inverse: bool, norm: FftNorm, axis: int = -1) -> np.
 def ref_fft(op: Fft, args, node):
     x = args[0]
     if op.real and not op.inverse:
-        raw = np.fft.rfft(x.astype(np.float64), axis=op.axis)
+        transform = np.fft.rfft if op.onesided else np.fft.fft
+        raw = transform(x.astype(np.float64), axis=op.axis)
         return scaled(raw, x.shape[op.axis], False, op.norm).astype(np.complex64)
     if op.real:
         n = node.shape[op.axis]
@@ -79,6 +81,14 @@ def ref_stft(op: Stft, args, node):
     frames = stft_frames(op, signal) * window.astype(np.float64)
     raw = np.fft.rfft(frames, axis=-1) if op.onesided else np.fft.fft(frames, axis=-1)
     return scaled(raw, op.n_fft, False, op.norm).astype(np.complex64)
+
+
+@reference(ComplexView)
+def ref_complex_view(op: ComplexView, args, node):
+    (x,) = args
+    if op.to_complex:
+        return (x[..., 0].astype(np.float64) + 1j * x[..., 1].astype(np.float64)).astype(np.complex64)
+    return np.stack([x.real, x.imag], axis=-1).astype(np.float32)
 
 
 def spectrum_rows(spectrum: np.ndarray) -> np.ndarray:

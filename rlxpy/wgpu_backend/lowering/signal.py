@@ -1,5 +1,5 @@
 """Signal family: Fft and Stft through the FFT plans of signal_fft.py; LogMel, LogMelBackward and
-WelchPeaks through their own kernels (signal_mel.py, signal_welch.py).
+WelchPeaks through their own kernels (signal_mel.py, signal_welch.py); ComplexView is a word copy.
 
 F64 data (WGSL has no f64) and an Fft or Stft without its plan table (a graph that skipped the unfuse
 pass) run as host steps.
@@ -12,6 +12,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.host_step import host_steps
+from rlxpy.wgpu_backend.lowering.elementwise import copy_step
 from rlxpy.wgpu_backend.lowering.signal_fft import (
     FftJob,
     Lines,
@@ -100,6 +101,13 @@ def lower_stft(node: Node, ctx: LowerCtx) -> list[Step]:
     job = FftJob(node, table, op.n_fft, lines, source, "complex", target, bins, False,
                  scale_of(op.n_fft, False, op.norm))
     return fft_steps(job, ctx)
+
+
+@lowers(ops.ComplexView)
+def lower_complex_view(node: Node, ctx: LowerCtx) -> list[Step]:
+    """c64 <-> f32 pairs: the bytes are the same, so a copy of the words."""
+    (x,) = ctx.inputs(node)
+    return [copy_step(node, ctx, x, node, node.nbytes)] if node.numel else []
 
 
 @lowers(ops.LogMel, scratch=mel_scratch)
