@@ -5,9 +5,10 @@
 // its channels at a fixed stride; otherwise every element decodes its own (gather_a).
 // One BM x BN output tile per 16 x 16 workgroup, K in steps of 8: the next step's loads go to
 // registers while this one is summed, then into the other of two workgroup buffers (one barrier per
-// step). Thread (tx, ty) owns positions m0 + 4tx + 64h + i (i < 4, h < BM/64), read as one vec4 per
-// k, and channels o0 + ty + 16j (j < BN/16): 64 consecutive positions of a channel are stored by 16
-// neighbouring threads. Its loads: A row am, k rows ak + r*256/BM; w channel wo + 32r, k row wk.
+// step). Thread (tx, ty) owns positions m0 + 4tx + 64h + i (i < 4, h < BM/64) and channels
+// o0 + ty*TN + j (j < TN = BN/16), each read as one vector per k: 64 consecutive positions of a channel
+// are stored by 16 neighbouring threads. Its loads: A row am, k rows ak + r*256/BM; w channel
+// wo + 32r, k row wk.
 // Split-K (few output tiles): grid z = groups * splits, split s sums K in [s*k_chunk, (s+1)*k_chunk)
 // and stores its raw sums at part + s*total (y's layout); conv_split_sum adds them up and finishes.
 // MODE: forward or transposed conv (include/conv_window_*). Bindings: 0 = arena window (u32 words),
@@ -23,11 +24,12 @@ const BK: u32 = 8u;
 // the window's size is part of the pipeline: the tap decode then divides by constants
 const KH: u32 = {{KH}}u;
 const KW: u32 = {{KW}}u;
+const TN: u32 = {{TN}}u;  // channels per thread
 const A_STEP: u32 = BK * BM / 4u;  // vec4s of one buffer of tile_a
-const W_STEP: u32 = BK * BN;
+const W_STEP: u32 = BK * BN / TN;
 
 var<workgroup> tile_a: array<vec4<f32>, {{A_VECS}}>;  // [2][BK][BM/4]: 4 positions per vec4
-var<workgroup> tile_w: array<f32, {{W_WORDS}}>;  // [2][BK][BN]
+var<workgroup> tile_w: array<{{W_TYPE}}, {{W_VECS}}>;  // [2][BK][BN/TN]: a thread's TN channels
 
 // Offset inside one input channel of window tap `tap` (0 .. KVOL-1, row-major) of an output position.
 fn window_offset(od: u32, oh: u32, ow: u32, tap: u32) -> i32 {
@@ -48,10 +50,16 @@ fn gather_a(ok: bool, row: u32, od: u32, oh: u32, ow: u32, k: u32, in_size: u32)
 
 // W[o, k] of group g: output channel o of the group, k = (tap, c).
 fn gather_w(g: u32, o: u32, k: u32) -> f32 {
-    if (o >= p.c_out_g || k >= p.kdim) {
+    if (k >= p.kdim) {
         return 0.0;
     }
-    return ld_f32(p.w + w_index(g, o, k % p.c_in_g, k / p.c_in_g));
+    return load_w(g, o, k % p.c_in_g, k / p.c_in_g);
+}
+fn load_w(g: u32, o: u32, c: u32, tap: u32) -> f32 {
+    if (o >= p.c_out_g) {
+        return 0.0;
+    }
+    return ld_f32(p.w + w_index(g, o, c, tap));
 }
 
 fn store_y(g: u32, split: u32, m: u32, o: u32, acc: f32) {

@@ -33,8 +33,8 @@ THREADS = 256
 CONV_GEMM = kernel(
     "conv_gemm", CONV_PARAMS, dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # x, w, bias
     # the double-buffered tiles: [2][BK][BM] of A and [2][BK][BN] of w (BM = 128, BN = 64: 12 KiB)
-    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["W_WORDS"]),
-    sizes={"A_VECS": 2 * BK * 128 // 4, "W_WORDS": 2 * BK * 64})
+    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["TN"]) * int(s["W_VECS"]),
+    sizes={"A_VECS": 2 * BK * 128 // 4, "W_VECS": 2 * BK * 64 // 4, "TN": 4})
 CONV_SPLIT_SUM = kernel("conv_split_sum", CONV_PARAMS, dtypes=accepts(DType.F32, DType.F32, DType.F32,
                                                                        out=DType.F32))
 #: Tile rows (output positions) from the largest; the first giving MIN_GROUPS workgroups is taken.
@@ -61,19 +61,37 @@ def tile_rows(m: int, n_tiles: int, groups: int) -> int:
     return next((bm for bm in TILE_ROWS if math.ceil(m / bm) * n_tiles * groups >= MIN_GROUPS), TILE_ROWS[-1])
 
 
-def a_loads(bm: int, runs: bool) -> list[str]:
-    """The A loads of one K step: with channel runs one tap decode for all, else one per element."""
+#: tile_w's element type by channels per thread: a thread reads its channels of one k as one value
+W_TYPES = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
+
+
+def loads(bm: int, bn: int, runs: bool) -> list[str]:
+    """The loads of one K step into registers. With channel runs the step's 8 k share one window
+    tap: it is decoded once (and where it reads, for A), else every element decodes its own k."""
     count, rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    w_count = -(-bn * BK // THREADS)
     if not runs:
-        return [f"    na{r} = gather_a(ok, row, od, oh, ow, k0 + ak + {r * rows}u, in_size);"
-                for r in range(count)]
-    lines = ["    {",
-             "        let offset = window_offset(od, oh, ow, k0 / p.c_in_g);",
-             "        let first = p.x + (row + k0 % p.c_in_g + ak) * in_size + u32(max(offset, 0));",
-             "        if (ok && offset >= 0) {"]
-    lines += [f"            na{r} = ld_f32(first + {r * rows}u * in_size);" for r in range(count)]
-    lines += ["        } else {", *(f"            na{r} = 0.0;" for r in range(count)), "        }", "    }"]
-    return lines
+        lines = [f"    na{r} = gather_a(ok, row, od, oh, ow, k0 + ak + {r * rows}u, in_size);"
+                 for r in range(count)]
+        w_load = [f"nw{r} = gather_w(g, o0 + wo + {32 * r}u, k0 + wk);" for r in range(w_count)]
+        indent = "    "
+    else:
+        lines = ["    {",
+                 "        let tap = k0 / p.c_in_g;",
+                 "        let c0 = k0 - tap * p.c_in_g;",
+                 "        let offset = window_offset(od, oh, ow, tap);",
+                 "        let first = p.x + (row + c0 + ak) * in_size + u32(max(offset, 0));",
+                 "        if (ok && offset >= 0) {",
+                 *(f"            na{r} = ld_f32(first + {r * rows}u * in_size);" for r in range(count)),
+                 "        } else {",
+                 *(f"            na{r} = 0.0;" for r in range(count)),
+                 "        }"]
+        w_load = [f"nw{r} = load_w(g, o0 + wo + {32 * r}u, c0 + wk, tap);" for r in range(w_count)]
+        indent = "        "
+    for r, text in enumerate(w_load):
+        guarded = 32 * (r + 1) > bn  # BN = 16: half the threads load no w
+        lines.append(f"{indent}if (wo + {32 * r}u < BN) {{ {text} }}" if guarded else f"{indent}{text}")
+    return lines + (["    }"] if runs else [])
 
 
 def blocks(bm: int, bn: int, runs: bool) -> dict[str, object]:
@@ -82,31 +100,32 @@ def blocks(bm: int, bn: int, runs: bool) -> dict[str, object]:
     sums of one step and the stores."""
     hs, tn = bm // 64, bn // 16
     a_count, a_rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
-    w_loads = -(-bn * BK // THREADS)
-    guard = [f"wo + {32 * r}u < BN" if 32 * (r + 1) > bn else "" for r in range(w_loads)]
+    w_count = -(-bn * BK // THREADS)
     regs = [f"    var na{r} = 0.0;" for r in range(a_count)]
-    regs += [f"    var nw{r} = 0.0;" for r in range(w_loads)]
-    load = a_loads(bm, runs)
+    regs += [f"    var nw{r} = 0.0;" for r in range(w_count)]
     stage = [f"    tile_a[b * A_STEP + (ak + {r * a_rows}u) * (BM / 4u) + am / 4u][am % 4u] = na{r};"
              for r in range(a_count)]
-    for r in range(w_loads):
-        put = (f"nw{r} = gather_w(g, o0 + wo + {32 * r}u, k0 + wk);",
-               f"tile_w[b * W_STEP + wk * BN + wo + {32 * r}u] = nw{r};")
-        for lines, text in zip((load, stage), put):
-            lines.append(f"    if ({guard[r]}) {{ {text} }}" if guard[r] else f"    {text}")
+    for r in range(w_count):
+        channel = f"(wo + {32 * r}u)"
+        slot = f"tile_w[b * W_STEP + wk * (BN / TN) + {channel} / TN]"
+        slot += f"[{channel} % TN]" if tn > 1 else ""
+        text = f"{slot} = nw{r};"
+        stage.append(f"    if (wo + {32 * r}u < BN) {{ {text} }}" if 32 * (r + 1) > bn else f"    {text}")
+    lanes = ["w"] if tn == 1 else [f"w.{lane}" for lane in "xyzw"[:tn]]
     fma = []
     for kk in range(BK):
         fma.append("        {")
         fma += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
-        fma += [f"            let w{j} = tile_w[tb + {kk * bn + 16 * j}u];" for j in range(tn)]
-        fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * w{j};"
+        fma.append(f"            let w = tile_w[tb + {kk * bn // tn}u];")
+        fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * {lanes[j]};"
                 for h in range(hs) for j in range(tn)]
         fma.append("        }")
-    store = [f"    store4(g, split, m0 + tx * 4u + {64 * h}u, o0 + ty + {16 * j}u, acc[{h * tn + j}]);"
+    store = [f"    store4(g, split, m0 + tx * 4u + {64 * h}u, o0 + ty * TN + {j}u, acc[{h * tn + j}]);"
              for h in range(hs) for j in range(tn)]
-    return {"BM": bm, "BN": bn, "A_VECS": 2 * BK * bm // 4, "W_WORDS": 2 * BK * bn, "ACC": hs * tn,
-            "REGS": "\n".join(regs), "LOAD": "\n".join(load), "STAGE": "\n".join(stage),
-            "FMA": "\n".join(fma), "STORE": "\n".join(store)}
+    return {"BM": bm, "BN": bn, "TN": tn, "W_TYPE": W_TYPES[tn], "A_VECS": 2 * BK * bm // 4,
+            "W_VECS": 2 * BK * bn // tn, "ACC": hs * tn, "REGS": "\n".join(regs),
+            "LOAD": "\n".join(loads(bm, bn, runs)), "STAGE": "\n".join(stage), "FMA": "\n".join(fma),
+            "STORE": "\n".join(store)}
 
 
 def tiles(dims: dict[str, int]) -> tuple[int, int, int]:
