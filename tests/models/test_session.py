@@ -40,7 +40,7 @@ def test_second_turn_prefills_only_its_new_tokens_and_matches_a_fresh_generator(
     ids1 = session.prompt_ids(session.messages[:-1])
     assert first.prompt_tokens == len(ids1)
 
-    session.send("What is 2+2?")
+    session.send("2+2?")
     second = session.last
     ids2 = session.prompt_ids(session.messages[:-1])
     # The cache holds turn 1's prompt and every reply token but the last (never fed back).
@@ -79,7 +79,7 @@ def test_reset_starts_over_and_reuses_the_common_start(session):
 
 def test_stopping_a_stream_early_keeps_the_cache_consistent(session, tokenizer, fresh):
     session.reset()
-    stream = session.stream("Tell me a story.", max_tokens=8)
+    stream = session.stream("Go on.", max_tokens=8)
     next(stream)
     stream.close()  # the caller leaves after the first piece: a decode step may be in flight
     cache: PrefixCache = session.cache

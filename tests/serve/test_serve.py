@@ -4,7 +4,6 @@ greedy; all-MiniLM-L6-v2 for embeddings)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import socket
@@ -113,32 +112,27 @@ def test_completion_streaming_and_not_agree_and_stop_strings_cut(client, model):
 
 
 def test_embeddings_float_and_base64(client, server):
-    texts = ["A cat sits on the mat.", "A kitten rests on a rug.", "Quarterly tax filing deadlines."]
+    texts = ["A cat.", "A kitten.", "Tax law."]  # short: one 8-token batch shape, the encoder compiles once
     result = client.embeddings.create(model="all-MiniLM-L6-v2", input=texts)  # the client asks for base64
     vectors = np.array([item.embedding for item in result.data])
     assert vectors.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
-    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
-    # The same batch as plain floats (one batch shape: the encoder compiles once).
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
     plain = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": texts,
                                                         "encoding_format": "float"}, timeout=120).json()
     floats = np.array([item["embedding"] for item in plain["data"]])
-    assert np.array_equal(np.float32(floats), np.float32(vectors))
-    assert [item["index"] for item in plain["data"]] == [0, 1, 2] and plain["usage"]["prompt_tokens"] > 15
-    raw = httpx.post(f"{server}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": texts,
-                                                      "encoding_format": "base64"}, timeout=120).json()
-    decoded = np.frombuffer(base64.b64decode(raw["data"][2]["embedding"]), "<f4")
-    assert np.array_equal(decoded, np.float32(floats[2]))
+    assert np.array_equal(np.float32(floats), np.float32(vectors))  # base64 (decoded by the client) = floats
+    assert [item["index"] for item in plain["data"]] == [0, 1, 2] and plain["usage"]["prompt_tokens"] > 9
 
 
 def test_eight_concurrent_streaming_clients_each_get_their_own_tokens(client, model, server):
     prompts = [f"The number {n} is" for n in range(1, 9)]
-    alone = [client.completions.create(model=model, prompt=p, max_tokens=3).choices[0].text for p in prompts]
+    alone = [client.completions.create(model=model, prompt=p, max_tokens=2).choices[0].text for p in prompts]
     before = _health(server)["completed"]
 
     def stream(prompt: str) -> tuple[str, str | None]:
         text, finish = [], None
-        for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=3, stream=True):
+        for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=2, stream=True):
             text.append(chunk.choices[0].text)
             finish = chunk.choices[0].finish_reason or finish
         return "".join(text), finish
