@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy.errors import GraphError, InputError, ModelError, UnsupportedOpError
-from rlxpy.frontends import onnx_ops, onnx_ops_cnn
+from rlxpy.frontends import onnx_ops, onnx_ops_cnn, onnx_ops_signal
 from rlxpy.frontends.onnx_ops import EMIT, ONNX_DTYPES, Known, fold
 from rlxpy.frontends.rewrite import finalize
 from rlxpy.ir import DType, Graph, Node, ops
@@ -502,4 +502,5 @@ def _match_conv_batch_norm(m: _Match, conv: OnnxNode) -> tuple[OnnxNode, list[On
     return fused, [conv, bn]
 
 
-__all__ = ["OnnxImport", "OnnxModel", "fuse_patterns", "load_model", "onnx_ops", "onnx_ops_cnn"]
+__all__ = ["OnnxImport", "OnnxModel", "fuse_patterns", "load_model", "onnx_ops", "onnx_ops_cnn",
+           "onnx_ops_signal"]
