@@ -60,6 +60,8 @@ def run_reference(
     values: dict[int, np.ndarray] = {}
     users = graph.consumers()
     remaining = {i: len(u) for i, u in users.items()}
+    # tensors an op updates in place (a carried state) are copied: the caller's arrays stay as given
+    mutated = {n.inputs[k] for n in graph.nodes for k in n.op.mutated_inputs()}
     for node in graph.nodes:
         op = node.op
         if isinstance(op, ops.Input):
@@ -85,6 +87,8 @@ def run_reference(
                     f"node declares {format_shape(node.shape)}"
                 )
             values[node.id] = out.astype(node.dtype.numpy, copy=False)
+        if node.id in mutated:
+            values[node.id] = values[node.id].copy()
         if not keep_all:  # free intermediates once their last reader ran
             for i in node.inputs:
                 remaining[i] -= 1
