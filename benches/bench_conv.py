@@ -11,15 +11,19 @@ runs on the CPU (a smoke run: the ratios then mean nothing). ``ratio`` = torch m
 rlxpy is faster); ``tflops`` counts 2 * MACs of the conv.
 
 One command: ``python benches/bench_conv.py [--quick] [--json out.json]``; ``--quick`` runs batch 1
-at 56 x 56 with fewer channels and few repeats (lavapipe).
+at a quarter of the resolution with at most 64 channels, the models at 32 x 32, few repeats
+(a lavapipe smoke run).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +32,8 @@ from common import cuda_time, emit, parse_args, timeit, torch_cuda
 import rlxpy
 from rlxpy.errors import RlxError, UnsupportedOpError
 from rlxpy.wgpu_backend.profile import step_times_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # cnn_models: the test networks
 
 #: (name, c_in, c_out, size, kernel, stride, padding, groups) at a 224 x 224 input; size = input H = W
 RESNET18 = [
@@ -167,19 +173,19 @@ def bench_pool(side: Side, pool: tuple, batch: int, repeat: int) -> dict[str, An
 
 
 def bench_models(side: Side, batches: list[int], size: int, repeat: int) -> dict[str, Any]:
-    """Whole torchvision models through torch.compile(backend=rlxpy), if both can take them."""
+    """Whole resnet18 / mobilenet_v3_small (torchvision's with weights=None when it imports, else
+    tests/cnn_models.py's layer-for-layer copies) through torch.compile(backend=rlxpy)."""
     try:
-        import torchvision
-    except Exception as e:  # noqa: BLE001  (a broken torchvision build raises RuntimeError on import)
-        return {"skipped": f"torchvision unavailable: {type(e).__name__}: {e}"}
-    try:
+        from cnn_models import build, torchvision_models
+
         from rlxpy.frontends.torch_fx import make_backend
     except ImportError as e:
-        return {"skipped": f"no torch.compile front door: {e}"}
+        return {"skipped": f"no torch.compile front door or model builder: {e}"}
     torch = side.torch
-    results: dict[str, Any] = {}
+    source = "torchvision" if torchvision_models() is not None else "tests/cnn_models.py"
+    results: dict[str, Any] = {"models_from": source}
     for name in ("resnet18", "mobilenet_v3_small"):
-        model = getattr(torchvision.models, name)(weights=None).eval()
+        model = build(name)
         for batch in batches:
             key = f"{name} batch {batch}"
             x = torch.randn(batch, 3, size, size)
@@ -187,12 +193,11 @@ def bench_models(side: Side, batches: list[int], size: int, repeat: int) -> dict
                 compiled = torch.compile(model, backend=make_backend(on_unsupported="error"), dynamic=False)
                 with torch.no_grad():
                     got = compiled(x)
-                    want = model.double()(x.double())
-                    model.float()
+                    want = copy.deepcopy(model).double()(x.double())
                     ours_ms = 1e3 * timeit(lambda c=compiled, x=x: c(x), repeat=repeat, warmup=1)
             except (RlxError, Exception) as e:  # noqa: BLE001  (dynamo wraps the backend's errors)
                 results[key] = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-                torch._dynamo.reset()
+                torch.compiler.reset()
                 continue
             device_model = model.to(side.device)
             tx = x.to(side.device)
@@ -201,7 +206,7 @@ def bench_models(side: Side, batches: list[int], size: int, repeat: int) -> dict
             err = float((got.double() - want).abs().max() / want.abs().max())
             results[key] = {"rlxpy_ms": ours_ms, "torch_ms": torch_ms, "ratio": torch_ms / ours_ms,
                             "rel_error": err, "note": "rlxpy: per call (input upload and readback included)"}
-            torch._dynamo.reset()
+            torch.compiler.reset()
     return results
 
 
@@ -222,7 +227,7 @@ def main() -> None:
             print(f"{layer[0]:>22} b{batch}: ratio {results['layers'][-1]['ratio']:.2f}", flush=True)
         for pool in pools:
             results["layers"].append(bench_pool(side, pool, batch, repeat))
-    results["models"] = bench_models(side, batches, 64 if quick else 224, repeat)
+    results["models"] = bench_models(side, batches, 32 if quick else 224, repeat)
     emit(results, args.json)
 
 

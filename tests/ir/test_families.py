@@ -10,7 +10,8 @@ from rlxpy.ir.reference import REFERENCE, run_reference
 
 EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
-    "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward", "Custom",
+    "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward",
+    "Custom",
     "ActivationBackward", "CrossEntropyBackward",
     "ComplexView", "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
     "GaussianSplatRasterize", "GaussianSplatRender", "GaussianSplatRenderBackward", "Im2Col",

@@ -20,6 +20,7 @@ import math
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
+from rlxpy.ir.ops.conv import Geometry
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool
 from rlxpy.wgpu_backend.lowering.conv_geometry import epilogue_expr, window_fields
@@ -95,7 +96,7 @@ def lower_im2col(node: Node, ctx: LowerCtx) -> list[Step]:
         return []
     (x,) = ctx.inputs(node)
     kernel, stride, padding, dilation = node.op.windows()
-    geo = ops.conv.Geometry(kernel, stride, padding, padding, dilation)
+    geo = Geometry(kernel, stride, padding, padding, dilation)
     in_sizes = tuple(x.shape[2:])
     h_out = (in_sizes[0] + 2 * padding[0] - geo.span(0)) // stride[0] + 1
     w_out = (in_sizes[1] + 2 * padding[1] - geo.span(1)) // stride[1] + 1
