@@ -83,7 +83,13 @@ CHAT_HELP = "type a message; /reset starts a new conversation, /exit (or Ctrl-D)
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """An interactive conversation: each reply streams as it is generated; the KV cache is kept
-    between turns, so a turn prefills only its own new tokens."""
+    between turns, so a turn prefills only its own new tokens. Ctrl-C stops a reply (what was shown
+    stays in the conversation); at the prompt it quits."""
+    with interruptible() as check:  # Ctrl-C lands even while wgpu waits on the GPU
+        return _chat(args, check)
+
+
+def _chat(args: argparse.Namespace, check: Callable[[], None]) -> int:
     from rlxpy.frontends.gguf import default_model_path, load_generator
     from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
     from rlxpy.models.session import Session
@@ -127,14 +133,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if text.startswith("/"):
             print(f"rlxpy: unknown command {text.split()[0]!r}; {CHAT_HELP}", file=sys.stderr)
             continue
+        reply = session.stream(text)
         try:
-            for piece in session.stream(text):
+            for piece in reply:
                 print(piece, end="", flush=True)
+                check()
         except KeyboardInterrupt:
-            pass  # the reply so far stays in the conversation
+            print("\nrlxpy: stopped", file=sys.stderr)  # the reply so far stays in the conversation
         except InputError as e:  # the conversation outgrew the context: say so, keep the REPL
             print(f"\nrlxpy: {e} (/reset starts over)", file=sys.stderr)
             continue
+        finally:
+            reply.close()  # a stopped reply finishes its step in flight; the KV cache stays usable
         print(flush=True)
         s = session.last
         print(
