@@ -80,8 +80,11 @@ class SerialScheduler:
         return job
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Stop after the job in progress (queued jobs are cancelled)."""
+        """Stop: the job in progress ends at its next step, queued jobs never start."""
         self._queue.put(None)
+        running = self.running
+        if running is not None:
+            running.cancel()
         self._thread.join(timeout)
 
     def _loop(self) -> None:
