@@ -68,6 +68,7 @@ class SerialScheduler:
         self.completed = 0
         self.cancelled = 0
         self.busy_seconds = 0.0  # time spent running jobs
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -81,6 +82,7 @@ class SerialScheduler:
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Stop: the job in progress ends at its next step, queued jobs never start."""
+        self._closing.set()
         self._queue.put(None)
         running = self.running
         if running is not None:
@@ -95,7 +97,9 @@ class SerialScheduler:
                 return
             with self._lock:
                 self.waiting -= 1
-            if job.cancelled:  # the client left while the job was queued
+            if self._closing.is_set():
+                job.cancel()
+            if job.cancelled:  # the client left while the job was queued (or the server is closing)
                 self.cancelled += 1
                 job.emit(END)
                 continue
