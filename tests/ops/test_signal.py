@@ -124,6 +124,23 @@ def test_rfft_and_irfft_match_numpy(device, n):
     no_host_steps(exe)
 
 
+@pytest.mark.parametrize("n", [7, 16, 97, 4099])
+def test_full_spectrum_of_a_real_signal_and_complex_views(device, n):
+    x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
+    g = rlxpy.Graph("views")
+    spectrum = g.rfft(g.input("x", x.shape), onesided=False)
+    pairs = g.view_as_real(spectrum)
+    again = g.view_as_complex(pairs)
+    g.output(pairs, again)
+    exe = rlxpy.compile(g)
+    out = exe.run({"x": x})
+    want = scipy.fft.fft(x.astype(np.float64))
+    assert out[pairs.name].shape == (2, n, 2) and out[pairs.name].dtype == np.float32
+    assert_spectrum(out[pairs.name][..., 0] + 1j * out[pairs.name][..., 1].astype(np.float64), want, n)
+    np.testing.assert_array_equal(out[again.name], out[pairs.name][..., 0] + 1j * out[pairs.name][..., 1])
+    no_host_steps(exe)
+
+
 def test_irfft_trims_or_zero_pads_the_bins_and_ignores_dc_and_nyquist_imaginary_parts(device):
     half = complex_rand((2, 9), 3)
     half[:, 0] += 5j  # ignored, as is bin n/2's imaginary part for even n

@@ -12,18 +12,54 @@
 #include "signal_fft_store.wgsl"
 #include "signal_fft_stages.wgsl"
 
-// The line and point of slot i of the workgroup memory (slot = line * len + point), visited lines-fastest
-// when adjacent lines are adjacent in memory (coalesced columns) and points-fastest otherwise.
-fn slot_of(i: u32, lines_fastest: u32) -> u32 {
+// A lane's walk over the workgroup's (line, point) pairs, one every {{WG}}: points fastest, or lines
+// fastest when adjacent lines are adjacent in memory (coalesced columns). Stepped without dividing.
+struct Walk {
+    fast: u32,
+    slow: u32,
+    size: u32,  // of the fast index
+    fast_step: u32,
+    slow_step: u32,
+    lines_fastest: bool,
+}
+
+fn walk_start(lane: u32, lines_fastest: u32) -> Walk {
+    var size = p.len;
     if (lines_fastest == 1u) {
-        return (i % p.per_wg) * p.len + i / p.per_wg;
+        size = p.per_wg;
     }
-    return i;
+    return Walk(lane % size, lane / size, size, {{WG}}u % size, {{WG}}u / size, lines_fastest == 1u);
+}
+
+fn walk_next(w: ptr<function, Walk>) {
+    (*w).fast = (*w).fast + (*w).fast_step;
+    (*w).slow = (*w).slow + (*w).slow_step;
+    if ((*w).fast >= (*w).size) {
+        (*w).fast = (*w).fast - (*w).size;
+        (*w).slow = (*w).slow + 1u;
+    }
+}
+
+fn walk_line(w: Walk) -> u32 {
+    return select(w.slow, w.fast, w.lines_fastest);
+}
+
+fn walk_point(w: Walk) -> u32 {
+    return select(w.fast, w.slow, w.lines_fastest);
+}
+
+// (batch, sub-line) of line r; one pass of a whole transform has one sub-line per batch (no division)
+fn batch_of(r: u32) -> vec2<u32> {
+    if (p.sub_rows == 1u) {
+        return vec2<u32>(r, 0u);
+    }
+    return vec2<u32>(r / p.sub_rows, r % p.sub_rows);
 }
 
 fn load_point(r: u32, k: u32) -> vec2<f32> {
-    let b = r / p.sub_rows;
-    let t = (r % p.sub_rows) * p.t_sub + k * p.t_k;
+    let bs = batch_of(r);
+    let b = bs.x;
+    let t = bs.y * p.t_sub + k * p.t_k;
     if (t >= p.load_len) {
         return vec2<f32>(0.0, 0.0);  // zero padding (Bluestein's convolution length)
     }
@@ -38,8 +74,9 @@ fn load_point(r: u32, k: u32) -> vec2<f32> {
 }
 
 fn store_point(r: u32, k: u32, value: vec2<f32>) {
-    let b = r / p.sub_rows;
-    let s = r % p.sub_rows;
+    let bs = batch_of(r);
+    let b = bs.x;
+    let s = bs.y;
     let t = s * p.o_sub + k * p.o_k;
     var v = value;
     if (p.twiddle == 1u) {
@@ -68,14 +105,16 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         return;  // the whole workgroup: barriers stay in uniform control flow
     }
     let points = p.per_wg * p.len;
+    var walk = walk_start(lane, p.load_lines_fastest);
     for (var i = lane; i < points; i = i + {{WG}}u) {
-        let slot = slot_of(i, p.load_lines_fastest);
-        let r = first + slot / p.len;
+        let line = walk_line(walk);
+        let point = walk_point(walk);
         var v = vec2<f32>(0.0, 0.0);
-        if (r < p.rows) {
-            v = load_point(r, slot % p.len);
+        if (first + line < p.rows) {
+            v = load_point(first + line, point);
         }
-        sh[slot] = v;
+        sh[line * p.len + point] = v;
+        walk_next(&walk);
     }
     workgroupBarrier();
     var done = run_stages(lane, 0u);
@@ -89,11 +128,13 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         workgroupBarrier();
         done = run_stages(lane, to);
     }
+    walk = walk_start(lane, p.store_lines_fastest);
     for (var i = lane; i < points; i = i + {{WG}}u) {
-        let slot = slot_of(i, p.store_lines_fastest);
-        let r = first + slot / p.len;
-        if (r < p.rows) {
-            store_point(r, slot % p.len, sh[done + slot]);
+        let line = walk_line(walk);
+        let point = walk_point(walk);
+        if (first + line < p.rows) {
+            store_point(first + line, point, sh[done + line * p.len + point]);
         }
+        walk_next(&walk);
     }
 }

@@ -7,6 +7,9 @@ const LOAD_HERMITIAN = 2u;
 const LOAD_FRAME = 3u;
 
 fn in_word(b: u32, t: u32) -> u32 {
+    if (p.in_inner == 1u) {  // lines along the last axis: no division
+        return p.in_base + b * p.in_outer + t * p.in_elem;
+    }
     return p.in_base + (b / p.in_inner) * p.in_outer + (b % p.in_inner) * p.in_inner_w + t * p.in_elem;
 }
 
