@@ -232,7 +232,7 @@ def _attention_graph(case, mask_kind=None, mask_shape=None, window=5, scale=None
     q, k, v, dy = g.input("q", q_shape), g.input("k", k_shape), g.input("v", k_shape), g.input("dy", q_shape)
     mask = g.input("mask", mask_shape) if mask_shape else None
     outs = [g.attention_backward(q, k, v, dy, wrt, heads, d, kv_heads, kind, mask, scale, softcap, window)
-            for wrt in ("query", "key", "value")]
+            for wrt in ("query", "key", "value", "all")]
     g.output(*outs)
     return g, outs, (q_shape, k_shape)
 
@@ -252,8 +252,11 @@ def _check_attention(case, mask_kind=None, mask=None, window=5, scale=None):
     tmask = t64(mask) if mask is not None else None
     torch_attention(tq, tk, tv, heads, kv_heads, d, layout, mask_kind or kind, tmask, scale, softcap,
                     window).backward(t64(feeds["dy"]))
-    for out, want, what in zip(outs, (tq.grad, tk.grad, tv.grad), "qkv"):
-        assert_close(got[out.name], want.numpy(), *ATTENTION_TOL, f"d{what}")
+    wants = (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
+    for out, want, what in zip(outs, wants, "qkv"):
+        assert_close(got[out.name], want, *ATTENTION_TOL, f"d{what}")
+    flat = np.concatenate([w.reshape(-1) for w in wants])  # wrt all: dq, dk, dv one after the other
+    assert_close(got[outs[3].name], flat, *ATTENTION_TOL, "wrt all")
 
 
 @pytest.mark.parametrize("case", ATTENTION_CASES, ids=str)

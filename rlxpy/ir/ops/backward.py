@@ -10,22 +10,25 @@ Documented in docs/ops.md#backward (generated from these docstrings by rlxpy/ir/
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.ops.attention import Attention
-from rlxpy.ir.ops.base import ENUMS, ActKind, MaskKind, Op, TensorType, check_axis, need
+from rlxpy.ir.ops.base import ENUMS, ActKind, MaskKind, Op, TensorType, check_axis, need, need_static
 from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.shape import format_shape
 
 
 class AttentionWrt(enum.IntEnum):
-    """Which input AttentionBackward differentiates (the ids are serialised: keep them stable)."""
+    """Which input AttentionBackward differentiates (the ids are serialised: keep them stable); ALL
+    gives the three gradients at once, flattened one after the other."""
 
     QUERY = 0
     KEY = 1
     VALUE = 2
+    ALL = 3
 
 
 ENUMS[AttentionWrt.__name__] = AttentionWrt  # so JSON graphs can name it
@@ -171,7 +174,8 @@ class GatherBackward(Op):
 
 @dataclass(frozen=True)
 class AttentionBackward(Op):
-    """dq, dk or dv (``wrt``) of Attention with the same attributes; inputs q, k, v, dy (+ mask).
+    """dq, dk or dv (``wrt``) of Attention with the same attributes, or with ``wrt`` ALL the three as
+    one 1-D tensor [dq flat, dk flat, dv flat] (each in its input's layout); inputs q, k, v, dy (+ mask).
 
     With ``P = softmax(mask(cap(scale q k^T)))``: ``dV = P^T dY``, ``dP = dY V^T``,
     ``dS = P (dP - rowsum(P dP))``, zeroed where the mask replaced the score, times
@@ -197,6 +201,9 @@ class AttentionBackward(Op):
         self.forward().infer([q, k, v, *ins[4:]])
         need(dy.shape == q.shape, f"dy {dy} must have q's shape {format_shape(q.shape)}")
         need(isinstance(self.wrt, AttentionWrt), f"wrt must be an AttentionWrt, got {self.wrt!r}")
+        if self.wrt is AttentionWrt.ALL:
+            need_static(q.shape + k.shape, "attention backward wrt all")
+            return TensorType((math.prod(q.shape) + 2 * math.prod(k.shape),), q.dtype)
         return (q, k, v)[self.wrt]
 
 

@@ -153,9 +153,15 @@ def _layout(t: np.ndarray, heads: int, head_dim: int) -> str:
 def ref_attention_backward(op: AttentionBackward, args, node):
     q, k, v, dy = args[:4]
     grads = attention_grads(op, q, k, v, dy, args[4] if len(args) > 4 else None)
-    target = (q, k, v)[op.wrt]
-    heads = op.num_heads if op.wrt is AttentionWrt.QUERY else op.forward().kv_heads
-    return from_bhsd(grads[op.wrt], _layout(target, heads, op.head_dim), target.shape).astype(target.dtype)
+    laid_out = []
+    for wrt in (AttentionWrt.QUERY, AttentionWrt.KEY, AttentionWrt.VALUE):
+        target = (q, k, v)[wrt]
+        heads = op.num_heads if wrt is AttentionWrt.QUERY else op.forward().kv_heads
+        grad = from_bhsd(grads[wrt], _layout(target, heads, op.head_dim), target.shape).astype(target.dtype)
+        laid_out.append(grad)
+    if op.wrt is AttentionWrt.ALL:
+        return np.concatenate([g.reshape(-1) for g in laid_out])
+    return laid_out[op.wrt]
 
 
 @reference(CrossEntropyBackward)

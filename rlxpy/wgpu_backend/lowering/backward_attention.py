@@ -6,7 +6,9 @@ sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
 
 * wrt query: backward_attention_dq, one workgroup per (16 queries, head, batch) walking the key tiles;
 * wrt key / value: backward_attention_dkv, one workgroup per (16 keys, kv head, batch) walking the query
-  tiles of every query head in its GQA group (the group's gradients are summed in the workgroup).
+  tiles of every query head in its GQA group (the group's gradients are summed in the workgroup);
+* wrt all: the statistics once, then both, the dkv pass computing dK and dV together; the output is
+  [dq, dk, dv] flat, each in its input's layout.
 
 Causal and sliding-window masks skip the tiles they zero out. q, k, v, dy and the output are read in
 place in any layout of ``attention_layout`` through (batch, head, seq) strides; the mask as Attention's.
@@ -34,7 +36,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 TILE = 16
 MAX_HEAD_DIM = 256
 _FIELDS = dict(
-    s_q=U32, s_k=U32, group=U32, heads=U32, q=U32, k=U32, v=U32, dy=U32, out=U32, stats=U32,
+    s_q=U32, s_k=U32, group=U32, heads=U32, q=U32, k=U32, v=U32, dy=U32, out=U32, out2=U32, stats=U32,
     q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
     mask=U32, m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32, start=U32,
     count=U32,
@@ -46,7 +48,8 @@ TILE_ARRAYS = 3 * 272 * 4  # three 16 x 17 f32 workgroup arrays
 BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES,
                                   shared_bytes=2 * 272 * 4 + 272 * 8)
 BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
-BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
+BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES,
+                                shared_bytes=TILE_ARRAYS + 272 * 4)
 
 Strides = tuple[int, int, int]
 
@@ -130,9 +133,10 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
     if mask is not None:
         m_sb, m_sh, m_sq, m_sk = mask_strides(node, mask, {"b": batch, "h": heads, "q": s_q, "k": s_k})
         load_mask = word_type(mask.dtype, f"{where(node)} mask")[1]
+    out = ctx.offset(node)
     fields = dict(
         s_q=s_q, s_k=s_k, group=heads // kv_heads, heads=heads, q=ctx.offset(q), k=ctx.offset(k),
-        v=ctx.offset(v), dy=ctx.offset(dy), out=ctx.offset(node), stats=(base - ctx.window_base) // 4,
+        v=ctx.offset(v), dy=ctx.offset(dy), out=out, out2=0, stats=(base - ctx.window_base) // 4,
         q_sb=q_strides[0], q_sh=q_strides[1], q_ss=q_strides[2],
         k_sb=k_strides[0], k_sh=k_strides[1], k_ss=k_strides[2],
         mask=ctx.offset(mask) if mask is not None else 0, m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk,
@@ -147,14 +151,17 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
     steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
                           count=count, **fields)
              for start, count in chunks(key_tiles, per_dispatch)]
-    if op.wrt is AttentionWrt.QUERY:
+    if op.wrt in (AttentionWrt.QUERY, AttentionWrt.ALL):
         steps += [ctx.dispatch(BACKWARD_ATTENTION_DQ, node, query_grid, subs, scalable=False, start=start,
                                count=count, **fields)
                   for start, count in chunks(key_tiles, per_dispatch)]
+    if op.wrt is AttentionWrt.QUERY:
         return steps
     group_steps = per_dispatch // (heads // kv_heads)
     if group_steps < 1:
         raise LimitError(f"{where(node)}: {heads // kv_heads} query heads per kv head exceed the loop budget")
+    if op.wrt is AttentionWrt.ALL:  # dK after dq, dV after dK, in the flat output
+        fields |= {"out": out + q.numel, "out2": out + q.numel + k.numel}
     kv_subs = {**subs, "WRT": int(op.wrt)}
     steps += [ctx.dispatch(BACKWARD_ATTENTION_DKV, node, (key_tiles, kv_heads, batch), kv_subs,
                            scalable=False, start=start, count=count, **fields)
