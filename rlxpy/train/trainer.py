@@ -41,7 +41,8 @@ class Trainer:
         self.accumulate = accumulate
         self.lr = optimizer.lr if lr is None else lr
         self.spec: TrainingGraph = training_graph(graph, loss, optimizer, params, clip_norm, accumulate)
-        self.exe = rlxpy.compile(self.spec.graph, **compile_options)
+        # params stay f32 in the arena: the updates write them in place, so no f16 shadow of a weight
+        self.exe = rlxpy.compile(self.spec.graph, **{"f16_weights": (), **compile_options})
         self.steps = 0
         self.zero_state()
 
