@@ -40,7 +40,7 @@ CASES = [
     ("c64 1000 (2^3 5^3)", 1000, 1 << 22, "c2c"),
     ("c64 2187 (3^7)", 2187, 1 << 22, "c2c"),
     ("c64 97 (prime, Bluestein)", 97, 1 << 21, "c2c"),
-    ("c64 4099 (prime, Bluestein 4 passes)", 4099, 1 << 21, "c2c"),
+    ("c64 4099 (prime, Bluestein 4 passes)", 4099, 1 << 20, "c2c"),  # scratch: 2 x m = 16384 per line
     ("rfft 2^12", 1 << 12, 1 << 22, "rfft"),
 ]
 QUICK_POINTS = 1 << 14

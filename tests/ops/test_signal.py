@@ -21,6 +21,7 @@ import torch
 from helpers import assert_close
 
 import rlxpy
+from rlxpy import env
 from rlxpy.errors import GraphError
 from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.ir.reference import run_reference
@@ -166,6 +167,32 @@ def test_fft_along_any_axis_and_in_the_block_layout(device):
     spectrum = np.fft.fft(blocks[:, :12] + 1j * blocks[:, 12:].astype(np.float64))
     assert_spectrum(got[:, :12] + 1j * got[:, 12:], spectrum, 12)
     no_host_steps(exe)
+
+
+def test_multi_pass_transforms_under_a_binding_cap_run_in_chunks_of_lines(device):
+    """A 2 MiB binding: the scratch of a window holds a few lines of a four-step or Bluestein transform at
+    a time, so the lines run in chunks (several dispatches per pass); results equal the uncapped ones."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((32, 4096)).astype(np.float32)
+    z = complex_rand((9, 4099), 16)
+
+    def build() -> tuple:
+        g = rlxpy.Graph("capped")
+        spectra = g.rfft(g.input("x", x.shape)), g.fft(g.input("z", z.shape, "c64"), inverse=True)
+        g.output(*spectra)
+        return rlxpy.compile(g), spectra
+
+    with env.override(RLX_WGPU_MAX_BINDING=2 << 20):
+        capped, (real, prime) = build()
+    free, _ = build()
+    assert capped.schedule.window_size <= 2 << 20 < capped.schedule.arena.size
+    assert len([s for s in capped.schedule.steps if s.kind == "gpu"]) > len(free.schedule.steps)
+    got, want = capped.run({"x": x, "z": z}), free.run({"x": x, "z": z})
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}: capped vs uncapped")
+    assert_spectrum(got[real.name], np.fft.rfft(x.astype(np.float64)), 4096)
+    assert_spectrum(got[prime.name], np.fft.ifft(z.astype(np.complex128), norm="forward"), 4099)
+    assert all(s.kind in ("gpu", "copy") for s in capped.schedule.steps)  # staging copies, no host step
 
 
 @pytest.mark.parametrize("n", [16, 97, 4096, 4099])

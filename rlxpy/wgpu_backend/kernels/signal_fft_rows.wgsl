@@ -63,7 +63,7 @@ fn load_point(r: u32, k: u32) -> vec2<f32> {
     if (t >= p.load_len) {
         return vec2<f32>(0.0, 0.0);  // zero padding (Bluestein's convolution length)
     }
-    var v = load_value(b, t);
+    var v = load_value(p.in_line0 + b, t);  // in_line0: the first line of a chunk of lines
     if (p.conj_in == 1u) {
         v = conj(v);  // an inverse transform is conj(forward(conj(x)))
     }
@@ -94,7 +94,7 @@ fn store_point(r: u32, k: u32, value: vec2<f32>) {
     if (p.conj_b == 1u) {
         v = conj(v);
     }
-    store_value(b, t, v * p.scale);
+    store_value(p.out_line0 + b, t, v * p.scale);
 }
 
 @compute @workgroup_size({{WG}})

@@ -37,7 +37,8 @@ FFT_FIELDS = {
                               "sub_rows", "t_sub", "t_k", "load_len", "n_full", "bins", "pad", "pad_mode",
                               "window", "conj_in", "has_pre", "pre", "twiddle", "has_mid", "mid", "o_sub",
                               "o_k", "out_len", "conj_a", "has_post", "post", "conj_b",
-                              "load_lines_fastest", "store_lines_fastest", "load_mode", "store_mode")},
+                              "load_lines_fastest", "store_lines_fastest", "load_mode", "store_mode",
+                              "in_line0", "out_line0")},
     **{f"in_{name}": U32 for name in _LINES},
     **{f"out_{name}": U32 for name in _LINES},
     "scale": F32,
@@ -55,6 +56,8 @@ LOAD_MODES = {"complex": 0, "real": 1, "hermitian": 2, "frame": 3}
 STORE_MODES = {"complex": 0, "real": 1}
 #: Radix-4 stages first, then one radix 2, then 3, 5, 7 (each 4 bits of radices0/radices1).
 MAX_STAGES = 16
+#: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
+SCRATCH_WORDS = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -144,26 +147,32 @@ class FftJob:
     scale: float
 
 
-def scratch_words(n: int, lines: int, facts: DeviceFacts) -> int:
-    """Arena scratch (in words) a transform of ``lines`` lines of length n needs: 0 in one pass."""
+def line_words(n: int, facts: DeviceFacts) -> int:
+    """Arena scratch (words) one line of a length-n transform needs: 0 when it runs in one pass."""
     length = fft_plan_length(n)
     if length <= capacity(facts):
         return 0
-    passes = 2 if length == n else 4
-    return (1 if passes == 2 else 2) * 2 * length * lines
+    return (1 if length == n else 2) * 2 * length  # four-step: one c64 buffer, Bluestein: two
+
+
+def scratch_words(n: int, lines: int, facts: DeviceFacts) -> int:
+    """Arena scratch (words) to ask for: every line at once, or chunks of lines in SCRATCH_WORDS."""
+    per_line = line_words(n, facts)
+    return min(per_line * lines, max(per_line, SCRATCH_WORDS))
 
 
 def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
-    """The dispatches of one transform (one pass, or four-step passes through ``ctx.scratch``)."""
+    """The dispatches of one transform: one pass, or four-step passes through ``ctx.scratch``, as many
+    lines at a time as the scratch offered holds."""
     n, node = job.n, job.node
     length = fft_plan_length(n)
     bluestein = length != n
     table = ctx.offset(job.table)
     chirp, kernel_spectrum = table + 2 * length, table + 2 * length + 2 * n
     cap = capacity(ctx.facts)
-    direction = {"conj_in": int(job.inverse), "scale": job.scale}
     if length <= cap:
-        fields = {**direction, "load_len": n, "out_len": job.out_len, "conj_b": int(job.inverse)}
+        fields = {"conj_in": int(job.inverse), "load_len": n, "out_len": job.out_len,
+                  "conj_b": int(job.inverse), "scale": job.scale}
         if bluestein:
             fields.update(has_pre=1, pre=chirp, has_mid=1, mid=kernel_spectrum, conj_a=1, has_post=1,
                           post=chirp)
@@ -174,38 +183,44 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
         raise LimitError(f"{where(node)}: an FFT of length {length} splits into no two factors of at most "
                          f"{cap} points (the workgroup memory)")
     n1, n2 = halves
-    words = scratch_words(n, job.lines, ctx.facts)
+    per_line = line_words(n, ctx.facts)
     base, size = ctx.scratch
-    if 4 * words > size or base < ctx.window_base:
-        raise LimitError(f"{where(node)}: an FFT of length {length} needs {4 * words} B of arena scratch, "
-                         f"{size} B are free in its binding")
+    chunk = min(job.lines, size // 4 // per_line) if base >= ctx.window_base else 0
+    if chunk == 0:
+        raise LimitError(f"{where(node)}: an FFT of length {length} needs {4 * per_line} B of arena scratch "
+                         f"per line, {size} B are free in its binding")
     first = (base - ctx.window_base) // 4
-    second = first + 2 * length * job.lines
+    second = first + 2 * length * chunk
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
 
-    def columns(source: Source, out: Lines, fields: dict) -> Step:
+    def columns(lines: int, source: Source, out: Lines, fields: dict) -> Step:
         """FFTs of the n2 columns (t = j1 n2 + column), twisted, stored as row j1 of the scratch."""
-        return _pass(ctx, job, job.lines * n2, n1, n2, (1, n2), (1, n2), source, "complex", out,
+        return _pass(ctx, job, lines * n2, n1, n2, (1, n2), (1, n2), source, "complex", out,
                      {"twiddle": 1, "out_len": length, **fields}, lines_fastest=(True, True))
 
-    def rows(source: Source, store: str, out: Lines, fields: dict) -> Step:
+    def rows(lines: int, source: Source, store: str, out: Lines, fields: dict) -> Step:
         """FFTs of the n1 scratch rows, stored transposed (frequency k1 + n1 k2)."""
-        return _pass(ctx, job, job.lines * n1, n2, n1, (n2, 1), (1, n1), source, store, out,
+        return _pass(ctx, job, lines * n1, n2, n1, (n2, 1), (1, n1), source, store, out,
                      {"load_len": length, **fields}, lines_fastest=(False, True))
 
-    if not bluestein:
-        return [columns(job.source, scratch[0], {"load_len": n, "conj_in": int(job.inverse)}),
-                rows(scratch_source[0], job.store, job.target,
-                     {"out_len": job.out_len, "conj_b": int(job.inverse), "scale": job.scale})]
-    return [columns(job.source, scratch[0], {"load_len": n, "conj_in": int(job.inverse), "has_pre": 1,
-                                             "pre": chirp}),
-            rows(scratch_source[0], "complex", scratch[1], {"out_len": length, "has_post": 1,
-                                                              "post": kernel_spectrum}),
-            columns(scratch_source[1], scratch[0], {"load_len": length, "conj_in": 1}),
-            rows(scratch_source[0], job.store, job.target,
-                 {"out_len": job.out_len, "conj_a": 1, "has_post": 1, "post": chirp,
-                  "conj_b": int(job.inverse), "scale": job.scale})]
+    steps = []
+    for line0 in range(0, job.lines, chunk):  # lines line0.. of the node; the scratch holds them from 0
+        lines = min(chunk, job.lines - line0)
+        first_pass = {"in_line0": line0, "load_len": n, "conj_in": int(job.inverse)}
+        last_pass = {"out_line0": line0, "out_len": job.out_len, "conj_b": int(job.inverse),
+                     "scale": job.scale}
+        if not bluestein:
+            steps += [columns(lines, job.source, scratch[0], first_pass),
+                      rows(lines, scratch_source[0], job.store, job.target, last_pass)]
+            continue
+        steps += [columns(lines, job.source, scratch[0], {**first_pass, "has_pre": 1, "pre": chirp}),
+                  rows(lines, scratch_source[0], "complex", scratch[1],
+                       {"out_len": length, "has_post": 1, "post": kernel_spectrum}),
+                  columns(lines, scratch_source[1], scratch[0], {"load_len": length, "conj_in": 1}),
+                  rows(lines, scratch_source[0], job.store, job.target,
+                       {**last_pass, "conj_a": 1, "has_post": 1, "post": chirp})]
+    return steps
 
 
 def _pass(ctx: LowerCtx, job: FftJob, rows: int, length: int, sub_rows: int, load: tuple[int, int],
