@@ -356,6 +356,9 @@ def test_bad_input_is_refused_naming_the_node_and_shapes():
         g.irfft(real, name="back")
     with pytest.raises(GraphError, match=r"empty \(Fft\): fft needs a non-empty axis -1, got c64\[3, 0\]"):
         g.fft(g.input("z0", (3, 0), "c64"), name="empty")
+    with pytest.raises(GraphError, match=r"short \(Fft\): irfft of c64\[2, 1\] has no output length \(n=0\): "
+                                         r"pass n >= 1 \[inputs: c64\[2, 1\]\]"):
+        g.irfft(g.input("dc", (2, 1), "c64"), name="short")
     with pytest.raises(GraphError, match=r"far \(Fft\): axis 2 out of range for rank 2 "
                                          r"\[inputs: f32\[2, 8\]\]"):
         g.rfft(real, axis=2, name="far")
