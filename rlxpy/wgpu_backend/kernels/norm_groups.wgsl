@@ -5,22 +5,8 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
+#include "norm_workgroup_sum.wgsl"
 #include "norm_inv_std.wgsl"
-
-var<workgroup> partial: array<f32, {{WG}}>;
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    partial[a] = partial[a] + partial[b];
-}
-
-fn workgroup_sum(lane: u32, value: f32) -> f32 {
-    partial[lane] = value;
-    tree_reduce(lane, 0u);
-    let total = partial[0];
-    workgroupBarrier();  // every lane has read the total before partial is reused
-    return total;
-}
 
 fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {

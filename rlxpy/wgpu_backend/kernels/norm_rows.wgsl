@@ -4,9 +4,7 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
-
-var<workgroup> partial: array<f32, {{WG}}>;
+#include "norm_workgroup_sum.wgsl"
 
 // s = x (+ residual) (+ bias): the fused residual is recomputed in every pass instead of stored.
 fn load_sum(row_base: u32, c: u32) -> f32 {
@@ -18,18 +16,6 @@ fn load_sum(row_base: u32, c: u32) -> f32 {
         v = v + ld_f32(p.bias + c);
     }
     return v;
-}
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    partial[a] = partial[a] + partial[b];
-}
-
-fn workgroup_sum(lane: u32, value: f32) -> f32 {
-    partial[lane] = value;
-    tree_reduce(lane, 0u);
-    let total = partial[0];
-    workgroupBarrier();  // every lane has read the total before partial is reused
-    return total;
 }
 
 fn run_row(row: u32, lane: u32) {
