@@ -3,33 +3,17 @@
 // Bindings: 0 = arena window (u32 words), 1 = NormSoftmaxRowsParams (element offsets in the window).
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
-#include "norm_softmax_online.wgsl"
+#include "norm_softmax_workgroup.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
-
-var<workgroup> part_max: array<f32, {{WG}}>;
-var<workgroup> part_sum: array<f32, {{WG}}>;
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    let merged = maxp(part_max[a], part_max[b]);
-    part_sum[a] = part_sum[a] * exp_shift(part_max[a], merged) + part_sum[b] * exp_shift(part_max[b], merged);
-    part_max[a] = merged;
-}
 
 fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {
         return;
     }
     let base = row * p.cols;
-    var ms = vec2<f32>(-inf_f32(), 0.0);
-    for (var c = lane; c < p.cols; c = c + {{WG}}u) {
-        ms = online_add(ms, ld_f32(p.x + base + c));
-    }
-    part_max[lane] = ms.x;
-    part_sum[lane] = ms.y;
-    tree_reduce(lane, 0u);
-    let row_max = part_max[0];
-    let row_sum = part_sum[0];
+    let ms = line_max_sum(lane, base, 1u, p.cols);
+    let row_max = ms.x;
+    let row_sum = ms.y;
     // a NaN max (NaN in the row) or an all -inf row gives NaN everywhere, like torch.softmax
     for (var c = lane; c < p.cols; c = c + {{WG}}u) {
         st_f32(p.y + base + c, exp_shift(ld_f32(p.x + base + c), row_max) / row_sum);
