@@ -9,8 +9,9 @@ checked first (max |diff| / max |want| against numpy / the float64 reference).
 Times are medians. rlxpy: the sum of its GPU step times (timestamp queries, ``gpu_ms``) and the wall
 time of a run with dispatches only (``ms``: submit and wait, no readback); torch: CUDA events around
 back-to-back calls on device tensors (without CUDA, torch runs on the CPU: a smoke run, the ratios
-then mean nothing). ``ratio`` = torch ms / rlxpy GPU ms (> 1: rlxpy is faster); ``gpoints_s`` = points
-transformed per second (1e9) by rlxpy's GPU time.
+then mean nothing). ``ratio`` = torch ms / rlxpy GPU ms (> 1: rlxpy is faster; ``ratio_wall`` uses
+rlxpy's wall time, submit and wait included); ``gpoints_s`` = points transformed per second (1e9) by
+rlxpy's GPU time.
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json]``; ``--quick`` uses small batches
 and a 5 s clip (lavapipe).
@@ -130,7 +131,7 @@ def bench_fft(side: Torch, name: str, n: int, points: int, kind: str, repeat: in
     gpu = ours["gpu_ms"]
     return {"case": name, "n": n, "batch": batch, "plan_length": fft_plan_length(n),
             "rel_err": rel_error(got[:4], want), **ours, "torch_ms": theirs,
-            "ratio": theirs / gpu if gpu else None,
+            "ratio": theirs / gpu if gpu else None, "ratio_wall": theirs / ours["ms"],
             "gpoints_s": batch * n / gpu / 1e6 if gpu else None}
 
 
@@ -179,7 +180,7 @@ def bench_log_mel(side: Torch, seconds: float, batch: int, repeat: int) -> dict[
     gpu = ours["gpu_ms"]
     return {"case": f"log-mel {seconds:g} s x {batch}", "samples": samples, "rate": rate,
             "abs_err": float(np.abs(got - want).max()), **ours, "torch_ms": theirs,
-            "ratio": theirs / gpu if gpu else None}
+            "ratio": theirs / gpu if gpu else None, "ratio_wall": theirs / ours["ms"]}
 
 
 def main() -> None:
