@@ -19,9 +19,7 @@ fn run_item(i: u32) {
     let n = nc / p.c_out;
     let g = co / p.c_out_g;
     let o = co % p.c_out_g;
-    let ow = pos % p.out_w;
-    let oh = (pos / p.out_w) % p.out_h;
-    let od = pos / (p.out_w * p.out_h);
+    let at = out_position(pos);
     var acc = 0.0;
     for (var c = 0u; c < p.c_in_g; c = c + 1u) {
         let row = n * p.c_in + g * p.c_in_g + c;
@@ -29,7 +27,7 @@ fn run_item(i: u32) {
         for (var td = 0u; td < {{KD}}u; td = td + 1u) {  // the window's size is part of the pipeline
             for (var th = 0u; th < {{KH}}u; th = th + 1u) {
                 for (var tw = 0u; tw < {{KW}}u; tw = tw + 1u) {
-                    acc = acc + x_at(row, od, oh, ow, td, th, tw) * ld_f32(p.w + tap);
+                    acc = acc + x_at(row, at.x, at.y, at.z, td, th, tw) * ld_f32(p.w + tap);
                     tap = tap + 1u;
                 }
             }

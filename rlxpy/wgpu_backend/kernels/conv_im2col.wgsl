@@ -12,10 +12,9 @@ fn run_item(i: u32) {
     }
     let col = i % p.kdim;
     let r = i / p.kdim;
-    let ow = r % p.out_w;
-    let oh = (r / p.out_w) % p.out_h;
+    let at = out_position(r);  // (oh, ow) of r = n * positions + (oh * out_w + ow)
     let n = r / p.positions;
     let c = col / p.kvol;
     let tap = col % p.kvol;
-    st_f32(p.y + i, x_at(n * p.c_in + c, 0u, oh, ow, 0u, tap / p.k_w, tap % p.k_w));
+    st_f32(p.y + i, x_at(n * p.c_in + c, 0u, at.y, at.z, 0u, tap / p.k_w, tap % p.k_w));
 }

@@ -5,13 +5,7 @@
 #include "common_words.wgsl"
 #include "reduce_combine.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
-
-var<workgroup> partial: array<f32, {{WG}}>;
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    partial[a] = combine(partial[a], partial[b]);
-}
+#include "common_workgroup_partial.wgsl"
 
 fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {

@@ -43,3 +43,26 @@ fn pool_divisor(wd: vec3<i32>, wh: vec3<i32>, ww: vec3<i32>) -> f32 {
 fn pool_load(row: u32, id: i32, ih: i32, iw: i32) -> f32 {
     return ld_f32(p.x + ((row * p.in_d + u32(id)) * p.in_h + u32(ih)) * p.in_w + u32(iw));
 }
+// Output i = row * positions + pos of y[row, od, oh, ow]: its row and, per axis, the window and the range
+// of its taps that lie inside the input
+struct PoolOutput {
+    row: u32,
+    wd: vec3<i32>,
+    wh: vec3<i32>,
+    ww: vec3<i32>,
+    rd: vec2<i32>,
+    rh: vec2<i32>,
+    rw: vec2<i32>,
+}
+fn pool_output(i: u32) -> PoolOutput {
+    let pos = i % p.positions;
+    let row = i / p.positions;
+    let ow = pos % p.out_w;
+    let oh = (pos / p.out_w) % p.out_h;
+    let od = pos / (p.out_w * p.out_h);
+    let wd = axis_window(od, p.in_d, p.out_d, p.k_d, p.s_d, p.p_d, p.dl_d);
+    let wh = axis_window(oh, p.in_h, p.out_h, p.k_h, p.s_h, p.p_h, p.dl_h);
+    let ww = axis_window(ow, p.in_w, p.out_w, p.k_w, p.s_w, p.p_w, p.dl_w);
+    return PoolOutput(row, wd, wh, ww, inside(wd, 0, i32(p.in_d)), inside(wh, 0, i32(p.in_h)),
+                      inside(ww, 0, i32(p.in_w)));
+}

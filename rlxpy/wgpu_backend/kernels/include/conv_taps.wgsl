@@ -5,6 +5,11 @@
 // one axis (forward or transposed conv). Needs ConvParams' geometry fields.
 #include "conv_window_{{MODE}}.wgsl"
 
+// (od, oh, ow) of output position pos = (od * out_h + oh) * out_w + ow
+fn out_position(pos: u32) -> vec3<u32> {
+    return vec3<u32>(pos / (p.out_w * p.out_h), (pos / p.out_w) % p.out_h, pos % p.out_w);
+}
+
 // tap_offset: where that tap reads inside one input channel (-1 in the padding).
 fn tap_offset(od: u32, oh: u32, ow: u32, td: u32, th: u32, tw: u32) -> i32 {
     let id = src_axis(od, td, p.s_d, p.p_d, p.dl_d, p.in_d);
