@@ -8,30 +8,19 @@
 #include "common_words.wgsl"
 #include "common_float.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
+#include "common_pick.wgsl"
 
 const K: u32 = {{K}}u;
-const NONE: u32 = 0xffffffffu;
 
-var<workgroup> head_value: array<f32, {{WG}}>;
-var<workgroup> head_index: array<u32, {{WG}}>;
 var<workgroup> head_lane: array<u32, {{WG}}>;
 
-// (v1, i1) ranks before (v2, i2): smaller distance, then lower column; NONE (no candidate) last
-fn before(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
-    if (i1 == NONE) {
-        return false;
-    }
-    if (i2 == NONE) {
-        return true;
-    }
+// (v1, i1) ranks before (v2, i2): smaller distance, then lower column
+fn pick_order(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
     return v1 < v2 || (v1 == v2 && i1 < i2);
 }
 
 fn tree_merge(tree: u32, a: u32, b: u32) {
-    if (before(head_value[b], head_index[b], head_value[a], head_index[a])) {
-        head_value[a] = head_value[b];
-        head_index[a] = head_index[b];
+    if (pick_merge(a, b)) {
         head_lane[a] = head_lane[b];
     }
 }
@@ -72,17 +61,17 @@ fn run_row(row: u32, lane: u32) {
             v = value[taken];
             i = index[taken];
         }
-        head_value[lane] = v;
-        head_index[lane] = i;
+        pick_value[lane] = v;
+        pick_index[lane] = i;
         head_lane[lane] = lane;
         tree_reduce(lane, 0u);
-        let winner = head_index[0];
+        let winner = pick_index[0];
         if (winner != NONE && head_lane[0] == lane) {
             taken = taken + 1u;
         }
         if (lane == 0u) {
             st_f32(out + round, select(f32(winner), f32(p.n), winner == NONE));
-            st_f32(out + K + round, select(head_value[0], inf_f32(), winner == NONE));
+            st_f32(out + K + round, select(pick_value[0], inf_f32(), winner == NONE));
         }
         workgroupBarrier();  // every lane has read slot 0 before the next round overwrites it
     }

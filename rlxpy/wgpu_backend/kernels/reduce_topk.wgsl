@@ -5,29 +5,15 @@
 #include "common_words.wgsl"
 #include "reduce_order.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
+#include "common_pick.wgsl"
 
-const NONE: u32 = 0xffffffffu;
-
-var<workgroup> best_value: array<f32, {{WG}}>;
-var<workgroup> best_index: array<u32, {{WG}}>;
-
-// ranks_before, with NONE (no element) last
-fn beats(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
-    if (i1 == NONE) {
-        return false;
-    }
-    if (i2 == NONE) {
-        return true;
-    }
+// the order of include/reduce_order
+fn pick_order(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
     return ranks_before(v1, i1, v2, i2);
 }
 
 fn tree_merge(tree: u32, a: u32, b: u32) {
-    if (beats(best_value[b], best_index[b], best_value[a], best_index[a])) {
-        best_value[a] = best_value[b];
-        best_index[a] = best_index[b];
-    }
+    _ = pick_merge(a, b);
 }
 
 fn run_row(row: u32, lane: u32) {
@@ -52,11 +38,11 @@ fn run_row(row: u32, lane: u32) {
                 index = c;
             }
         }
-        best_value[lane] = value;
-        best_index[lane] = index;
+        pick_value[lane] = value;
+        pick_index[lane] = index;
         tree_reduce(lane, 0u);
-        previous_value = best_value[0];
-        previous_index = best_index[0];
+        previous_value = pick_value[0];
+        previous_index = pick_index[0];
         if (lane == 0u) {
             st_i32(p.y + row * p.k + round, i32(previous_index));
         }
