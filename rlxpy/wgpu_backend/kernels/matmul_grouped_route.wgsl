@@ -6,6 +6,7 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "matmul_expert_index.wgsl"
+#include "common_workgroup_scan.wgsl"
 
 const BUCKETS: u32 = {{BUCKETS}}u;
 const BM: u32 = {{BM}}u;
@@ -34,16 +35,7 @@ fn main(@builtin(local_invocation_index) lane: u32) {
         }
     }
     scan[lane] = sum;
-    workgroupBarrier();
-    for (var offset = 1u; offset < WG; offset = offset * 2u) {  // inclusive Hillis-Steele scan
-        var v = scan[lane];
-        if (lane >= offset) {
-            v = v + scan[lane - offset];
-        }
-        workgroupBarrier();
-        scan[lane] = v;
-        workgroupBarrier();
-    }
+    scan_inclusive(lane);
     var at = vec2<u32>(0u, 0u);
     if (lane > 0u) {
         at = scan[lane - 1u];

@@ -4,6 +4,7 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_rows.wgsl"
+#include "common_workgroup_scan.wgsl"
 
 var<workgroup> scan: array<f32, {{WG}}>;
 
@@ -27,16 +28,7 @@ fn run_row(row: u32, lane: u32) {
             v = ld_f32(p.x + base + c);
         }
         scan[lane] = v;
-        workgroupBarrier();
-        for (var offset = 1u; offset < {{WG}}u; offset = offset * 2u) {
-            var t = scan[lane];
-            if (lane >= offset) {
-                t = t + scan[lane - offset];
-            }
-            workgroupBarrier();
-            scan[lane] = t;
-            workgroupBarrier();
-        }
+        scan_inclusive(lane);
         // exclusive reads the previous lane's inclusive sum (not inclusive - v: inf - inf would be NaN)
         var before: f32 = 0.0;
         if (lane > 0u) {
