@@ -1,11 +1,9 @@
 // A sum over the {{WG}} lanes of a row's workgroup (norm_rows, norm_groups): workgroup_sum(lane, value)
-// folds every lane's value with the common_workgroup_tree and hands the total to every lane.
-#include "common_workgroup_tree.wgsl"
+// folds every lane's value with common_workgroup_partial and hands the total to every lane.
+#include "common_workgroup_partial.wgsl"
 
-var<workgroup> partial: array<f32, {{WG}}>;
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    partial[a] = partial[a] + partial[b];
+fn combine(a: f32, b: f32) -> f32 {
+    return a + b;
 }
 
 fn workgroup_sum(lane: u32, value: f32) -> f32 {
