@@ -27,7 +27,6 @@ ALLOWED: set[frozenset[str]] = {frozenset(pair) for pair in [
     ("backward_gather.wgsl", "shape_gather.wgsl"),  # to remove
     ("backward_norm_rows.wgsl", "backward_norm_stats.wgsl"),  # to remove
     ("backward_rope.wgsl", "rope_rotate.wgsl"),  # to remove
-    ("signal_mel_backward.wgsl", "signal_mel_frames.wgsl"),  # to remove
 ]}
 
 

@@ -7,36 +7,22 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
 #include "signal_mel_energy.wgsl"
 
-var<workgroup> partial: array<vec4<f32>, {{WG}}>;
 var<workgroup> d_energy: array<vec4<f32>, {{MELS}}>;
 
 const LN_10: f32 = 2.302585092994046;
+
+fn mel_keep(first: u32, m: u32, energy: vec4<f32>, logs: vec4<f32>) {
+    d_energy[m] = energy;  // E for now (this lane's mels), dE once the floor is known
+}
 
 fn run_row(tile: u32, lane: u32) {
     let first = tile * 4u;
     if (first >= p.frames) {
         return;
     }
-    var top = vec4<f32>(-inf_f32());
-    let groups = (p.mels + {{WG}}u - 1u) / {{WG}}u;
-    for (var group = 0u; group < groups; group = group + 1u) {
-        let energy = mel_energies(first, group, lane);
-        let m = group * {{WG}}u + lane;
-        if (m < p.mels) {
-            for (var f = 0u; f < 4u; f = f + 1u) {
-                if (first + f < p.frames) {
-                    top[f] = maxp(top[f], clamped_log10(energy[f]));
-                }
-            }
-            d_energy[m] = energy;  // E for now (this lane's mels), dE once the floor is known
-        }
-    }
-    partial[lane] = top;
-    tree_reduce(lane, 0u);
-    var floor = partial[0] - vec4<f32>(8.0);
+    var floor = mel_maxima(first, lane) - vec4<f32>(8.0);
     for (var m = lane; m < p.mels; m = m + {{WG}}u) {
         let energy = d_energy[m];
         var d = vec4<f32>(0.0);

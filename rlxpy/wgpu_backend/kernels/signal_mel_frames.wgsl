@@ -5,34 +5,24 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_workgroup_tree.wgsl"
 #include "signal_mel_energy.wgsl"
 
-var<workgroup> partial: array<vec4<f32>, {{WG}}>;
+fn mel_keep(first: u32, m: u32, energy: vec4<f32>, logs: vec4<f32>) {
+    if (p.write_y == 1u) {
+        for (var f = 0u; f < 4u; f = f + 1u) {
+            if (first + f < p.frames) {
+                st_f32(p.y + (first + f) * p.mels + m, logs[f]);
+            }
+        }
+    }
+}
 
 fn run_row(tile: u32, lane: u32) {
     let first = tile * 4u;
     if (first >= p.frames) {
         return;
     }
-    var top = vec4<f32>(-inf_f32());
-    let groups = (p.mels + {{WG}}u - 1u) / {{WG}}u;
-    for (var group = 0u; group < groups; group = group + 1u) {
-        let energy = mel_energies(first, group, lane);
-        let m = group * {{WG}}u + lane;
-        for (var f = 0u; f < 4u; f = f + 1u) {
-            if (m < p.mels && first + f < p.frames) {
-                let value = clamped_log10(energy[f]);
-                top[f] = maxp(top[f], value);
-                if (p.write_y == 1u) {
-                    st_f32(p.y + (first + f) * p.mels + m, value);
-                }
-            }
-        }
-    }
-    partial[lane] = top;
-    tree_reduce(lane, 0u);
-    let maxima = partial[0];
+    let maxima = mel_maxima(first, lane);
     if (p.floor_mode == 2u) {
         if (lane < 4u && first + lane < p.frames) {
             st_f32(p.maxes + first + lane, maxima[lane]);
