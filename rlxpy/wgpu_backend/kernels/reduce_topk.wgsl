@@ -3,18 +3,8 @@
 // (strided scan + workgroup tree). Bindings: 0 = arena window, 1 = ReduceTopkParams (rounds of one dispatch).
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
-#include "reduce_order.wgsl"
 #include "common_entry_rows.wgsl"
-#include "common_pick.wgsl"
-
-// the order of include/reduce_order
-fn pick_order(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
-    return ranks_before(v1, i1, v2, i2);
-}
-
-fn tree_merge(tree: u32, a: u32, b: u32) {
-    _ = pick_merge(a, b);
-}
+#include "reduce_order_pick.wgsl"
 
 fn run_row(row: u32, lane: u32) {
     if (row >= p.rows) {
@@ -28,19 +18,7 @@ fn run_row(row: u32, lane: u32) {
         previous_value = ld_f32(base + previous_index);
     }
     for (var round = p.round_start; round < p.round_start + p.round_count; round = round + 1u) {
-        var value: f32 = 0.0;
-        var index: u32 = NONE;
-        for (var c = lane; c < p.cols; c = c + {{WG}}u) {
-            let v = ld_f32(base + c);
-            let eligible = previous_index == NONE || beats(previous_value, previous_index, v, c);
-            if (eligible && beats(v, c, value, index)) {
-                value = v;
-                index = c;
-            }
-        }
-        pick_value[lane] = value;
-        pick_index[lane] = index;
-        tree_reduce(lane, 0u);
+        pick_after(base, p.cols, lane, previous_value, previous_index);
         previous_value = pick_value[0];
         previous_index = pick_index[0];
         if (lane == 0u) {

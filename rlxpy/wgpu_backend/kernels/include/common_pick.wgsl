@@ -1,4 +1,5 @@
-// One round of picking the best candidate over the {{WG}} lanes of a workgroup (reduce_topk, custom_knn):
+// One round of picking the best candidate over the {{WG}} lanes of a workgroup (reduce_topk, custom_knn,
+// signal_welch_topk):
 // lane l writes its candidate to pick_value[l], pick_index[l] (index NONE: no candidate) and the
 // common_workgroup_tree, whose tree_merge calls pick_merge, leaves the best in slot 0. The kernel's
 // pick_order(v1, i1, v2, i2) says whether candidate (v1, i1) ranks before (v2, i2); NONE ranks last.

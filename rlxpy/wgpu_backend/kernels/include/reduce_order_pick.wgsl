@@ -1,0 +1,31 @@
+// The workgroup pick of include/common_pick in the order of include/reduce_order (NaN largest, ties ->
+// smaller index), merged by the common_workgroup_tree: reduce_topk, signal_welch_topk.
+#include "reduce_order.wgsl"
+#include "common_pick.wgsl"
+
+fn pick_order(v1: f32, i1: u32, v2: f32, i2: u32) -> bool {
+    return ranks_before(v1, i1, v2, i2);
+}
+
+fn tree_merge(tree: u32, a: u32, b: u32) {
+    _ = pick_merge(a, b);
+}
+
+// One round over the count f32 values at base (lane l scans l, l + {{WG}}, ...): the best value ranked
+// after (previous_value, previous_index) (any, where previous_index is NONE) ends in pick_value[0],
+// pick_index[0] (NONE: none left). Call from uniform control flow.
+fn pick_after(base: u32, count: u32, lane: u32, previous_value: f32, previous_index: u32) {
+    var value: f32 = 0.0;
+    var index: u32 = NONE;
+    for (var c = lane; c < count; c = c + {{WG}}u) {
+        let v = ld_f32(base + c);
+        let eligible = previous_index == NONE || beats(previous_value, previous_index, v, c);
+        if (eligible && beats(v, c, value, index)) {
+            value = v;
+            index = c;
+        }
+    }
+    pick_value[lane] = value;
+    pick_index[lane] = index;
+    tree_reduce(lane, 0u);
+}
