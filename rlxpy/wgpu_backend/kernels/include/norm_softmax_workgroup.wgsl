@@ -1,6 +1,7 @@
 // The online softmax statistics of one line over a workgroup of {{WG}} lanes (norm_softmax_rows,
-// loss_rows): lane l folds x[base + c * stride] for c = l, l + WG, ... < cols with online_add, then the
-// common_workgroup_tree merges the lanes' (max, sum); every lane gets the line's (max, sum).
+// loss_rows, backward_cross_entropy): lane l folds x[base + c * stride] for c = l, l + WG, ... < cols
+// with online_add, then the common_workgroup_tree merges the lanes' (max, sum); every lane gets the
+// line's (max, sum).
 #include "norm_softmax_online.wgsl"
 #include "common_workgroup_tree.wgsl"
 
