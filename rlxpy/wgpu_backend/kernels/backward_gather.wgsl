@@ -7,30 +7,7 @@
 // (u32 words), 1 = BackwardGatherParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
-
-// Row picked by index k, read as the index dtype {{INDEX}}: truncated, then clamped into [0, dim - 1].
-fn row_i32(k: u32) -> u32 {
-    let v = bitcast<i32>(buf[p.idx + k]);
-    return select(min(u32(v), p.dim - 1u), 0u, v < 0);
-}
-fn row_u32(k: u32) -> u32 {
-    return min(buf[p.idx + k], p.dim - 1u);
-}
-fn row_f32(k: u32) -> u32 {
-    let v = bitcast<f32>(buf[p.idx + k]);
-    return select(min(u32(v), p.dim - 1u), 0u, !(v >= 1.0));
-}
-fn row_i64(k: u32) -> u32 {
-    let low = buf[p.idx + 2u * k];
-    let high = buf[p.idx + 2u * k + 1u];
-    if ((high & 0x80000000u) != 0u) {
-        return 0u;
-    }
-    return select(min(low, p.dim - 1u), p.dim - 1u, high != 0u);
-}
-fn row_of(k: u32) -> u32 {
-    return row_{{INDEX}}(k);
-}
+#include "shape_gather_rows.wgsl"
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>,
