@@ -23,7 +23,6 @@ MIN_START = 4
 ALLOWED: set[frozenset[str]] = {frozenset(pair) for pair in [
     ("backward_attention_dq.wgsl", "backward_attention_stats.wgsl"),  # to remove
     ("backward_norm_rows.wgsl", "backward_norm_stats.wgsl"),  # to remove
-    ("backward_rope.wgsl", "rope_rotate.wgsl"),  # to remove
 ]}
 
 

@@ -2,10 +2,7 @@
 // One thread per output element of x [..., S, L]; pairs are (i, i + n_rot/2) or, interleaved, (2i, 2i + 1).
 // Bindings: 0 = arena window (u32 words), 1 = RopeRotateParams (position = s + offset [+ pos input value]).
 #include "common_arena.wgsl"
-#include "common_words.wgsl"
-#include "common_entry_items.wgsl"
-
-const INTERLEAVED: bool = {{INTERLEAVED}};
+#include "rope_pair.wgsl"
 
 fn run_item(e: u32) {
     if (e >= p.n) {
@@ -18,27 +15,7 @@ fn run_item(e: u32) {
         st_f32(p.y + e, x);
         return;
     }
-    var pos = i32((e / p.width) % p.seq) + p.offset;
-    if (p.has_pos == 1u) {
-        pos += ld_i32(p.pos_input);
-    }
-    // a run-time position past the table cannot raise: clamp it into the table
-    let row = u32(clamp(pos, 0, i32(p.max_pos) - 1));
-    let half = p.n_rot / 2u;
-    var i: u32;
-    var partner: u32;
-    var first: bool;
-    if (INTERLEAVED) {
-        i = d / 2u;
-        first = (d & 1u) == 0u;
-        partner = select(e - 1u, e + 1u, first);
-    } else {
-        i = d % half;
-        first = d < half;
-        partner = select(e - half, e + half, first);
-    }
-    let c = ld_f32(p.cos + row * half + i);
-    let s = ld_f32(p.sin + row * half + i);
-    let other = ld_f32(p.x + partner);
-    st_f32(p.y + e, select(x * c + other * s, x * c - other * s, first));
+    let pair = rope_pair(e, d);
+    let other = ld_f32(p.x + pair.partner);
+    st_f32(p.y + e, select(x * pair.c + other * pair.s, x * pair.c - other * pair.s, pair.first));
 }
