@@ -22,7 +22,6 @@ MIN_START = 4
 # exact: a pair listed here that no longer repeats fails the test, so it cannot go stale.
 ALLOWED: set[frozenset[str]] = {frozenset(pair) for pair in [
     ("backward_attention_dq.wgsl", "backward_attention_stats.wgsl"),  # to remove
-    ("backward_norm_rows.wgsl", "backward_norm_stats.wgsl"),  # to remove
 ]}
 
 
