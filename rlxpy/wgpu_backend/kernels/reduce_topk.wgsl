@@ -18,12 +18,9 @@ fn run_row(row: u32, lane: u32) {
         previous_value = ld_f32(base + previous_index);
     }
     for (var round = p.round_start; round < p.round_start + p.round_count; round = round + 1u) {
-        pick_after(base, p.cols, lane, previous_value, previous_index);
-        previous_value = pick_value[0];
-        previous_index = pick_index[0];
+        pick_after(base, p.cols, lane, &previous_value, &previous_index);
         if (lane == 0u) {
             st_i32(p.y + row * p.k + round, i32(previous_index));
         }
-        workgroupBarrier();
     }
 }

@@ -20,13 +20,10 @@ fn run_row(row: u32, lane: u32) {
         previous_value = ld_f32(base + previous_index);
     }
     for (var round = p.round_start; round < p.round_start + p.round_count; round = round + 1u) {
-        pick_after(base, p.bins, lane, previous_value, previous_index);
-        previous_value = pick_value[0];
-        previous_index = pick_index[0];
+        pick_after(base, p.bins, lane, &previous_value, &previous_index);
         if (lane == 0u) {
             st_f32(out + 2u * round, f32(previous_index));
             st_f32(out + 2u * round + 1u, previous_value);
         }
-        workgroupBarrier();
     }
 }

@@ -12,9 +12,11 @@ fn tree_merge(tree: u32, a: u32, b: u32) {
 }
 
 // One round over the count f32 values at base (lane l scans l, l + {{WG}}, ...): the best value ranked
-// after (previous_value, previous_index) (any, where previous_index is NONE) ends in pick_value[0],
-// pick_index[0] (NONE: none left). Call from uniform control flow.
-fn pick_after(base: u32, count: u32, lane: u32, previous_value: f32, previous_index: u32) {
+// after the last pick (*last_value, *last_index) (any, where *last_index is NONE) becomes the last pick
+// in every lane (index NONE: none left). Call from uniform control flow.
+fn pick_after(base: u32, count: u32, lane: u32, last_value: ptr<function, f32>, last_index: ptr<function, u32>) {
+    let previous_value = *last_value;
+    let previous_index = *last_index;
     var value: f32 = 0.0;
     var index: u32 = NONE;
     for (var c = lane; c < count; c = c + {{WG}}u) {
@@ -28,4 +30,7 @@ fn pick_after(base: u32, count: u32, lane: u32, previous_value: f32, previous_in
     pick_value[lane] = value;
     pick_index[lane] = index;
     tree_reduce(lane, 0u);
+    *last_value = pick_value[0];
+    *last_index = pick_index[0];
+    workgroupBarrier();  // every lane has read the pick before the next round writes its slot
 }
