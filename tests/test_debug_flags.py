@@ -162,16 +162,19 @@ def test_fed_runs_are_explained_with_the_fed_values(device, capsys):
 
 def test_host_steps_are_timed_and_traced(device, tmp_path, capsys):
     g = rlxpy.Graph("host_step")
-    x, w = g.input("x", [1, 2, 5, 5]), g.input("w", [3, 2, 3, 3])
-    g.output(g.add(g.conv(g.relu(x, name="l0.relu"), w, padding=1, name="l0.conv"), 1.0, name="l0.out"))
-    feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float32)}
+    x, w = g.input("x", [1, 2, 5, 5]), g.input("w", [3, 2, 3, 3], "f16")
+    # an f16 conv is a host step (the conv kernels take f32), between GPU casts
+    half = g.cast(g.relu(x, name="l0.relu"), "f16", name="l0.half")
+    conv = g.cast(g.conv(half, w, padding=1, name="l0.conv"), "f32", name="l0.back")
+    g.output(g.add(conv, 1.0, name="l0.out"))
+    feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float16)}
     with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):  # copied when the executable is built
         exe = rlxpy.compile(g)
         exe.run(feeds)
     assert "every node finite" in capsys.readouterr().err
     prof = exe.profile(feeds)
     kinds = [r["kind"] for r in prof.rows]
-    assert kinds[:3] == ["G", "H", "G"] and prof.rows[1]["host_ms"] > 0
+    assert kinds[:4] == ["G", "G", "H", "G"] and prof.rows[2]["host_ms"] > 0
     events = check_trace(prof.save(tmp_path / "host.json"))
     assert [(e["cat"], e["tid"]) for e in events] == [("host", 2) if k == "H" else ("gpu", 1) for k in kinds]
     assert len(events) == exe.report().summary["steps"]
