@@ -1,81 +1,82 @@
 // dQ of Attention, f32, recomputing the probabilities from the row statistics (backward_attention_stats):
-// for each key tile, P = exp(s - m) / l, dP = dO V^T, dS = P (dP - D) * factor, dQ += scale dS K. Never
-// materialises S_q x S_k. Workgroup = (16 queries, head, batch), thread (ty, tx) = (query row, key of the
-// tile) for P and dS, then (query row, head dims tx + 16u) for dQ. Key tiles [start, start + count) per
-// dispatch; a later dispatch adds to what the earlier ones wrote. Bindings: 0 = arena window,
-// 1 = BackwardAttentionParams.
+// for each tile of 32 keys, P = exp(s - m) / l, dP = dO V^T, dS = P (dP - D) * factor, dQ += scale dS K.
+// Never materialises S_q x S_k. Workgroup = (64 queries, head, batch), thread (ty, tx) = query rows
+// ty + 16a, keys tx + 16c for P and dS, then rows ty + 16a and head dims tx + 16u for dQ (K staged KC
+// keys at a time). Key tiles [start, start + count) per dispatch; a later dispatch adds to what the
+// earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
 const D: u32 = {{D}}u;
 const MASK_KIND: u32 = {{MASK_KIND}}u;
-const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread
+const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread and row
+const KC: u32 = {{KC}}u;  // keys per staged chunk of K
 
-var<workgroup> ta: array<f32, 272>;
-var<workgroup> tb: array<f32, 272>;
-var<workgroup> ds: array<f32, 272>;
+var<workgroup> tiles: array<f32, 1632>;
+var<workgroup> ps: array<f32, 2112>;  // dS of the tile, [64][33]
 
 #include "backward_attention_tiles.wgsl"
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = vec2<u32>(lane % T, lane / T);
+    let t = vec2<u32>(lane % 16u, lane / 16u);
     let h = wid.y;
     let b = wid.z;
     let hk = h / p.group;
-    let q0 = wid.x * T;
-    let i = q0 + t.y;
+    let q0 = wid.x * BR;
     let q_base = p.q + b * p.q_sb + h * p.q_sh;
     let o_base = p.dy + b * p.q_sb + h * p.q_sh;
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
     let shift = i32(p.s_k) - i32(p.s_q);
-    let pos = shift + i32(i);
-    let stat = 3u * ((b * p.heads + h) * p.s_q + min(i, p.s_q - 1u));
-    let m = ld_f32(p.stats + stat);
-    let l = ld_f32(p.stats + stat + 1u);
-    let big_d = ld_f32(p.stats + stat + 2u) / l;
-    var acc: array<f32, UD>;
+    let first_row = (b * p.heads + h) * p.s_q;
+    var m = vec4<f32>(0.0);
+    var l = vec4<f32>(1.0);
+    var big_d = vec4<f32>(0.0);
+    for (var a = 0u; a < 4u; a++) {
+        let stat = 3u * (first_row + min(q0 + t.y + 16u * a, p.s_q - 1u));
+        m[a] = ld_f32(p.stats + stat);
+        l[a] = ld_f32(p.stats + stat + 1u);
+        big_d[a] = ld_f32(p.stats + stat + 2u) / l[a];
+    }
+    var acc: array<vec4<f32>, UD>;
     for (var u = 0u; u < UD; u++) {
-        acc[u] = 0.0;
+        acc[u] = vec4<f32>(0.0);
     }
     let keys = key_range(q0, shift);
-    let k_first = max(keys.x, p.start * T);
-    let k_last = min(keys.y, (p.start + p.count) * T);
-    for (var k0 = k_first; k0 < k_last; k0 += T) {
-        let j = k0 + t.x;
-        let dot = dot_tile(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
-        let dp = dot_tile(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
-        var g = 0.0;
-        if (j < k_last && i < p.s_q) {
-            let sf = score_factor(dot, b, h, i, j, pos);
-            g = prob(sf.x, m, l) * (dp - big_d) * sf.y;
+    let k_first = max(keys.x, p.start * BC);
+    let k_last = min(keys.y, (p.start + p.count) * BC);
+    for (var k0 = k_first; k0 < k_last; k0 += BC) {
+        let dots = dot_block(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
+        let dps = dot_block(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
+        for (var c = 0u; c < 2u; c++) {
+            let j = k0 + t.x + 16u * c;
+            for (var a = 0u; a < 4u; a++) {
+                let i = q0 + t.y + 16u * a;
+                var g = 0.0;
+                if (j < k_last && i < p.s_q) {
+                    let sf = score_factor(dots[c][a], b, h, i, j, shift + i32(i));
+                    g = exp(sf.x - m[a]) / l[a] * (dps[c][a] - big_d[a]) * sf.y;
+                }
+                ps[(t.y + 16u * a) * PS + t.x + 16u * c] = g;
+            }
         }
-        workgroupBarrier();
-        ds[t.y * TS + t.x] = g;
-        // dQ[i, d] += sum_j dS[i, j] K[j, d], K staged 16 keys x 16 dims at a time
-        for (var u = 0u; u < UD; u++) {
+        for (var c0 = 0u; c0 < BC; c0 += KC) {
+            workgroupBarrier();  // also publishes dS on the first pass
+            stage_rows(lane, k_base, p.k_ss, k0 + c0, k_last);
             workgroupBarrier();
-            let d = u * T + t.x;
-            var kv = 0.0;
-            if (k0 + t.y < k_last && d < D) {
-                kv = ld_f32(k_base + (k0 + t.y) * p.k_ss + d);
-            }
-            ta[t.y * TS + t.x] = kv;
-            workgroupBarrier();
-            var sum = 0.0;
-            for (var jj = 0u; jj < T; jj++) {
-                sum += ds[t.y * TS + jj] * ta[jj * TS + t.x];
-            }
-            acc[u] += sum;
+            accumulate(t, c0, &acc);
         }
     }
-    if (i < p.s_q) {
-        let out = p.out + b * p.q_sb + h * p.q_sh + i * p.q_ss;
-        for (var u = 0u; u < UD; u++) {
-            let d = u * T + t.x;
-            if (d < D) {
-                let before = select(0.0, ld_f32(out + d), p.start > 0u);
-                st_f32(out + d, before + p.scale * acc[u]);
+    for (var a = 0u; a < 4u; a++) {
+        let i = q0 + t.y + 16u * a;
+        if (i < p.s_q) {
+            let out = p.out + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+            for (var u = 0u; u < UD; u++) {
+                let d = t.x + 16u * u;
+                if (d < D) {
+                    let before = select(0.0, ld_f32(out + d), p.start > 0u);
+                    st_f32(out + d, before + p.scale * acc[u][a]);
+                }
             }
         }
     }

@@ -2,78 +2,109 @@
 // m = max score, l = sum exp(s - m) and acc = sum exp(s - m) (dO_i . V_j): the softmax's normaliser and,
 // once divided by l, D_i = sum_j P_ij dP_ij = dO_i . O_i. Stored unnormalised at stats + 3 * row (row =
 // (b * H + h) * S_q + i) so that a long key range can run over several dispatches (key tiles [start,
-// start + count); a later dispatch resumes from the stored values). Workgroup = (16 queries, head,
-// batch), thread (ty, tx) = (query row, key of the tile). Bindings: 0 = arena window, 1 = BackwardAttentionParams.
+// start + count) of 32 keys; a later dispatch resumes from the stored values). Workgroup = (64 queries,
+// head, batch), thread (ty, tx) = query rows ty + 16a, keys tx + 16c of each tile.
+// Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
 const D: u32 = {{D}}u;
 const MASK_KIND: u32 = {{MASK_KIND}}u;
+const UD: u32 = {{UD}}u;
+const KC: u32 = {{KC}}u;
 
-var<workgroup> ta: array<f32, 272>;
-var<workgroup> tb: array<f32, 272>;
-var<workgroup> rows: array<vec2<f32>, 272>;
+var<workgroup> tiles: array<f32, 1632>;
+var<workgroup> ps: array<f32, 2112>;  // here: per-thread partials of the row reductions
 
 #include "backward_attention_tiles.wgsl"
 
+fn rows4(base: u32, stride: u32) -> vec4<f32> {
+    return vec4<f32>(ps[base], ps[base + stride], ps[base + 2u * stride], ps[base + 3u * stride]);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = vec2<u32>(lane % T, lane / T);
+    let t = vec2<u32>(lane % 16u, lane / 16u);
     let h = wid.y;
     let b = wid.z;
     let hk = h / p.group;
-    let q0 = wid.x * T;
-    let i = q0 + t.y;
+    let q0 = wid.x * BR;
     let q_base = p.q + b * p.q_sb + h * p.q_sh;
     let o_base = p.dy + b * p.q_sb + h * p.q_sh;
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
     let shift = i32(p.s_k) - i32(p.s_q);
-    let pos = shift + i32(i);
-    let row = (b * p.heads + h) * p.s_q + i;
-    var m = neg_inf();
-    var l = 0.0;
-    var acc = 0.0;
-    if (p.start > 0u && i < p.s_q) {
-        m = ld_f32(p.stats + 3u * row);
-        l = ld_f32(p.stats + 3u * row + 1u);
-        acc = ld_f32(p.stats + 3u * row + 2u);
+    let first_row = (b * p.heads + h) * p.s_q;
+    var m = vec4<f32>(neg_inf());
+    var l = vec4<f32>(0.0);
+    var acc = vec4<f32>(0.0);
+    if (p.start > 0u) {
+        for (var a = 0u; a < 4u; a++) {
+            let i = q0 + t.y + 16u * a;
+            if (i < p.s_q) {
+                m[a] = ld_f32(p.stats + 3u * (first_row + i));
+                l[a] = ld_f32(p.stats + 3u * (first_row + i) + 1u);
+                acc[a] = ld_f32(p.stats + 3u * (first_row + i) + 2u);
+            }
+        }
     }
     let keys = key_range(q0, shift);
-    let k_first = max(keys.x, p.start * T);
-    let k_last = min(keys.y, (p.start + p.count) * T);
-    for (var k0 = k_first; k0 < k_last; k0 += T) {
-        let j = k0 + t.x;
-        let dot = dot_tile(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
-        let dp = dot_tile(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
-        var s = neg_inf();
-        if (j < k_last) {
-            s = score_factor(dot, b, h, min(i, p.s_q - 1u), j, pos).x;
+    let k_first = max(keys.x, p.start * BC);
+    let k_last = min(keys.y, (p.start + p.count) * BC);
+    for (var k0 = k_first; k0 < k_last; k0 += BC) {
+        let dots = dot_block(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
+        let dps = dot_block(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
+        var s = mat2x4<f32>(vec4<f32>(neg_inf()), vec4<f32>(neg_inf()));
+        for (var c = 0u; c < 2u; c++) {
+            let j = k0 + t.x + 16u * c;
+            if (j < k_last) {
+                for (var a = 0u; a < 4u; a++) {
+                    let i = q0 + t.y + 16u * a;
+                    s[c][a] = score_factor(dots[c][a], b, h, min(i, p.s_q - 1u), j, shift + i32(i)).x;
+                }
+            }
         }
-        rows[t.y * TS + t.x] = vec2<f32>(s, 0.0);
+        // row maxima: each thread's pair, then the 16 threads of a row through ps
+        let pair_max = max(s[0], s[1]);
+        for (var a = 0u; a < 4u; a++) {
+            ps[(t.y + 16u * a) * 16u + t.x] = pair_max[a];
+        }
         workgroupBarrier();
-        var tile_max = neg_inf();
-        for (var x = 0u; x < T; x++) {
-            tile_max = max(tile_max, rows[t.y * TS + x].x);
+        var tile_max = vec4<f32>(neg_inf());
+        for (var x = 0u; x < 16u; x++) {
+            tile_max = max(tile_max, rows4(t.y * 16u + x, 256u));
         }
         let m_new = max(m, tile_max);
         // a row with no key yet keeps m = -inf: nothing to rescale, nothing added
-        let alpha = select(exp(m - m_new), 0.0, m == neg_inf());
-        let e = select(exp(s - m_new), 0.0, s == neg_inf());
+        let alpha = select(exp(m - m_new), vec4<f32>(0.0), m == vec4<f32>(neg_inf()));
+        let e0 = select(exp(s[0] - m_new), vec4<f32>(0.0), s[0] == vec4<f32>(neg_inf()));
+        let e1 = select(exp(s[1] - m_new), vec4<f32>(0.0), s[1] == vec4<f32>(neg_inf()));
         workgroupBarrier();
-        rows[t.y * TS + t.x] = vec2<f32>(e, e * dp);
-        workgroupBarrier();
-        var sums = vec2<f32>(0.0);
-        for (var x = 0u; x < T; x++) {
-            sums += rows[t.y * TS + x];
+        let pl = e0 + e1;
+        let pd = e0 * dps[0] + e1 * dps[1];
+        for (var a = 0u; a < 4u; a++) {
+            ps[(t.y + 16u * a) * 32u + 2u * t.x] = pl[a];
+            ps[(t.y + 16u * a) * 32u + 2u * t.x + 1u] = pd[a];
         }
-        l = l * alpha + sums.x;
-        acc = acc * alpha + sums.y;
+        workgroupBarrier();
+        var sum_l = vec4<f32>(0.0);
+        var sum_d = vec4<f32>(0.0);
+        for (var x = 0u; x < 16u; x++) {
+            sum_l += rows4(t.y * 32u + 2u * x, 512u);
+            sum_d += rows4(t.y * 32u + 2u * x + 1u, 512u);
+        }
+        l = l * alpha + sum_l;
+        acc = acc * alpha + sum_d;
         m = m_new;
         workgroupBarrier();
     }
-    if (t.x == 0u && i < p.s_q) {
-        st_f32(p.stats + 3u * row, m);
-        st_f32(p.stats + 3u * row + 1u, l);
-        st_f32(p.stats + 3u * row + 2u, acc);
+    if (t.x == 0u) {
+        for (var a = 0u; a < 4u; a++) {
+            let i = q0 + t.y + 16u * a;
+            if (i < p.s_q) {
+                st_f32(p.stats + 3u * (first_row + i), m[a]);
+                st_f32(p.stats + 3u * (first_row + i) + 1u, l[a]);
+                st_f32(p.stats + 3u * (first_row + i) + 2u, acc[a]);
+            }
+        }
     }
 }

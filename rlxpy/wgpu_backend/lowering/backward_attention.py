@@ -4,13 +4,15 @@ tile and never materialise the S_q x S_k matrices.
 Every node first runs backward_attention_stats (per query row: the max score m, the normaliser l and
 sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
 
-* wrt query: backward_attention_dq, one workgroup per (16 queries, head, batch) walking the key tiles;
-* wrt key / value: backward_attention_dkv, one workgroup per (16 keys, kv head, batch) walking the query
-  tiles of every query head in its GQA group (the group's gradients are summed in the workgroup);
+* wrt query: backward_attention_dq, one workgroup per (64 queries, head, batch) walking tiles of 32 keys;
+* wrt key / value: backward_attention_dkv, one workgroup per (64 keys, kv head, batch) walking tiles of 32
+  queries of every query head in its GQA group (the group's gradients are summed in the workgroup);
 * wrt all: the statistics once, then both, the dkv pass computing dK and dV together; the output is
   [dq, dk, dv] flat, each in its input's layout.
 
-Causal and sliding-window masks skip the tiles they zero out. q, k, v, dy and the output are read in
+Each thread holds a 4 x 2 block of scores (the layout of attention_flash), so a staged chunk of 16 head
+dims costs 2 barriers for 128 multiply-adds per thread. Causal and sliding-window masks skip the tiles
+they zero out. q, k, v, dy and the output are read in
 place in any layout of ``attention_layout`` through (batch, head, seq) strides; the mask as Attention's.
 Work longer than the loop budget runs over several dispatches (the stats resume from what they stored,
 the gradients add to what was written).
@@ -30,10 +32,12 @@ from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import word_type
+from rlxpy.wgpu_backend.lowering.attention import flash_tiles
 from rlxpy.wgpu_backend.lowering.reduce import chunks, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
-TILE = 16
+ROWS = 64  # rows (queries, or keys for dK/dV) per workgroup
+COLS = 32  # columns (keys, or queries) per tile
 MAX_HEAD_DIM = 256
 _FIELDS = dict(
     s_q=U32, s_k=U32, group=U32, heads=U32, q=U32, k=U32, v=U32, dy=U32, out=U32, out2=U32, stats=U32,
@@ -44,12 +48,10 @@ _FIELDS = dict(
 LAYOUT = params("BackwardAttentionParams", **_FIELDS)
 #: q, k, v, dy f32; a mask any word type
 DTYPES = accepts(DType.F32, DType.F32, DType.F32, DType.F32, out=DType.F32)
-TILE_ARRAYS = 3 * 272 * 4  # three 16 x 17 f32 workgroup arrays
-BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES,
-                                  shared_bytes=2 * 272 * 4 + 272 * 8)
+TILE_ARRAYS = (1632 + 2112) * 4  # the staged tiles and the 64 x 33 block of P or dS (include/*_tiles)
+BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
 BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
-BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES,
-                                shared_bytes=TILE_ARRAYS + 272 * 4)
+BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
 
 Strides = tuple[int, int, int]
 
@@ -103,10 +105,11 @@ def stats_bytes(node: Node, graph: Graph) -> int:
     return 12 * batch * node.op.num_heads * s_q
 
 
-def _tile_steps(head_dim: int, dots: int) -> int:
-    """Loop iterations one tile costs a thread: the dot products' chunks, the gradient's chunks."""
-    units = math.ceil(head_dim / TILE)
-    return (dots + 1) * units * (TILE + 1) + 2 * TILE + 8
+def _tile_steps(head_dim: int) -> int:
+    """Loop iterations one tile costs a thread: two dot products' chunks, the row reductions, and two
+    gradients' accumulation over the tile's columns."""
+    units = math.ceil(head_dim / 16)
+    return 2 * units * 17 + 2 * 16 + 2 * COLS * (units + 1) + 16
 
 
 @lowers(ops.AttentionBackward, scratch=stats_bytes)
@@ -143,11 +146,10 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
         scale=op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim),
         softcap=op.softcap or 0.0, window=op.window,
     )
-    subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask,
-            "UD": math.ceil(head_dim / TILE)}
-    key_tiles, query_tiles = math.ceil(s_k / TILE), math.ceil(s_q / TILE)
-    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim, 2), 64, "AttentionBackward")
-    query_grid = (query_tiles, heads, batch)
+    subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask, **flash_tiles(head_dim)}
+    key_tiles, query_tiles = math.ceil(s_k / COLS), math.ceil(s_q / COLS)
+    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim), 64, "AttentionBackward")
+    query_grid = (math.ceil(s_q / ROWS), heads, batch)
     steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
                           count=count, **fields)
              for start, count in chunks(key_tiles, per_dispatch)]
@@ -163,7 +165,7 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
     if op.wrt is AttentionWrt.ALL:  # dK after dq, dV after dK, in the flat output
         fields |= {"out": out + q.numel, "out2": out + q.numel + k.numel}
     kv_subs = {**subs, "WRT": int(op.wrt)}
-    steps += [ctx.dispatch(BACKWARD_ATTENTION_DKV, node, (key_tiles, kv_heads, batch), kv_subs,
+    steps += [ctx.dispatch(BACKWARD_ATTENTION_DKV, node, (math.ceil(s_k / ROWS), kv_heads, batch), kv_subs,
                            scalable=False, start=start, count=count, **fields)
               for start, count in chunks(query_tiles, group_steps)]
     return steps

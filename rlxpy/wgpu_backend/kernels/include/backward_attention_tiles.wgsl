@@ -1,36 +1,79 @@
-// Shared by the attention backward kernels (backward_attention_*): 16 x 16 tiles of (row, col) pairs, one
-// per thread (ty, tx) of a 256-thread workgroup, and the score semantics of Attention with its gradient
-// factor. Needs the params fields of attention_mask.wgsl, the constant D (head_dim) and the workgroup
-// arrays ta, tb (16 x 17 floats each).
+// Shared by the attention backward kernels (backward_attention_*): blocks of 64 rows against tiles of 32
+// columns, thread (ty, tx) of a 16 x 16 workgroup owning rows ty + 16a (a < 4, the lanes of a vec4) and
+// columns tx + 16c (c < 2, the two columns of a mat2x4), as in attention_flash; the score semantics of
+// Attention with its gradient factor; the causal key ranges. Needs the params fields of
+// attention_mask.wgsl, the constants D (head_dim), UD, KC and the workgroup arrays tiles (1632 floats)
+// and ps (64 x 33 floats).
 #include "common_words.wgsl"
 #include "attention_mask.wgsl"
 
-const T: u32 = 16u;  // rows and columns of a tile, and head dims per chunk
-const TS: u32 = 17u;  // padded row stride of the tile arrays
+const BR: u32 = 64u;  // rows per block (queries, or keys for dK/dV)
+const BC: u32 = 32u;  // columns per tile (keys, or queries)
+const DS: u32 = 16u;  // head dims per staged chunk of a dot product
+const QS: u32 = DS + 1u;  // padded strides: lanes reading different rows hit different banks
+const VS: u32 = D + 1u;
+const PS: u32 = BC + 1u;
 
-// sum over the head dims of a[a_row0 + ty] * b[b_row0 + tx]: rows of two tensors staged chunk by chunk
-// through ta / tb (a row past a_end / b_end reads zeros). Call from uniform control flow.
-fn dot_tile(t: vec2<u32>, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32, b_row0: u32,
-            b_end: u32) -> f32 {
-    var acc = 0.0;
-    for (var d0 = 0u; d0 < D; d0 += T) {
+// element (row, col) of a rows x cols block at (row0, col0) of a tensor; 0 outside [0, rows_end) x [0, D)
+fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {
+    let r = e / cols;
+    let c = e % cols;
+    var x = 0.0;
+    if (row0 + r < rows_end && col0 + c < D) {
+        x = ld_f32(base + (row0 + r) * stride + col0 + c);
+    }
+    return x;
+}
+
+// a[a_row0 + ty + 16a] . b[b_row0 + tx + 16c] over the head dims, for a < 4 (vec4 lanes) and c < 2
+// (columns): 64 rows of a and 32 of b staged 16 dims at a time through tiles. Uniform control flow.
+fn dot_block(t: vec2<u32>, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32, b_row0: u32,
+             b_end: u32) -> mat2x4<f32> {
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    let lane = t.y * 16u + t.x;
+    for (var d0 = 0u; d0 < D; d0 += DS) {
         workgroupBarrier();
-        var av = 0.0;
-        var bv = 0.0;
-        if (a_row0 + t.y < a_end && d0 + t.x < D) {
-            av = ld_f32(a + (a_row0 + t.y) * a_stride + d0 + t.x);
-        }
-        if (b_row0 + t.y < b_end && d0 + t.x < D) {
-            bv = ld_f32(b + (b_row0 + t.y) * b_stride + d0 + t.x);
-        }
-        ta[t.y * TS + t.x] = av;
-        tb[t.y * TS + t.x] = bv;
+        let a0 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane);
+        let a1 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 256u);
+        let a2 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 512u);
+        let a3 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 768u);
+        let b0 = block_value(b, b_stride, b_row0, b_end, d0, DS, lane);
+        let b1 = block_value(b, b_stride, b_row0, b_end, d0, DS, lane + 256u);
+        tiles[lane / DS * QS + lane % DS] = a0;
+        tiles[(lane + 256u) / DS * QS + lane % DS] = a1;
+        tiles[(lane + 512u) / DS * QS + lane % DS] = a2;
+        tiles[(lane + 768u) / DS * QS + lane % DS] = a3;
+        tiles[BR * QS + lane / DS * QS + lane % DS] = b0;
+        tiles[BR * QS + (lane + 256u) / DS * QS + lane % DS] = b1;
         workgroupBarrier();
-        for (var dd = 0u; dd < T; dd++) {
-            acc += ta[t.y * TS + dd] * tb[t.x * TS + dd];
+        for (var dd = 0u; dd < min(DS, D - d0); dd++) {
+            let a4 = vec4<f32>(tiles[t.y * QS + dd], tiles[(t.y + 16u) * QS + dd], tiles[(t.y + 32u) * QS + dd],
+                               tiles[(t.y + 48u) * QS + dd]);
+            s0 += a4 * tiles[BR * QS + t.x * QS + dd];
+            s1 += a4 * tiles[BR * QS + (t.x + 16u) * QS + dd];
         }
     }
-    return acc;
+    return mat2x4<f32>(s0, s1);
+}
+
+// rows row0 .. row0 + KC of a tensor, all D dims, into tiles at stride VS (zeros past rows_end)
+fn stage_rows(lane: u32, base: u32, stride: u32, row0: u32, rows_end: u32) {
+    for (var e = lane; e < KC * D; e += 256u) {
+        tiles[e / D * VS + e % D] = block_value(base, stride, row0, rows_end, 0u, D, e);
+    }
+}
+
+// acc[u] += sum over the KC columns c0.. of ps[row][c0 + kk] * tiles[kk][tx + 16u], for the four rows of
+// the thread (vec4 lanes): the weights of ps times rows staged by stage_rows. Uniform control flow.
+fn accumulate(t: vec2<u32>, c0: u32, acc: ptr<function, array<vec4<f32>, UD>>) {
+    for (var kk = 0u; kk < KC; kk++) {
+        let w = vec4<f32>(ps[t.y * PS + c0 + kk], ps[(t.y + 16u) * PS + c0 + kk], ps[(t.y + 32u) * PS + c0 + kk],
+                          ps[(t.y + 48u) * PS + c0 + kk]);
+        for (var u = 0u; u < UD; u++) {
+            (*acc)[u] += w * tiles[kk * VS + t.x + 16u * u];
+        }
+    }
 }
 
 // (score, factor) of query i (absolute position pos) and key j: the score as ref_attention forms it
@@ -40,8 +83,8 @@ fn score_factor(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> vec2<f32>
     let s = masked_score(dot, b, h, i, j, pos);
     var factor = 1.0;
     if (p.softcap != 0.0) {
-        let t = tanh_safe(dot * p.scale / p.softcap);
-        factor = 1.0 - t * t;
+        let th = tanh_safe(dot * p.scale / p.softcap);
+        factor = 1.0 - th * th;
     }
     if (MASK_KIND == 1u || MASK_KIND == 3u) {
         var keep = i32(j) <= pos;
@@ -55,12 +98,7 @@ fn score_factor(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> vec2<f32>
     return vec2<f32>(s, factor);
 }
 
-// the probability of query row stats (m, l) at score s
-fn prob(s: f32, m: f32, l: f32) -> f32 {
-    return exp(s - m) / l;
-}
-
-// [first, end) of the keys a block of T queries from q0 can see (causal and sliding-window masks; the
+// [first, end) of the keys a block of BR queries from q0 can see (causal and sliding-window masks; the
 // first rounded down to a tile): other keys get probability exactly 0, unless a row of the block is
 // fully masked (it then averages every key, as the forward does), and then the block reads them all.
 fn key_range(q0: u32, shift: i32) -> vec2<u32> {
@@ -68,28 +106,28 @@ fn key_range(q0: u32, shift: i32) -> vec2<u32> {
     var end = p.s_k;
     if (MASK_KIND == 1u || MASK_KIND == 3u) {
         let top = shift + i32(q0);
-        let bottom = shift + i32(min(q0 + T, p.s_q)) - 1;
+        let bottom = shift + i32(min(q0 + BR, p.s_q)) - 1;
         if (top >= 0) {
             end = min(end, u32(bottom + 1));
             if (MASK_KIND == 3u) {
-                first = u32(max(0, top - i32(p.window))) / T * T;
+                first = u32(max(0, top - i32(p.window))) / BC * BC;
             }
         }
     }
     return vec2<u32>(first, end);
 }
 
-// whether the T queries from i0 see none of the keys [j0, j0 + T) (and no row of them is fully masked)
+// whether the BC queries from i0 see none of the keys [j0, j0 + BR) (and no row of them is fully masked)
 fn queries_skip_keys(i0: u32, j0: u32, shift: i32) -> bool {
     if (MASK_KIND != 1u && MASK_KIND != 3u) {
         return false;
     }
     let top = shift + i32(i0);
-    let bottom = shift + i32(min(i0 + T, p.s_q)) - 1;
+    let bottom = shift + i32(min(i0 + BC, p.s_q)) - 1;
     if (top < 0) {
         return false;
     }
     let before = bottom < i32(j0);
-    let after = MASK_KIND == 3u && top - i32(p.window) > i32(j0 + T) - 1;
+    let after = MASK_KIND == 3u && top - i32(p.window) > i32(j0 + BR) - 1;
     return before || after;
 }
