@@ -1,6 +1,6 @@
 """Optim family on f32: the updates are one optim_update dispatch each (one thread per element, the
 parameter and state written in place: the kernel declares them ``mutates``); GradClipScale is one
-optim_norm dispatch per gradient (partial sums of squares, one per workgroup, into declared scratch)
+optim_norm dispatch per 8 gradients (partial sums of squares, one per workgroup, into declared scratch)
 and one that combines them into the factor. A GradClipScale whose scratch lies outside its bind window
 runs its reference as a host step.
 """
@@ -25,8 +25,10 @@ OPTIM_UPDATE = kernel("optim_update", params(
     mutates=("param", "m", "v"))
 NORM_LANES = 256
 NORM_CHUNK = 16  # elements per lane of a partial sum
+NORM_PER_DISPATCH = 8  # gradients summed by one optim_norm dispatch (its fields x0..x7, n0..n7, slot0..slot7)
 OPTIM_NORM = kernel("optim_norm", params(
-    "OptimNormParams", n=U32, x=U32, partial=U32, slot=U32, y=U32, max_norm=F32, scale=F32),
+    "OptimNormParams", partial=U32, y=U32, max_norm=F32, scale=F32,
+    **{f"{name}{k}": U32 for name in ("x", "n", "slot") for k in range(NORM_PER_DISPATCH)}),
     dtypes=accepts(rest=DType.F32, out=DType.F32), shared_bytes=lambda s: 4 * int(s["WG"]))
 SGD, ADAM, ACCUMULATE = 0, 1, 2  # optim_update's MODE
 
@@ -87,14 +89,20 @@ def lower_grad_clip_scale(node: Node, ctx: LowerCtx) -> list[Step]:
     if partial is None:
         return host_steps(node, ctx)
     fields = dict(partial=partial, y=ctx.offset(node), max_norm=op.max_norm, scale=op.scale)
+    unused = {f"{name}{k}": 0 for name in ("x", "n", "slot") for k in range(NORM_PER_DISPATCH)}
+    grads = ctx.inputs(node) if op.max_norm else []
     steps, slot = [], 0
-    for x in ctx.inputs(node) if op.max_norm else []:
-        groups = _partials(x)
-        subs = {"PHASE": 0, "CHUNK": NORM_CHUNK, "WG": NORM_LANES}
-        steps.append(ctx.dispatch(OPTIM_NORM, node, ctx.grid_1d(groups, 1), subs, scalable=False,
-                                  operands=[x], n=x.numel, x=ctx.offset(x), slot=slot, **fields))
-        slot += groups
+    subs = {"PHASE": 0, "CHUNK": NORM_CHUNK, "WG": NORM_LANES}
+    for first in range(0, len(grads), NORM_PER_DISPATCH):
+        group = grads[first:first + NORM_PER_DISPATCH]
+        slots = {}
+        for k, x in enumerate(group):
+            slots |= {f"x{k}": ctx.offset(x), f"n{k}": x.numel, f"slot{k}": slot}
+            slot += _partials(x)
+        grid = (max(_partials(x) for x in group), len(group), 1)
+        steps.append(ctx.dispatch(OPTIM_NORM, node, grid, subs, scalable=False, operands=group,
+                                  **{**fields, **unused, **slots}))
     subs = {"PHASE": 1, "CHUNK": NORM_CHUNK, "WG": NORM_LANES}
-    steps.append(ctx.dispatch(OPTIM_NORM, node, (1, 1, 1), subs, scalable=False, n=slot, x=0, slot=0,
-                              **fields))
+    steps.append(ctx.dispatch(OPTIM_NORM, node, (1, 1, 1), subs, scalable=False,
+                              **{**fields, **unused, "n0": slot}))
     return steps
