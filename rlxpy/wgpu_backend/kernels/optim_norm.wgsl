@@ -1,6 +1,6 @@
 // GradClipScale, f32, in two phases. PHASE 0: up to 8 gradients per dispatch, gradient k = workgroup y
-// (offset x{k}, n{k} elements, its partials from slot{k}); workgroup w of it sums the squares of its
-// {{WG}} x CHUNK elements into partial[slot{k} + w]. PHASE 1 (one workgroup, n0 partials): y = scale *
+// (offset x_k, n_k elements, its partials from slot_k: fields x0..x7, n0..n7, slot0..slot7); workgroup w
+// of it sums the squares of its {{WG}} x CHUNK elements into partial[slot_k + w]. PHASE 1 (one workgroup, n0 partials): y = scale *
 // min(1, max_norm / (scale * sqrt(sum of the partials) + 1e-6)), or scale when max_norm is 0 (no clipping:
 // no partials). Bindings: 0 = arena window (u32 words), 1 = OptimNormParams.
 #include "common_arena.wgsl"
