@@ -21,7 +21,6 @@ MIN_START = 4
 # Pairs that still repeat, each to be removed by moving the shared code into an include. The list is
 # exact: a pair listed here that no longer repeats fails the test, so it cannot go stale.
 ALLOWED: set[frozenset[str]] = {frozenset(pair) for pair in [
-    ("backward_attention_dq.wgsl", "backward_attention_stats.wgsl"),  # to remove
 ]}
 
 

@@ -23,16 +23,7 @@ var<workgroup> ps: array<f32, 2112>;
 
 #include "attention_mask.wgsl"
 
-// element (row, col) of a rows x cols block at (row0, col0) of a tensor; 0 outside [0, rows_end) x [0, D)
-fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {
-    let r = e / cols;
-    let c = e % cols;
-    var x = 0.0;
-    if (row0 + r < rows_end && col0 + c < D) {
-        x = ld_f32(base + (row0 + r) * stride + col0 + c);
-    }
-    return x;
-}
+#include "attention_block_value.wgsl"
 
 // Q chunk (BQ x DS, 4 per thread) and K chunk (BK x DS, 2 per thread): all loads issued before any store
 fn load_qk(t: u32, q_base: u32, q0: u32, k_base: u32, k0: u32, k_end: u32, d0: u32) {

@@ -7,16 +7,9 @@
 // dispatch adds to what the earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
-const D: u32 = {{D}}u;
-const MASK_KIND: u32 = {{MASK_KIND}}u;
-const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread and row
-const KC: u32 = {{KC}}u;  // queries per staged chunk of dO / Q
 const WRT: u32 = {{WRT}}u;  // AttentionWrt: 1 = key, 2 = value, 3 = both
 const WANT_K: bool = WRT != 2u;
 const WANT_V: bool = WRT != 1u;
-
-var<workgroup> tiles: array<f32, 1632>;
-var<workgroup> ps: array<f32, 2112>;  // P^T, then dS^T, of the tile: [64 keys][33]
 
 #include "backward_attention_tiles.wgsl"
 

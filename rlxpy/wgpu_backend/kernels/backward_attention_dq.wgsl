@@ -6,34 +6,17 @@
 // earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
-const D: u32 = {{D}}u;
-const MASK_KIND: u32 = {{MASK_KIND}}u;
-const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread and row
-const KC: u32 = {{KC}}u;  // keys per staged chunk of K
-
-var<workgroup> tiles: array<f32, 1632>;
-var<workgroup> ps: array<f32, 2112>;  // dS of the tile, [64][33]
-
 #include "backward_attention_tiles.wgsl"
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = vec2<u32>(lane % 16u, lane / 16u);
-    let h = wid.y;
-    let b = wid.z;
-    let hk = h / p.group;
-    let q0 = wid.x * BR;
-    let q_base = p.q + b * p.q_sb + h * p.q_sh;
-    let o_base = p.dy + b * p.q_sb + h * p.q_sh;
-    let k_base = p.k + b * p.k_sb + hk * p.k_sh;
-    let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    let shift = i32(p.s_k) - i32(p.s_q);
-    let first_row = (b * p.heads + h) * p.s_q;
+    let qb = query_block(lane, wid);
+    let t = qb.t;
     var m = vec4<f32>(0.0);
     var l = vec4<f32>(1.0);
     var big_d = vec4<f32>(0.0);
     for (var a = 0u; a < 4u; a++) {
-        let stat = 3u * (first_row + min(q0 + t.y + 16u * a, p.s_q - 1u));
+        let stat = 3u * (qb.first_row + min(qb.q0 + t.y + 16u * a, p.s_q - 1u));
         m[a] = ld_f32(p.stats + stat);
         l[a] = ld_f32(p.stats + stat + 1u);
         big_d[a] = ld_f32(p.stats + stat + 2u) / l[a];
@@ -42,19 +25,19 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     for (var u = 0u; u < UD; u++) {
         acc[u] = vec4<f32>(0.0);
     }
-    let keys = key_range(q0, shift);
+    let keys = key_range(qb.q0, qb.shift);
     let k_first = max(keys.x, p.start * BC);
     let k_last = min(keys.y, (p.start + p.count) * BC);
     for (var k0 = k_first; k0 < k_last; k0 += BC) {
-        let dots = dot_block(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
-        let dps = dot_block(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
+        let dots = dot_block(t, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
+        let dps = dot_block(t, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
         for (var c = 0u; c < 2u; c++) {
             let j = k0 + t.x + 16u * c;
             for (var a = 0u; a < 4u; a++) {
-                let i = q0 + t.y + 16u * a;
+                let i = qb.q0 + t.y + 16u * a;
                 var g = 0.0;
                 if (j < k_last && i < p.s_q) {
-                    let sf = score_factor(dots[c][a], b, h, i, j, shift + i32(i));
+                    let sf = score_factor(dots[c][a], qb.b, qb.h, i, j, qb.shift + i32(i));
                     g = exp(sf.x - m[a]) / l[a] * (dps[c][a] - big_d[a]) * sf.y;
                 }
                 ps[(t.y + 16u * a) * PS + t.x + 16u * c] = g;
@@ -62,15 +45,15 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         }
         for (var c0 = 0u; c0 < BC; c0 += KC) {
             workgroupBarrier();  // also publishes dS on the first pass
-            stage_rows(lane, k_base, p.k_ss, k0 + c0, k_last);
+            stage_rows(lane, qb.k_base, p.k_ss, k0 + c0, k_last);
             workgroupBarrier();
             accumulate(t, c0, &acc);
         }
     }
     for (var a = 0u; a < 4u; a++) {
-        let i = q0 + t.y + 16u * a;
+        let i = qb.q0 + t.y + 16u * a;
         if (i < p.s_q) {
-            let out = p.out + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+            let out = p.out + qb.b * p.q_sb + qb.h * p.q_sh + i * p.q_ss;
             for (var u = 0u; u < UD; u++) {
                 let d = t.x + 16u * u;
                 if (d < D) {

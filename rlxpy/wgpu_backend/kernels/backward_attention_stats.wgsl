@@ -7,14 +7,6 @@
 // Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
-const D: u32 = {{D}}u;
-const MASK_KIND: u32 = {{MASK_KIND}}u;
-const UD: u32 = {{UD}}u;
-const KC: u32 = {{KC}}u;
-
-var<workgroup> tiles: array<f32, 1632>;
-var<workgroup> ps: array<f32, 2112>;  // here: per-thread partials of the row reductions
-
 #include "backward_attention_tiles.wgsl"
 
 fn rows4(base: u32, stride: u32) -> vec4<f32> {
@@ -23,43 +15,34 @@ fn rows4(base: u32, stride: u32) -> vec4<f32> {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = vec2<u32>(lane % 16u, lane / 16u);
-    let h = wid.y;
-    let b = wid.z;
-    let hk = h / p.group;
-    let q0 = wid.x * BR;
-    let q_base = p.q + b * p.q_sb + h * p.q_sh;
-    let o_base = p.dy + b * p.q_sb + h * p.q_sh;
-    let k_base = p.k + b * p.k_sb + hk * p.k_sh;
-    let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    let shift = i32(p.s_k) - i32(p.s_q);
-    let first_row = (b * p.heads + h) * p.s_q;
+    let qb = query_block(lane, wid);
+    let t = qb.t;
     var m = vec4<f32>(neg_inf());
     var l = vec4<f32>(0.0);
     var acc = vec4<f32>(0.0);
     if (p.start > 0u) {
         for (var a = 0u; a < 4u; a++) {
-            let i = q0 + t.y + 16u * a;
+            let i = qb.q0 + t.y + 16u * a;
             if (i < p.s_q) {
-                m[a] = ld_f32(p.stats + 3u * (first_row + i));
-                l[a] = ld_f32(p.stats + 3u * (first_row + i) + 1u);
-                acc[a] = ld_f32(p.stats + 3u * (first_row + i) + 2u);
+                m[a] = ld_f32(p.stats + 3u * (qb.first_row + i));
+                l[a] = ld_f32(p.stats + 3u * (qb.first_row + i) + 1u);
+                acc[a] = ld_f32(p.stats + 3u * (qb.first_row + i) + 2u);
             }
         }
     }
-    let keys = key_range(q0, shift);
+    let keys = key_range(qb.q0, qb.shift);
     let k_first = max(keys.x, p.start * BC);
     let k_last = min(keys.y, (p.start + p.count) * BC);
     for (var k0 = k_first; k0 < k_last; k0 += BC) {
-        let dots = dot_block(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_last);
-        let dps = dot_block(t, o_base, p.q_ss, q0, p.s_q, v_base, p.k_ss, k0, k_last);
+        let dots = dot_block(t, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
+        let dps = dot_block(t, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
         var s = mat2x4<f32>(vec4<f32>(neg_inf()), vec4<f32>(neg_inf()));
         for (var c = 0u; c < 2u; c++) {
             let j = k0 + t.x + 16u * c;
             if (j < k_last) {
                 for (var a = 0u; a < 4u; a++) {
-                    let i = q0 + t.y + 16u * a;
-                    s[c][a] = score_factor(dots[c][a], b, h, min(i, p.s_q - 1u), j, shift + i32(i)).x;
+                    let i = qb.q0 + t.y + 16u * a;
+                    s[c][a] = score_factor(dots[c][a], qb.b, qb.h, min(i, p.s_q - 1u), j, qb.shift + i32(i)).x;
                 }
             }
         }
@@ -99,11 +82,11 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     }
     if (t.x == 0u) {
         for (var a = 0u; a < 4u; a++) {
-            let i = q0 + t.y + 16u * a;
+            let i = qb.q0 + t.y + 16u * a;
             if (i < p.s_q) {
-                st_f32(p.stats + 3u * (first_row + i), m[a]);
-                st_f32(p.stats + 3u * (first_row + i) + 1u, l[a]);
-                st_f32(p.stats + 3u * (first_row + i) + 2u, acc[a]);
+                st_f32(p.stats + 3u * (qb.first_row + i), m[a]);
+                st_f32(p.stats + 3u * (qb.first_row + i) + 1u, l[a]);
+                st_f32(p.stats + 3u * (qb.first_row + i) + 2u, acc[a]);
             }
         }
     }

@@ -43,7 +43,7 @@ BACKWARD_NORM_ROWS = kernel("backward_norm_rows", params(
     eps=F32), dtypes=F32_ONLY, shared_bytes=lambda s: 8 * int(s["WG"]), extent_axis=0)
 BACKWARD_NORM_STATS = kernel("backward_norm_stats", params(
     "BackwardNormStatsParams", rows=U32, cols=U32, x=U32, stats=U32, center=U32, eps=F32), dtypes=F32_ONLY,
-    shared_bytes=lambda s: 4 * int(s["WG"]))
+    shared_bytes=lambda s: 8 * int(s["WG"]))
 BACKWARD_NORM_COLUMNS = kernel("backward_norm_columns", params(
     "BackwardNormColumnsParams", rows=U32, cols=U32, chunk_rows=U32, chunks=U32, phase=U32, gamma=U32, x=U32,
     dy=U32, stats=U32, partial=U32, y=U32), dtypes=F32_ONLY, workgroup=(64, 4, 1), shared_bytes=256 * 4)

@@ -2,10 +2,20 @@
 // columns, thread (ty, tx) of a 16 x 16 workgroup owning rows ty + 16a (a < 4, the lanes of a vec4) and
 // columns tx + 16c (c < 2, the two columns of a mat2x4), as in attention_flash; the score semantics of
 // Attention with its gradient factor; the causal key ranges. Needs the params fields of
-// attention_mask.wgsl, the constants D (head_dim), UD, KC and the workgroup arrays tiles (1632 floats)
-// and ps (64 x 33 floats).
+// attention_mask.wgsl; declares the kernels' sizes (from the placeholders D, MASK_KIND, UD, KC) and their
+// workgroup arrays: tiles (staged chunks) and ps (a 64 x 33 block of P or dS, or row partials).
 #include "common_words.wgsl"
+
+const D: u32 = {{D}}u;  // head_dim
+const MASK_KIND: u32 = {{MASK_KIND}}u;
+const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread and row
+const KC: u32 = {{KC}}u;  // rows per staged chunk of all D dims (stage_rows)
+
+var<workgroup> tiles: array<f32, 1632>;
+var<workgroup> ps: array<f32, 2112>;
+
 #include "attention_mask.wgsl"
+#include "attention_block_value.wgsl"
 
 const BR: u32 = 64u;  // rows per block (queries, or keys for dK/dV)
 const BC: u32 = 32u;  // columns per tile (keys, or queries)
@@ -14,15 +24,27 @@ const QS: u32 = DS + 1u;  // padded strides: lanes reading different rows hit di
 const VS: u32 = D + 1u;
 const PS: u32 = BC + 1u;
 
-// element (row, col) of a rows x cols block at (row0, col0) of a tensor; 0 outside [0, rows_end) x [0, D)
-fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {
-    let r = e / cols;
-    let c = e % cols;
-    var x = 0.0;
-    if (row0 + r < rows_end && col0 + c < D) {
-        x = ld_f32(base + (row0 + r) * stride + col0 + c);
-    }
-    return x;
+// A query-major workgroup (stats, dQ): 64 queries from q0 of head h, batch b, and where its tensors start.
+struct QueryBlock {
+    t: vec2<u32>,  // (tx, ty)
+    h: u32,
+    b: u32,
+    q0: u32,
+    q_base: u32,
+    o_base: u32,  // dO
+    k_base: u32,
+    v_base: u32,
+    shift: i32,  // query i sits at key position shift + i (bottom-right causal alignment)
+    first_row: u32,  // the statistics row of query 0 of (b, h)
+}
+
+fn query_block(lane: u32, wid: vec3<u32>) -> QueryBlock {
+    let h = wid.y;
+    let b = wid.z;
+    let hk = h / p.group;  // GQA: query head h reads kv head h // (H / H_kv)
+    return QueryBlock(vec2<u32>(lane % 16u, lane / 16u), h, b, wid.x * BR, p.q + b * p.q_sb + h * p.q_sh,
+                      p.dy + b * p.q_sb + h * p.q_sh, p.k + b * p.k_sb + hk * p.k_sh, p.v + b * p.k_sb + hk * p.k_sh,
+                      i32(p.s_k) - i32(p.s_q), (b * p.heads + h) * p.s_q);
 }
 
 // a[a_row0 + ty + 16a] . b[b_row0 + tx + 16c] over the head dims, for a < 4 (vec4 lanes) and c < 2
