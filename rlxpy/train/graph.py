@@ -36,12 +36,14 @@ class TrainingGraph:
 def training_graph(source: Graph, loss: str, optimizer: Optimizer, params: Sequence[str] | None = None,
                    clip_norm: float = 0.0, accumulate: int = 1) -> TrainingGraph:
     """``source`` (a graph computing ``loss``) extended with gradients and updates of ``params``
-    (default: every float Param)."""
+    (default: every float Param; one the loss does not depend on is left as it is, as torch's
+    optimizers skip a parameter without a gradient)."""
     if accumulate < 1:
         raise GraphError(f"accumulate must be >= 1 micro-batches, got {accumulate}")
     result = grad(source, loss, params)
     g = result.graph
-    names = tuple(result.grads)
+    # like torch, a parameter without a gradient (the loss does not depend on it) is not updated
+    names = tuple(name for name in result.grads if name not in result.unreached)
     for name in names:
         if not isinstance(g[name].op, ops.Param):
             raise GraphError(f"{where(g[name])}: only Params are trained")

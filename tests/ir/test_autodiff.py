@@ -58,6 +58,7 @@ def test_unreached_tensors_get_zeros_and_indices_get_nothing():
     y = g.gather(x, idx)
     g.output(g.sum(g.reshape(g.mul(y, y), (8,)), 0, name="loss"))
     result = grad(g, "loss", ["x", "unused"])
+    assert result.unreached == ("unused",)
     values = {"x": rand((3, 4), 1), "idx": np.array([2, 2], np.int32)}
     out = run_reference(result.graph, values, {"unused": np.ones(2, np.float32)})
     np.testing.assert_array_equal(out["grad/unused"], np.zeros(2, np.float32))

@@ -133,3 +133,13 @@ def test_safetensors_files_round_trip_through_the_reference_package(tmp_path):
     for name, value in tensors.items():
         np.testing.assert_array_equal(ours[name], value)
         assert ours[name].dtype == value.dtype
+
+
+def test_a_param_the_loss_does_not_use_is_left_alone(device):
+    g = mlp()
+    g.param("extra", (3,))
+    trainer = Trainer(g, AdamW(lr=0.1, weight_decay=0.5))
+    assert "extra" not in trainer.param_names() and not any("extra" in n for n in trainer.state_names())
+    trainer.set_params(init() | {"extra": np.ones(3, np.float32)})
+    trainer.step(batches(1)[0])
+    np.testing.assert_array_equal(trainer.get_param("extra"), np.ones(3, np.float32))  # torch skips it too

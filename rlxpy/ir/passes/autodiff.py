@@ -38,11 +38,13 @@ GRAD_PREFIX = "grad/"
 @dataclass(frozen=True)
 class Gradients:
     """The differentiated graph: ``loss`` and ``grads`` ({wrt name: its gradient's node name}) name
-    nodes of ``graph``, all of them outputs."""
+    nodes of ``graph``, all of them outputs; ``unreached`` lists the wrt tensors the loss does not
+    depend on (their gradients are zeros)."""
 
     graph: Graph
     loss: str
     grads: Mapping[str, str]
+    unreached: tuple[str, ...] = ()
 
 
 def grad_name(name: str) -> str:
@@ -66,18 +68,19 @@ def grad(graph: Graph, loss: NodeRef | str, wrt: Iterable[NodeRef | str] | None 
             raise GraphError(f"{where(node)}: cannot differentiate with respect to a {node.dtype} tensor")
     active = _active(out, loss_node, {n.id for n in targets})
     found = _backward(out, loss_node, active, {n.id for n in targets})
-    grads = {}
+    grads, unreached = {}, []
     for node in targets:
         name = grad_name(node.name)
         value = found.get(node.id)
         if value is None:
+            unreached.append(node.name)
             value = GradContext(out, active).zeros(node)
         out.reshape(value, node.shape, name)  # a view: the gradient under its public name
         grads[node.name] = name
     if loss_node.id not in out.outputs:
         out.output(loss_node)
     out.output(*(out[name] for name in grads.values()))
-    return Gradients(out, loss_name, grads)
+    return Gradients(out, loss_name, grads, tuple(unreached))
 
 
 def _name_of(graph: Graph, ref: NodeRef | str, what: str) -> str:
