@@ -100,14 +100,15 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """Parameters, optimizer state and the step count as a safetensors file."""
-        tensors = {name: self.get_param(name) for name in [*self.spec.params, *self.state_names()]}
+        """Every param of the graph (trained or frozen), the optimizer state and the step count as a
+        safetensors file."""
+        tensors = {node.name: self.get_param(node.name) for node in self.spec.graph.params()}
         save_safetensors(path, tensors, {"steps": str(self.steps), "format": "rlxpy.train"})
 
     def load(self, path: str | Path) -> None:
         """Restore what ``save`` wrote (a file of parameters only leaves the optimizer state zero)."""
         tensors, metadata = load_safetensors(path)
-        unknown = sorted(set(tensors) - set(self.spec.params) - set(self.state_names()))
+        unknown = sorted(set(tensors) - {node.name for node in self.spec.graph.params()})
         if unknown:
             raise InputError(f"{path}: tensors {unknown[:5]} are not parameters or state of this trainer")
         self.zero_state()

@@ -135,7 +135,7 @@ def test_safetensors_files_round_trip_through_the_reference_package(tmp_path):
         assert ours[name].dtype == value.dtype
 
 
-def test_a_param_the_loss_does_not_use_is_left_alone(device):
+def test_a_param_the_loss_does_not_use_is_left_alone(device, tmp_path):
     g = mlp()
     g.param("extra", (3,))
     trainer = Trainer(g, AdamW(lr=0.1, weight_decay=0.5))
@@ -143,3 +143,6 @@ def test_a_param_the_loss_does_not_use_is_left_alone(device):
     trainer.set_params(init() | {"extra": np.ones(3, np.float32)})
     trainer.step(batches(1)[0])
     np.testing.assert_array_equal(trainer.get_param("extra"), np.ones(3, np.float32))  # torch skips it too
+    path = tmp_path / "frozen.safetensors"
+    trainer.save(path)  # frozen params are checkpointed too
+    assert "extra" in load_safetensors(path)[0]
