@@ -25,10 +25,9 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     for (var u = 0u; u < UD; u++) {
         acc[u] = vec4<f32>(0.0);
     }
-    let keys = key_range(qb.q0, qb.shift);
-    let k_first = max(keys.x, p.start * BC);
-    let k_last = min(keys.y, (p.start + p.count) * BC);
-    for (var k0 = k_first; k0 < k_last; k0 += BC) {
+    let keys = block_keys(qb);
+    let k_last = keys.y;
+    for (var k0 = keys.x; k0 < k_last; k0 += BC) {
         let dots = dot_block(t, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
         let dps = dot_block(t, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
         for (var c = 0u; c < 2u; c++) {

@@ -30,10 +30,9 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
             }
         }
     }
-    let keys = key_range(qb.q0, qb.shift);
-    let k_first = max(keys.x, p.start * BC);
-    let k_last = min(keys.y, (p.start + p.count) * BC);
-    for (var k0 = k_first; k0 < k_last; k0 += BC) {
+    let span = block_keys(qb);
+    for (var k0 = span.x; k0 < span.y; k0 += BC) {
+        let k_last = span.y;
         let dots = dot_block(t, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
         let dps = dot_block(t, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
         var s = mat2x4<f32>(vec4<f32>(neg_inf()), vec4<f32>(neg_inf()));

@@ -139,6 +139,13 @@ fn key_range(q0: u32, shift: i32) -> vec2<u32> {
     return vec2<u32>(first, end);
 }
 
+// [first, last) of the keys a query block reads in this dispatch: its key_range within the dispatch's
+// tiles [start, start + count).
+fn block_keys(qb: QueryBlock) -> vec2<u32> {
+    let keys = key_range(qb.q0, qb.shift);
+    return vec2<u32>(max(keys.x, p.start * BC), min(keys.y, (p.start + p.count) * BC));
+}
+
 // whether the BC queries from i0 see none of the keys [j0, j0 + BR) (and no row of them is fully masked)
 fn queries_skip_keys(i0: u32, j0: u32, shift: i32) -> bool {
     if (MASK_KIND != 1u && MASK_KIND != 3u) {
