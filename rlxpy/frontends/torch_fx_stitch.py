@@ -100,7 +100,7 @@ def _translate_parts(gm: fx.GraphModule, plan: Plan, static: set[int]
 
 def part_module(gm: fx.GraphModule, part: Part, free: set[fx.Node], static: set[int]
                 ) -> tuple[fx.GraphModule, set[int], dict[fx.Node, fx.Node]]:
-    """(module, its static placeholder indices, its node -> the original node) for one part."""
+    """(module, its static placeholder indices, its node -> the source graph's node) for one part."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weights = {placeholders[i] for i in static if i < len(placeholders)}
     members = set(part.nodes)

@@ -95,7 +95,7 @@ def test_missing_output_norm(tiny, tmp_path):
 
 def test_smollm2_tensor_count_that_drops_output_norm(tmp_path):
     """The issue's case: the last tensor info (output_norm) cut off by a tensor count one short.
-    The real header, the data section as a sparse hole of the original length."""
+    The real header, the data section as a sparse hole as long as the real one."""
     seed = Seed.load("smollm2", default_model_path(), sparse=True)
     assert seed.fields.infos[-1].owner == "output_norm.weight"
     count = seed.fields.header["tensor_count"]
