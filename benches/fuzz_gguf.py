@@ -24,6 +24,7 @@ from tiny_llama import write_tiny_llama  # noqa: E402
 
 from rlxpy.frontends.gguf import default_model_path  # noqa: E402
 from rlxpy.frontends.gguf_fuzz import Seed, run  # noqa: E402
+from rlxpy.fuzz import print_report  # noqa: E402
 
 
 def main() -> int:
@@ -50,16 +51,10 @@ def main() -> int:
         report = run([(smol, smol_cases), (tiny, args.cases - smol_cases)], work, rng_seed=args.seed,
                      time_limit=args.time_limit, tokenizer_seeds=("tiny",) if args.tokenizer else (),
                      progress=lambda line: print(line, flush=True))
-    print(report.summary())
-    print(f"{len(report.reasons)} distinct refusal messages (numbers and names folded); the most common:")
-    for reason, count in report.reasons.most_common(15):
-        print(f"  {count:6d}  {reason}")
+    print_report(report)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "machine": platform.platform(), "cases": report.cases,
-            "seconds": round(report.seconds, 1), "counts": dict(report.counts),
-            "by_seed": {k: dict(v) for k, v in report.by_seed.items()}, "failures": report.failures,
-        }, indent=2))
+            "date": time.strftime("%Y-%m-%d"), "machine": platform.platform(), **report.to_json()}, indent=2))
     return 1 if report.counts["failure"] else 0
 
 

@@ -23,11 +23,7 @@ the file name, a case over its time limit) is a failure.
 
 from __future__ import annotations
 
-import re
-import signal
 import struct
-import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +33,8 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from rlxpy.errors import ModelError
+from rlxpy.fuzz import Outcome, Report, guarded, judge_refusal, pick, stack_count, weighted
+from rlxpy.fuzz import run as run_cases
 
 # GGUF metadata value types and their sizes (see gguf_check's docstring for the layout).
 STRING, ARRAY = 8, 9
@@ -48,8 +46,6 @@ HOT_KEYS = ("general.architecture", "general.alignment", "block_count", "embeddi
             "rope.dimension_count", "context_length", "vocab_size", "layer_norm_rms_epsilon",
             "rope.freq_base", "tokenizer.ggml.tokens")
 U64_EDGES = (0, 1, 2, 3, 7, 31, 32, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
-#: Words of Python / gguf-py internals that must not reach a refusal message.
-LEAKS = re.compile(r"\b[A-Z][A-Za-z]*Error\b|out of bounds for axis|Traceback|object has no attribute")
 
 
 @dataclass
@@ -302,16 +298,12 @@ def _bad_text(rng: np.random.Generator, raw: bytes) -> bytes:
     return raw[:at] + bad + raw[at + len(bad) :]
 
 
-def _pick(rng: np.random.Generator, items: list) -> Any:
-    return items[int(rng.integers(0, len(items)))]
-
-
 def _pick_kv(rng: np.random.Generator, fm: FieldMap) -> Entry:
     if rng.random() < 0.5:
         hot = [e for e in fm.kvs if e.owner.endswith(HOT_KEYS)]
         if hot:
-            return _pick(rng, hot)
-    return _pick(rng, fm.kvs)
+            return pick(rng, hot)
+    return pick(rng, fm.kvs)
 
 
 def _first(entry: Entry, kind: str) -> Field | None:
@@ -322,18 +314,18 @@ def _first(entry: Entry, kind: str) -> Field | None:
 
 
 def m_magic(rng, seed, d):
-    d.put(0, bytes(_pick(rng, [b"GGUG", b"FUGG", b"\0\0\0\0", b"ggml", b"GGU", b"GGJT"]))[:4].ljust(4, b"\0"))
+    d.put(0, bytes(pick(rng, [b"GGUG", b"FUGG", b"\0\0\0\0", b"ggml", b"GGU", b"GGJT"]))[:4].ljust(4, b"\0"))
     return "magic"
 
 
 def m_version(rng, seed, d):
-    value = int(_pick(rng, [0, 1, 2, 3, 4, 0x03000000, 0x00030000, 2**32 - 1, int(rng.integers(0, 2**32))]))
+    value = int(pick(rng, [0, 1, 2, 3, 4, 0x03000000, 0x00030000, 2**32 - 1, int(rng.integers(0, 2**32))]))
     d.put(4, struct.pack("<I", value))
     return f"version={value}"
 
 
 def m_count(rng, seed, d):
-    name = _pick(rng, ["tensor_count", "kv_count"])
+    name = pick(rng, ["tensor_count", "kv_count"])
     f = seed.fields.header[name]
     value = _u64(rng, f.value)
     d.put(f.offset, struct.pack("<Q", value))
@@ -342,61 +334,61 @@ def m_count(rng, seed, d):
 
 def m_kv_field(rng, seed, d):
     entry = _pick_kv(rng, seed.fields)
-    f = _pick(rng, entry.fields)
+    f = pick(rng, entry.fields)
     return _mutate_field(rng, d, f)
 
 
 def m_kv_value(rng, seed, d):
     entry = _pick_kv(rng, seed.fields)
-    f = _pick(rng, [f for f in entry.fields if not f.kind.startswith("kv.key")])
+    f = pick(rng, [f for f in entry.fields if not f.kind.startswith("kv.key")])
     return _mutate_field(rng, d, f)
 
 
 def m_kv_type(rng, seed, d):
     entry = _pick_kv(rng, seed.fields)
     f = _first(entry, "kv.type")
-    value = int(_pick(rng, list(range(14)) + [2**32 - 1, int(rng.integers(0, 2**32))]))
+    value = int(pick(rng, list(range(14)) + [2**32 - 1, int(rng.integers(0, 2**32))]))
     d.put(f.offset, struct.pack("<I", value))
     return f"{entry.owner}.type={value}"
 
 
 def m_tensor_field(rng, seed, d):
-    entry = _pick(rng, seed.fields.infos)
-    f = _pick(rng, entry.fields)
+    entry = pick(rng, seed.fields.infos)
+    f = pick(rng, entry.fields)
     return _mutate_field(rng, d, f, seed)
 
 
 def m_tensor_dim(rng, seed, d):
-    entry = _pick(rng, seed.fields.infos)
+    entry = pick(rng, seed.fields.infos)
     dims = [f for f in entry.fields if f.kind == "ti.dim"]
-    f = _pick(rng, dims)
+    f = pick(rng, dims)
     if len(dims) == 2 and rng.random() < 0.3:  # transpose
         d.put(dims[0].offset, struct.pack("<Q", dims[1].value))
         d.put(dims[1].offset, struct.pack("<Q", dims[0].value))
         return f"{entry.owner} dims swapped"
-    value = int(_pick(rng, [0, 1, f.value - 1, f.value + 1, f.value // 2, f.value * 2, 2**63, 2**64 - 1,
+    value = int(pick(rng, [0, 1, f.value - 1, f.value + 1, f.value // 2, f.value * 2, 2**63, 2**64 - 1,
                             2**64 - f.value, f.value + 32, 2**32 + f.value]))
     d.put(f.offset, struct.pack("<Q", max(0, min(value, 2**64 - 1))))
     return f"{entry.owner}.dim={value}"
 
 
 def m_tensor_type(rng, seed, d):
-    entry = _pick(rng, seed.fields.infos)
+    entry = pick(rng, seed.fields.infos)
     f = _first(entry, "ti.type")
-    value = int(_pick(rng, [0, 1, 2, 3, 4, 5, 8, 12, 14, 16, 24, 28, 30, 39, 40, 99, 2**32 - 1]))
+    value = int(pick(rng, [0, 1, 2, 3, 4, 5, 8, 12, 14, 16, 24, 28, 30, 39, 40, 99, 2**32 - 1]))
     d.put(f.offset, struct.pack("<I", value))
     return f"{entry.owner}.type={value}"
 
 
 def m_tensor_offset(rng, seed, d):
     fm = seed.fields
-    entry = _pick(rng, fm.infos)
+    entry = pick(rng, fm.infos)
     f = _first(entry, "ti.offset")
-    other = _pick(rng, fm.infos)
+    other = pick(rng, fm.infos)
     other_offset = _first(other, "ti.offset").value
     data = fm.size - fm.data_offset
     align = fm.alignment
-    value = int(_pick(rng, [0, f.value + 1, f.value + align, f.value - align, other_offset,
+    value = int(pick(rng, [0, f.value + 1, f.value + align, f.value - align, other_offset,
                             other_offset + align, data, data - align, 2**63, 2**64 - align,
                             int(rng.integers(0, max(data, 1))) // align * align]))
     d.put(f.offset, struct.pack("<Q", max(0, min(value, 2**64 - 1))))
@@ -405,11 +397,11 @@ def m_tensor_offset(rng, seed, d):
 
 def m_tensor_name(rng, seed, d):
     fm = seed.fields
-    entry = _pick(rng, fm.infos)
+    entry = pick(rng, fm.infos)
     f = _first(entry, "ti.name")
     same = [e for e in fm.infos if e is not entry and len(e.owner) == len(entry.owner)]
     if same and rng.random() < 0.4:  # a duplicate name
-        d.put(f.offset, _pick(rng, same).owner.encode())
+        d.put(f.offset, pick(rng, same).owner.encode())
         return f"{entry.owner} renamed to a duplicate"
     if rng.random() < 0.5:
         raw = bytearray(f.value)
@@ -454,7 +446,7 @@ def m_truncate(rng, seed, d):
     if rng.random() < 0.5:
         cut = int(rng.integers(0, fm.data_offset + 1))
     elif rng.random() < 0.5:  # inside or at the end of a tensor's bytes
-        start, end = _pick(rng, list(fm.tensor_ranges.values()))
+        start, end = pick(rng, list(fm.tensor_ranges.values()))
         cut = int(rng.integers(start, end + 1))
     else:
         cut = int(rng.integers(0, fm.size))
@@ -503,14 +495,14 @@ def m_kv_duplicate(rng, seed, d):
 
 def m_kv_insert(rng, seed, d):
     arch = "llama"
-    key = str(_pick(rng, ["general.alignment", f"{arch}.vocab_size", f"{arch}.rope.dimension_count",
+    key = str(pick(rng, ["general.alignment", f"{arch}.vocab_size", f"{arch}.rope.dimension_count",
                           f"{arch}.attention.head_count_kv", f"{arch}.context_length", "general.extra"]))
-    value_type = int(_pick(rng, [4, 4, 4, 10, 5, 6, 8, 7, 0]))
+    value_type = int(pick(rng, [4, 4, 4, 10, 5, 6, 8, 7, 0]))
     if value_type == 8:
         value = struct.pack("<Q", 3) + b"abc"
     else:
         fmt = SCALAR_FORMATS[value_type]
-        value = _edge_value(rng, fmt, int(_pick(rng, [0, 1, 3, 63, 64, 49152, 1 << 20])))
+        value = _edge_value(rng, fmt, int(pick(rng, [0, 1, 3, 63, 64, 49152, 1 << 20])))
     raw = struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", value_type) + value
     at = seed.fields.kvs[-1].end if rng.random() < 0.5 else seed.fields.kvs[0].start
     d.head[at:at] = raw
@@ -520,7 +512,7 @@ def m_kv_insert(rng, seed, d):
 
 
 def m_tensor_delete(rng, seed, d):
-    entry = _pick(rng, seed.fields.infos)
+    entry = pick(rng, seed.fields.infos)
     del d.head[entry.start : entry.end]
     _bump(d, seed, "tensor_count", -1)
     realign(d.head, seed.fields, entry.start - entry.end)
@@ -528,7 +520,7 @@ def m_tensor_delete(rng, seed, d):
 
 
 def m_tensor_duplicate(rng, seed, d):
-    entry = _pick(rng, seed.fields.infos)
+    entry = pick(rng, seed.fields.infos)
     d.head[entry.end : entry.end] = d.head[entry.start : entry.end]
     _bump(d, seed, "tensor_count", 1)
     realign(d.head, seed.fields, entry.end - entry.start)
@@ -575,10 +567,7 @@ RESIZING = frozenset(("kv_delete", "kv_duplicate", "kv_insert", "tensor_delete",
 
 def make_case(rng: np.random.Generator, seed: Seed) -> Draft:
     """One to three stacked mutations of ``seed``."""
-    names = list(MUTATORS)
-    weights = np.array([MUTATORS[n][1] for n in names])
-    count = int(rng.choice([1, 2, 3], p=[0.7, 0.2, 0.1]))
-    chosen = [names[i] for i in rng.choice(len(names), size=count, p=weights / weights.sum())]
+    chosen = weighted(rng, MUTATORS, stack_count(rng))
     resizing = [n for n in chosen if n in RESIZING][:1]
     chosen = [n for n in chosen if n not in RESIZING] + resizing
     draft = Draft(bytearray(seed.head), seed.size - len(seed.head))
@@ -588,21 +577,6 @@ def make_case(rng: np.random.Generator, seed: Seed) -> Draft:
 
 
 # -- the oracle ------------------------------------------------------------------------------------
-
-
-class CaseTimeout(BaseException):
-    """Raised by the per-case timer (a BaseException, so no ``except Exception`` swallows it)."""
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise CaseTimeout()
-
-
-@dataclass
-class Outcome:
-    verdict: str  # "refused", "loaded" or "failure"
-    detail: str
-    seconds: float
 
 
 _FIT_CACHE: dict[Any, str] = {}
@@ -637,110 +611,40 @@ def graph_fit(model: Any) -> str:
 
 def check_case(path: Path, time_limit: float = 10.0, tokenizer: bool = False) -> Outcome:
     """Run the loader on one file under a time limit and judge the result (see the module docstring)."""
+    return guarded(path, lambda: _load_and_fit(path, tokenizer), time_limit, (ModelError,))
+
+
+def _load_and_fit(path: Path, tokenizer: bool) -> tuple[str, str]:
     from rlxpy.frontends.gguf import load_gguf
 
-    started = time.perf_counter()
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, time_limit)
     try:
+        model = load_gguf(path, context=64)
+        problem = graph_fit(model)
+        if not problem:
+            for name in model.tensors:  # the bytes the upload will read are there
+                if model.tensor_bytes(name).nbytes != model.tensors[name].nbytes:
+                    problem = f"tensor {name!r}: the map holds fewer bytes than the tensor info says"
+                    break
+        if problem:
+            return "failure", f"loaded, but {problem}"
+        verdict, detail = "loaded", ""
+    except ModelError as e:
+        verdict, detail = judge_refusal(path, e)
+    if tokenizer:
+        from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
+
         try:
-            model = load_gguf(path, context=64)
-            problem = graph_fit(model)
-            if not problem:
-                for name in model.tensors:  # the bytes the upload will read are there
-                    if model.tensor_bytes(name).nbytes != model.tensors[name].nbytes:
-                        problem = f"tensor {name!r}: the map holds fewer bytes than the tensor info says"
-                        break
-            if problem:
-                return Outcome("failure", f"loaded, but {problem}", time.perf_counter() - started)
-            verdict, detail = "loaded", ""
+            GgufTokenizer.from_gguf(path)
         except ModelError as e:
-            verdict, detail = _judge_refusal(path, e)
-        if tokenizer:
-            from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
-
-            try:
-                GgufTokenizer.from_gguf(path)
-            except ModelError as e:
-                tok_verdict, tok_detail = _judge_refusal(path, e, leaks=False)
-                if tok_verdict == "failure":
-                    verdict, detail = "failure", f"tokenizer: {tok_detail}"
-        return Outcome(verdict, detail, time.perf_counter() - started)
-    except CaseTimeout:
-        return Outcome("failure", f"over the {time_limit:g} s time limit", time.perf_counter() - started)
-    except Exception as e:  # anything but a ModelError is a failure
-        return Outcome("failure", f"{type(e).__name__}: {e}", time.perf_counter() - started)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _judge_refusal(path: Path, error: ModelError, leaks: bool = True) -> tuple[str, str]:
-    message = str(error)
-    if path.name not in message:
-        return "failure", f"ModelError without the file name: {message}"
-    if leaks and LEAKS.search(message):
-        return "failure", f"ModelError leaking internals: {message}"
-    return "refused", message
-
-
-@dataclass
-class Report:
-    counts: Counter = field(default_factory=Counter)
-    by_seed: dict[str, Counter] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-    reasons: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    slowest: float = 0.0
-
-    @property
-    def cases(self) -> int:
-        return sum(self.counts.values())
-
-    def summary(self) -> str:
-        lines = [f"{self.cases} cases in {self.seconds:.1f} s (slowest case {self.slowest * 1000:.0f} ms): "
-                 f"{self.counts['refused']} clean refusals, {self.counts['loaded']} loads, "
-                 f"{self.counts['failure']} anything else"]
-        for name, counts in self.by_seed.items():
-            lines.append(f"  {name}: {sum(counts.values())} cases: {counts['refused']} refused, "
-                         f"{counts['loaded']} loaded, {counts['failure']} other")
-        lines += [f"  FAILURE {text}" for text in self.failures[:20]]
-        return "\n".join(lines)
-
-
-def _reason(message: str) -> str:
-    """A refusal message without its file name and numbers: groups the refusals by rule."""
-    text = message.split(": ", 1)[-1]
-    text = re.sub(r"'[^']*'", "'…'", text)
-    return re.sub(r"-?\d+", "N", text)[:90]
+            tok_verdict, tok_detail = judge_refusal(path, e, leaks=False)
+            if tok_verdict == "failure":
+                verdict, detail = "failure", f"tokenizer: {tok_detail}"
+    return verdict, detail
 
 
 def run(seeds: list[tuple[Seed, int]], workdir: Path, rng_seed: int = 0, time_limit: float = 10.0,
         tokenizer_seeds: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Report:
     """``cases`` mutated files per seed, each checked by :func:`check_case`."""
-    rng = np.random.default_rng(rng_seed)
-    report = Report()
-    started = time.perf_counter()
-    plan = [seed for seed, cases in seeds for _ in range(cases)]
-    order = rng.permutation(len(plan))
-    for done, index in enumerate(order, 1):
-        seed = plan[index]
-        draft = make_case(rng, seed)
-        path = workdir / f"fuzz_{seed.name}.gguf"
-        draft.write_to(path)
-        outcome = check_case(path, time_limit, tokenizer=seed.name in tokenizer_seeds)
-        report.counts[outcome.verdict] += 1
-        report.by_seed.setdefault(seed.name, Counter())[outcome.verdict] += 1
-        report.slowest = max(report.slowest, outcome.seconds)
-        if outcome.verdict == "refused":
-            report.reasons[_reason(outcome.detail)] += 1
-        if outcome.verdict == "failure":
-            report.failures.append(f"[{seed.name}] {'; '.join(draft.notes)} -> {outcome.detail}")
-            kept = workdir / f"failure_{len(report.failures)}_{seed.name}.gguf"
-            path.rename(kept)
-        if progress and done % 500 == 0:
-            elapsed = time.perf_counter() - started
-            progress(f"{done}/{len(plan)} cases, {elapsed:.0f} s, {dict(report.counts)}")
-    report.seconds = time.perf_counter() - started
-    return report
-
+    return run_cases(seeds, make_case,
+                     lambda path, seed: check_case(path, time_limit, tokenizer=seed.name in tokenizer_seeds),
+                     workdir, ".gguf", rng_seed, progress)
