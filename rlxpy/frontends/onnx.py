@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlxpy.errors import GraphError, InputError, ModelError, UnsupportedOpError
+from rlxpy.errors import GraphError, InputError, ModelError, RlxError, UnsupportedOpError
 from rlxpy.frontends import onnx_ops, onnx_ops_cnn, onnx_ops_signal
-from rlxpy.frontends.onnx_ops import EMIT, ONNX_DTYPES, Known, fold
+from rlxpy.frontends.onnx_check import check_model
+from rlxpy.frontends.onnx_ops import EMIT, ONNX_DTYPES, Known
+from rlxpy.frontends.onnx_ops_fold import fold
 from rlxpy.frontends.rewrite import finalize
 from rlxpy.ir import DType, Graph, Node, ops
 
@@ -68,25 +71,59 @@ def _require_onnx() -> Any:
 
 
 def load_model(model: str | Path | bytes | Any) -> Any:
+    """The ModelProto of a file, of serialised bytes or as given; external data is not read here
+    (OnnxModel reads it once onnx_check has validated where it points)."""
     onnx = _require_onnx()
     if isinstance(model, (str, Path)):
         try:
-            return onnx.load(str(model))
+            return onnx.load(str(model), load_external_data=False)
         except Exception as e:  # noqa: BLE001  (protobuf raises assorted errors)
-            raise ModelError(f"{model}: not a readable ONNX model ({e})") from e
+            raise ModelError(f"{model}: not a readable ONNX model ({_plain(e)})") from None
     if isinstance(model, bytes):
-        return onnx.load_from_string(model)
+        try:
+            return onnx.load_from_string(model)
+        except Exception as e:  # noqa: BLE001
+            raise ModelError(f"<ONNX bytes>: not a readable ONNX model ({_plain(e)})") from None
     return model
+
+
+def _plain(error: Exception) -> str:
+    """A parser's message without its exception class name."""
+    text = str(error) or "no details"
+    return text if type(error).__name__ not in text else text.replace(type(error).__name__, "parse error")
+
+
+def _source(model: Any) -> str:
+    return str(model) if isinstance(model, (str, Path)) else "<ONNX bytes>" if isinstance(model, bytes) \
+        else "<ONNX model>"
 
 
 class OnnxModel:
     """An ONNX model compiled per input shape signature; ``run`` returns numpy arrays by output name."""
 
     def __init__(self, model: str | Path | bytes | Any, **compile_options: Any) -> None:
+        self.source = _source(model)
+        with self._naming():
+            self._load(model, compile_options)
+
+    @contextmanager
+    def _naming(self) -> Iterator[None]:
+        """rlxpy errors raised while reading, importing or running the model name its file."""
+        try:
+            yield
+        except RlxError as e:
+            if self.source in str(e):
+                raise
+            raise type(e)(f"{self.source}: {e}") from None
+
+    def _load(self, model: Any, compile_options: dict[str, Any]) -> None:
         onnx = _require_onnx()
         self.proto = load_model(model)
+        base_dir = Path(model).parent if isinstance(model, (str, Path)) else None
+        self.opset = check_model(self.proto, self.source, base_dir)
+        if base_dir is not None and any(t.data_location == 1 for t in self.proto.graph.initializer):
+            onnx.external_data_helper.load_external_data_for_model(self.proto, str(base_dir))
         graph = self.proto.graph
-        self.opset = next((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), 13)
         self.constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
         self.nodes = [_decode(n, onnx) for n in graph.node]
         self.input_specs: dict[str, tuple[int, tuple[int | str, ...]]] = {}
@@ -113,7 +150,7 @@ class OnnxModel:
                       if foreign(n) or n.op_type not in EMIT and n.op_type not in FOLD_ONLY})
         if bad:
             problems.append("unsupported ONNX operators: " + ", ".join(bad))
-        types = sorted({str(t) for t, _ in self.input_specs.values() if t not in ONNX_DTYPES})
+        types = [f"{t} (input {name!r})" for name, (t, _) in self.input_specs.items() if t not in ONNX_DTYPES]
         if types:
             problems.append("unsupported input element types: " + ", ".join(types)
                             + " (rlxpy takes float, int64/int32 and bool)")
@@ -123,6 +160,10 @@ class OnnxModel:
     # -- import ---------------------------------------------------------------------------------
     def import_graph(self, shapes: Mapping[str, tuple[int, ...]]) -> OnnxImport:
         """The rlxpy graph for these input shapes (every dim static)."""
+        with self._naming():
+            return self._import_graph(shapes)
+
+    def _import_graph(self, shapes: Mapping[str, tuple[int, ...]]) -> OnnxImport:
         for name, (_, dims) in self.input_specs.items():
             if name not in shapes:
                 raise InputError(f"ONNX input {name!r} needs a shape (declared {list(dims)})")
@@ -134,9 +175,22 @@ class OnnxModel:
         importer = _Importer(self, {k: tuple(int(d) for d in v) for k, v in shapes.items()})
         return importer.run()
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def compile_graph(self, graph: Graph) -> Any:
+        """The executable for one imported signature (a subclass may share them between models)."""
         import rlxpy
 
+        return rlxpy.compile(graph, **self.compile_options)
+
+    def release(self, exe: Any) -> None:
+        """Called for an executable whose signature fell out of the MAX_SIGNATURES cache."""
+        exe.destroy()
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The model's outputs for these inputs (compiled once per shape signature)."""
+        with self._naming():
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         unknown = sorted(set(inputs) - set(self.input_specs))
         if unknown:
             raise InputError(f"unknown ONNX inputs {unknown}; the model takes {sorted(self.input_specs)}")
@@ -144,8 +198,8 @@ class OnnxModel:
                   for name, spec in self.input_specs.items()}
         key = tuple((name, a.shape) for name, a in arrays.items())
         if key not in self._compiled:
-            imported = self.import_graph({name: a.shape for name, a in arrays.items()})
-            exe = rlxpy.compile(imported.graph, **self.compile_options) if imported.graph.outputs else None
+            imported = self._import_graph({name: a.shape for name, a in arrays.items()})
+            exe = self.compile_graph(imported.graph) if imported.graph.outputs else None
             for name, value in imported.params.items() if exe is not None else ():
                 exe.set_param(name, value)
             self._compiled[key] = (imported, exe)
@@ -153,7 +207,7 @@ class OnnxModel:
             while len(self._compiled) > MAX_SIGNATURES:
                 _, (_, old) = self._compiled.popitem(last=False)
                 if old is not None:
-                    old.destroy()
+                    self.release(old)
         self._compiled.move_to_end(key)
         imported, exe = self._compiled[key]
         for name, bound in imported.index_bounds.items():
@@ -255,7 +309,7 @@ class _Importer:
             return [Known(np.asarray(value))]
         ins = [self.values[name] if name else None for name in node.inputs]
         if all(v is None or isinstance(v, Known) for v in ins) and ins:
-            folded = fold(node.op_type, ins, node.attrs, self.opset, len(node.output))
+            folded = fold(node.op_type, ins, node.attrs, self.opset, len(node.output), self.where(node))
             if folded is not None:
                 return [Known(np.asarray(v)) for v in folded]
         if node.op_type in FOLD_ONLY:

@@ -16,7 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from rlxpy.errors import UnsupportedOpError
+from rlxpy.errors import ModelError, UnsupportedOpError
+from rlxpy.frontends.onnx_ops_check import (
+    axes_of,
+    axis_of,
+    broadcast,
+    fold_size,
+    gather_elements_index,
+    indices_in_range,
+    int_list,
+    permutation,
+    reshape_target,
+    same_rank_concat,
+    scalar_of,
+    squeeze_shape,
+    unsqueeze_shape,
+)
 from rlxpy.ir import DType, Node
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp, ReduceOp
 
@@ -51,28 +66,28 @@ def onnx_numpy_dtype(code: int, what: str) -> np.dtype:
 
 
 # -- element-wise ---------------------------------------------------------------------------------
-_BINARY = {"Add": (BinaryOp.ADD, np.add), "Sub": (BinaryOp.SUB, np.subtract),
+BINARY = {"Add": (BinaryOp.ADD, np.add), "Sub": (BinaryOp.SUB, np.subtract),
            "Mul": (BinaryOp.MUL, np.multiply),
            "Div": (BinaryOp.DIV, None), "Pow": (BinaryOp.POW, np.power), "Max": (BinaryOp.MAX, np.maximum),
            "Min": (BinaryOp.MIN, np.minimum)}
-_COMPARE = {"Equal": (CmpOp.EQ, np.equal), "Less": (CmpOp.LT, np.less),
+COMPARE = {"Equal": (CmpOp.EQ, np.equal), "Less": (CmpOp.LT, np.less),
             "LessOrEqual": (CmpOp.LE, np.less_equal),
             "Greater": (CmpOp.GT, np.greater), "GreaterOrEqual": (CmpOp.GE, np.greater_equal)}
-_UNARY = {"Sqrt": (ActKind.SQRT, np.sqrt), "Tanh": (ActKind.TANH, np.tanh), "Relu": (ActKind.RELU, None),
+UNARY = {"Sqrt": (ActKind.SQRT, np.sqrt), "Tanh": (ActKind.TANH, np.tanh), "Relu": (ActKind.RELU, None),
           "Sigmoid": (ActKind.SIGMOID, None), "Exp": (ActKind.EXP, np.exp), "Log": (ActKind.LOG, np.log),
           "Neg": (ActKind.NEG, np.negative), "Abs": (ActKind.ABS, np.abs), "Sin": (ActKind.SIN, np.sin),
           "Cos": (ActKind.COS, np.cos)}
 
 
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu" and b.dtype.kind in "iu":
         return np.trunc(a / b).astype(np.result_type(a, b))  # ONNX integer Div truncates like C
     return np.divide(a, b)
 
 
-@emits(*_BINARY)
+@emits(*BINARY)
 def emit_binary(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
-    kind = _BINARY[node.op_type][0]
+    kind = BINARY[node.op_type][0]
     a, b = im.pair(ins[0], ins[1])
     # a one-element exponent of any rank ([], [1], [1, 1]): float() of a non-0-d array is an error
     square = isinstance(ins[1], Known) and ins[1].value.size == 1 and float(ins[1].value.reshape(-1)[0]) == 2
@@ -81,18 +96,18 @@ def emit_binary(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     return [im.g.binary(a, b, kind, name=im.name(node))]
 
 
-@emits(*_COMPARE)
+@emits(*COMPARE)
 def emit_compare(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     a, b = im.pair(ins[0], ins[1])
     if a.dtype is DType.BOOL:
         a, b = im.cast(a, DType.I32), im.cast(b, DType.I32)
-    return [im.g.compare(a, b, _COMPARE[node.op_type][0], name=im.name(node))]
+    return [im.g.compare(a, b, COMPARE[node.op_type][0], name=im.name(node))]
 
 
-@emits(*_UNARY)
+@emits(*UNARY)
 def emit_unary(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    kind = _UNARY[node.op_type][0]
+    kind = UNARY[node.op_type][0]
     if x.dtype is not DType.F32:
         raise UnsupportedOpError(f"{im.where(node)}: {node.op_type} of {x.dtype} (rlxpy runs it on float)")
     return [im.g.activation(x, kind, name=im.name(node))]
@@ -187,7 +202,7 @@ def emit_matmul(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     if a.rank < 2 or b.rank < 2:
         raise UnsupportedOpError(f"{im.where(node)}: MatMul of a 1-D operand")
     if b.rank > 2 and tuple(a.shape[:-2]) != tuple(b.shape[:-2]):  # numpy batch broadcasting
-        lead = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+        lead = broadcast(im.where(node), tuple(a.shape[:-2]), tuple(b.shape[:-2]))
         a = im.g.expand(a, list(lead) + list(a.shape[-2:]))
         b = im.g.expand(b, list(lead) + list(b.shape[-2:]))
     return [im.g.matmul(a, b, name=im.name(node))]
@@ -228,7 +243,7 @@ def emit_linear(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 @emits("LayerNormalization", "rlx.LayerNorm")
 def emit_layer_norm(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0], DType.F32)
-    axis = attrs.get("axis", -1) % x.rank
+    axis = axis_of(im.where(node), attrs.get("axis", -1), x.rank)
     width = math.prod(x.shape[axis:])
     flat = im.g.reshape(x, list(x.shape[:axis]) + [width]) if axis != x.rank - 1 else x
     gamma = im.g.reshape(im.tensor(ins[1], DType.F32), [width])
@@ -244,7 +259,7 @@ def emit_layer_norm(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any
 def emit_softmax(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0], DType.F32)
     default = -1 if im.opset >= 13 else 1
-    axis = attrs.get("axis", default) % x.rank
+    axis = axis_of(im.where(node), attrs.get("axis", default), x.rank)
     shape = list(x.shape)
     if im.opset < 13 and axis != x.rank - 1:  # old softmax: flatten to [prod(:axis), prod(axis:)]
         x = im.g.reshape(x, [math.prod(shape[:axis]), math.prod(shape[axis:])])
@@ -257,30 +272,31 @@ def emit_softmax(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     return [im.g.reshape(y, shape, name=im.name(node)) if list(y.shape) != shape else y]
 
 
-_REDUCE = {"ReduceMean": (ReduceOp.MEAN, np.mean), "ReduceSum": (ReduceOp.SUM, np.sum),
+REDUCE = {"ReduceMean": (ReduceOp.MEAN, np.mean), "ReduceSum": (ReduceOp.SUM, np.sum),
            "ReduceMax": (ReduceOp.MAX, np.max), "ReduceMin": (ReduceOp.MIN, np.min),
            "ReduceProd": (ReduceOp.PROD, np.prod)}
 
 
-def reduce_axes(ins: list[Any], attrs: dict, rank: int) -> list[int] | None:
+def reduce_axes(ins: list[Any], attrs: dict, rank: int, where: str) -> list[int] | None:
     axes = attrs.get("axes")
     if axes is None and len(ins) > 1 and ins[1] is not None:
         if not isinstance(ins[1], Known):
-            raise UnsupportedOpError("reduce axes must be known at import time")
-        axes = ins[1].value.tolist()
-    if axes is None or len(axes) == 0:
+            raise UnsupportedOpError(f"{where}: reduce axes must be known at import time")
+        axes = ins[1].value
+    axes = None if axes is None else int_list(where, axes, "axes")
+    if not axes:
         return None if attrs.get("noop_with_empty_axes") else list(range(rank))
-    return sorted({int(a) % rank for a in axes})
+    return sorted(axes_of(where, axes, rank))
 
 
-@emits(*_REDUCE)
+@emits(*REDUCE)
 def emit_reduce(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    axes = reduce_axes(ins, attrs, x.rank)
+    axes = reduce_axes(ins, attrs, x.rank, im.where(node))
     if axes is None:
         return [x]
     keep = bool(attrs.get("keepdims", 1))
-    kind = _REDUCE[node.op_type][0]
+    kind = REDUCE[node.op_type][0]
     out_dtype = x.dtype
     x = im.cast(x, DType.F32)
     if axes != list(range(axes[0], axes[-1] + 1)):
@@ -295,52 +311,26 @@ def emit_reduce(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 
 
 # -- shapes and data movement ------------------------------------------------------------------------
-def reshape_target(shape_in: tuple, spec: np.ndarray, allowzero: int) -> list[int]:
-    out = [int(d) for d in spec.tolist()]
-    for i, d in enumerate(out):
-        if d == 0 and not allowzero:
-            out[i] = int(shape_in[i])
-    if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        out[out.index(-1)] = math.prod(shape_in) // known if known else 0
-    return out
-
-
 @emits("Reshape")
 def emit_reshape(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    target = reshape_target(tuple(x.shape), im.known(node, ins[1], "shape"), attrs.get("allowzero", 0))
+    target = reshape_target(im.where(node), tuple(x.shape), im.known(node, ins[1], "shape"),
+                            attrs.get("allowzero", 0))
     return [im.g.reshape(x, target, name=im.name(node)) if list(x.shape) != target else x]
 
 
 @emits("Flatten")
 def emit_flatten(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    axis = attrs.get("axis", 1) % (x.rank + 1) if x.rank else 0
+    axis = axis_of(im.where(node), attrs.get("axis", 1), x.rank, inclusive=True)
     return [im.g.reshape(x, [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])], name=im.name(node))]
-
-
-def unsqueeze_shape(shape: tuple, axes: list[int]) -> list[int]:
-    rank = len(shape) + len(axes)
-    axes = sorted(a % rank for a in axes)
-    out, it = [], iter(shape)
-    for i in range(rank):
-        out.append(1 if i in axes else next(it))
-    return out
-
-
-def squeeze_shape(shape: tuple, axes: list[int] | None) -> list[int]:
-    if axes is None:
-        return [d for d in shape if d != 1]
-    drop = {a % len(shape) for a in axes}
-    return [d for i, d in enumerate(shape) if i not in drop]
 
 
 def _axes_arg(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[int] | None:
     if "axes" in attrs:
-        return list(attrs["axes"])
+        return int_list(im.where(node), attrs["axes"], "axes")
     if len(ins) > 1 and ins[1] is not None:
-        return [int(a) for a in im.known(node, ins[1], "axes").tolist()]
+        return int_list(im.where(node), im.known(node, ins[1], "axes"), "axes")
     return None
 
 
@@ -348,22 +338,25 @@ def _axes_arg(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[int] | No
 def emit_unsqueeze(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
     axes = _axes_arg(im, node, ins, attrs)
-    shape = unsqueeze_shape(tuple(x.shape), axes or []) if node.op_type == "Unsqueeze" \
-        else squeeze_shape(tuple(x.shape), axes)
+    if node.op_type == "Unsqueeze" and axes is None:
+        raise ModelError(f"{im.where(node)}: axes are missing (no attribute, no input)")
+    shape = unsqueeze_shape(im.where(node), tuple(x.shape), axes) if node.op_type == "Unsqueeze" \
+        else squeeze_shape(im.where(node), tuple(x.shape), axes)
     return [im.g.reshape(x, shape, name=im.name(node))]
 
 
 @emits("Transpose")
 def emit_transpose(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    perm = list(attrs.get("perm", reversed(range(x.rank))))
+    perm = permutation(im.where(node), attrs.get("perm", range(x.rank - 1, -1, -1)), x.rank)
     return [x if perm == sorted(perm) else im.g.transpose(x, perm, name=im.name(node))]
 
 
 @emits("Expand")
 def emit_expand(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    target = list(np.broadcast_shapes(tuple(x.shape), tuple(int(d) for d in im.known(node, ins[1], "shape"))))
+    shape = int_list(im.where(node), im.known(node, ins[1], "shape"), "shape")
+    target = list(broadcast(im.where(node), tuple(x.shape), shape))
     if list(x.shape) == target:
         return [x]
     if x.rank < len(target):
@@ -375,24 +368,33 @@ def emit_expand(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 def emit_concat(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     dtype = next((v.dtype for v in ins if isinstance(v, Node)), None)
     parts = [im.tensor(v, dtype) for v in ins if v is not None]
-    axis = attrs["axis"] % parts[0].rank
+    axis = same_rank_concat(im.where(node), [p.shape for p in parts], attrs.get("axis"))
     parts = [p for p in parts if p.shape[axis] != 0]
     return [parts[0] if len(parts) == 1 else im.g.concat(parts, axis, name=im.name(node))]
 
 
-def slice_spec(shape: tuple, ins: list[Any], attrs: dict, known: Callable) -> list[tuple[int, int, int, int]]:
+def slice_spec(shape: tuple, ins: list[Any], attrs: dict, known: Callable, where: str
+               ) -> list[tuple[int, int, int, int]]:
     """[(axis, start, stop, step)] with ONNX's clamping, from inputs (opset >= 10) or attributes."""
     if "starts" in attrs:
-        starts, ends = list(attrs["starts"]), list(attrs["ends"])
-        axes, steps = list(attrs.get("axes", range(len(starts)))), [1] * len(starts)
+        starts = int_list(where, attrs["starts"], "starts")
+        ends = int_list(where, attrs.get("ends", []), "ends")
+        axes = int_list(where, attrs.get("axes", range(len(starts))), "axes")
+        steps = [1] * len(starts)
     else:
-        starts, ends = known(ins[1]).tolist(), known(ins[2]).tolist()
-        axes = known(ins[3]).tolist() if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
-        steps = known(ins[4]).tolist() if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+        if len(ins) < 3 or ins[1] is None or ins[2] is None:
+            raise ModelError(f"{where}: starts and ends are missing")
+        starts, ends = int_list(where, known(ins[1]), "starts"), int_list(where, known(ins[2]), "ends")
+        given = len(ins) > 3 and ins[3] is not None
+        axes = int_list(where, known(ins[3]), "axes") if given else list(range(len(starts)))
+        given = len(ins) > 4 and ins[4] is not None
+        steps = int_list(where, known(ins[4]), "steps") if given else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise ModelError(f"{where}: starts {starts}, ends {ends}, axes {axes}, steps {steps} do not match "
+                         "(or a step is 0)")
     out = []
-    for axis, start, stop, step in zip(axes, starts, ends, steps):
-        axis = int(axis) % len(shape)
-        start, stop, step = slice(int(start), int(stop), int(step)).indices(int(shape[axis]))
+    for axis, start, stop, step in zip(axes_of(where, axes, len(shape)), starts, ends, steps):
+        start, stop, step = slice(start, stop, step).indices(int(shape[axis]))
         out.append((axis, start, stop, step))
     return out
 
@@ -400,7 +402,7 @@ def slice_spec(shape: tuple, ins: list[Any], attrs: dict, known: Callable) -> li
 @emits("Slice")
 def emit_slice(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    spec = slice_spec(tuple(x.shape), ins, attrs, lambda v: im.known(node, v, "slice"))
+    spec = slice_spec(tuple(x.shape), ins, attrs, lambda v: im.known(node, v, "slice"), im.where(node))
     for axis, start, stop, step in spec:
         if step != 1:
             raise UnsupportedOpError(f"{im.where(node)}: Slice with step {step}")
@@ -413,31 +415,35 @@ def emit_slice(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 @emits("Split")
 def emit_split(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
-    axis = attrs.get("axis", 0) % x.rank
+    where = im.where(node)
+    axis = axis_of(where, attrs.get("axis", 0), x.rank)
     sizes = attrs.get("split")
     if sizes is None and len(ins) > 1 and ins[1] is not None:
-        sizes = im.known(node, ins[1], "split").tolist()
+        sizes = im.known(node, ins[1], "split")
     if sizes is None:
         parts = attrs.get("num_outputs", len(node.output))
+        if not 1 <= parts <= max(x.shape[axis], 1):
+            raise ModelError(f"{where}: {parts} parts of an axis of {x.shape[axis]}")
         chunk = -(-x.shape[axis] // parts)
         sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+    sizes = int_list(where, sizes, "split")
+    if any(s < 0 for s in sizes) or sum(sizes) != x.shape[axis] or len(sizes) != len(node.output):
+        raise ModelError(f"{where}: split sizes {sizes} do not cut an axis of {x.shape[axis]} into "
+                         f"{len(node.output)} outputs")
     outs, start = [], 0
     for size in sizes:
-        outs.append(im.g.narrow(x, axis, start, int(size)))
-        start += int(size)
+        outs.append(im.g.narrow(x, axis, start, size))
+        start += size
     return outs
 
 
 @emits("Gather")
 def emit_gather(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     table = im.tensor(ins[0])
-    axis = attrs.get("axis", 0) % table.rank
+    axis = axis_of(im.where(node), attrs.get("axis", 0), table.rank)
     size = table.shape[axis]
     if isinstance(ins[1], Known):  # wrap negative indices now
-        idx = ins[1].value.astype(np.int64)
-        idx = np.where(idx < 0, idx + size, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= size):
-            raise UnsupportedOpError(f"{im.where(node)}: indices out of range for axis of {size}")
+        idx = indices_in_range(im.where(node), ins[1].value, size)
         indices = im.g.constant(idx.astype(np.int32), DType.I32)
     else:
         indices = im.cast(ins[1], DType.I32)
@@ -451,12 +457,11 @@ def emit_gather_elements(im: Any, node: Any, ins: list[Any], attrs: dict) -> lis
     """out[i..] = data[i0, .., idx[i..], .., in] along axis (torch.gather): one flat gather at the
     linear index, computed from the (static) shapes."""
     data = im.tensor(ins[0])
-    axis = attrs.get("axis", 0) % data.rank
+    axis = gather_elements_index(im.where(node), tuple(data.shape), im.shape_of(ins[1]), attrs.get("axis", 0))
     shape = [int(d) for d in data.shape]
     strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
     if isinstance(ins[1], Known):
-        idx = ins[1].value.astype(np.int64)
-        idx = np.where(idx < 0, idx + shape[axis], idx)
+        idx = indices_in_range(im.where(node), ins[1].value, shape[axis])
         grids = np.indices(idx.shape)
         linear = sum((idx if a == axis else grids[a]) * strides[a] for a in range(len(shape)))
         index = im.g.constant(linear.astype(np.int32), DType.I32)
@@ -473,7 +478,8 @@ def emit_gather_elements(im: Any, node: Any, ins: list[Any], attrs: dict) -> lis
 @emits("Shape")
 def emit_shape(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     shape = np.array(im.shape_of(ins[0]), dtype=np.int64)
-    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    start, end = (int(np.clip(attrs.get(key, default), -2**62, 2**62))
+                  for key, default in (("start", 0), ("end", len(shape))))
     return [Known(shape[start:end])]
 
 
@@ -484,87 +490,7 @@ def emit_size(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 
 @emits("ConstantOfShape")
 def emit_constant_of_shape(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
-    shape = [int(d) for d in im.known(node, ins[0], "shape")]
-    value = attrs.get("value", np.zeros([1], np.float32))
-    return [Known(np.full(shape, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype))]
-
-
-# -- numpy folds (every input known) -------------------------------------------------------------------
-def fold(op_type: str, ins: list[Any], attrs: dict, opset: int, outputs: int) -> list[np.ndarray] | None:
-    """The numpy value of ``op_type`` on known inputs, or None when there is no fold for it."""
-    v = [x.value if isinstance(x, Known) else x for x in ins]
-    if op_type in _BINARY:
-        fn = _BINARY[op_type][1] or _div
-        return [np.asarray(fn(v[0], v[1])).astype(np.result_type(v[0], v[1]))]
-    if op_type in _COMPARE:
-        return [np.asarray(_COMPARE[op_type][1](v[0], v[1]))]
-    if op_type in _UNARY and _UNARY[op_type][1] is not None:
-        return [np.asarray(_UNARY[op_type][1](v[0])).astype(v[0].dtype)]
-    if op_type in _REDUCE:
-        axes = reduce_axes(ins, attrs, v[0].ndim)
-        if axes is None:
-            return [v[0]]
-        out = _REDUCE[op_type][1](v[0], axis=tuple(axes), keepdims=bool(attrs.get("keepdims", 1)))
-        return [np.asarray(out).astype(v[0].dtype)]
-    simple = _SIMPLE_FOLDS.get(op_type)
-    if simple is not None:
-        return simple(v, ins, attrs)
-    return None
-
-
-def _fold_slice(v: list, ins: list, attrs: dict) -> list[np.ndarray]:
-    x = v[0]
-    index = [slice(None)] * x.ndim
-    for axis, start, stop, step in slice_spec(x.shape, ins, attrs, lambda k: k.value):
-        index[axis] = slice(start, stop if stop >= 0 else None, step)
-    return [x[tuple(index)]]
-
-
-def _fold_gather_elements(v: list, ins: list, attrs: dict) -> list[np.ndarray]:
-    axis = attrs.get("axis", 0) % v[0].ndim
-    idx = np.where(v[1] < 0, v[1] + v[0].shape[axis], v[1])
-    return [np.take_along_axis(v[0], idx.astype(np.int64), axis)]
-
-
-def _fold_split(v: list, ins: list, attrs: dict) -> list[np.ndarray]:
-    axis = attrs.get("axis", 0) % v[0].ndim
-    sizes = attrs.get("split") or (v[1].tolist() if len(v) > 1 and v[1] is not None else None)
-    if sizes is None:
-        raise UnsupportedOpError("Split of a known value needs explicit sizes")
-    return np.split(v[0], np.cumsum(sizes)[:-1], axis=axis)
-
-
-def _fold_cast(v: list, ins: list, attrs: dict) -> list[np.ndarray]:
-    return [v[0].astype(onnx_numpy_dtype(attrs["to"], "Cast"))]
-
-
-_SIMPLE_FOLDS: dict[str, Callable[[list, list, dict], list[np.ndarray]]] = {
-    "Cast": _fold_cast,
-    "Identity": lambda v, ins, a: [v[0]],
-    "Dropout": lambda v, ins, a: [v[0]],
-    "Not": lambda v, ins, a: [np.logical_not(v[0])],
-    "And": lambda v, ins, a: [np.logical_and(v[0], v[1])],
-    "Or": lambda v, ins, a: [np.logical_or(v[0], v[1])],
-    "Xor": lambda v, ins, a: [np.logical_xor(v[0], v[1])],
-    "IsNaN": lambda v, ins, a: [np.isnan(v[0])],
-    "Where": lambda v, ins, a: [np.where(v[0], v[1], v[2])],
-    "Range": lambda v, ins, a: [np.arange(v[0], v[1], v[2]).astype(np.result_type(v[0], v[1], v[2]))],
-    "Reshape": lambda v, ins, a: [v[0].reshape(reshape_target(v[0].shape, v[1], a.get("allowzero", 0)))],
-    "Flatten": lambda v, ins, a: [v[0].reshape(math.prod(v[0].shape[:a.get("axis", 1)]), -1)],
-    "Unsqueeze": lambda v, ins, a: [v[0].reshape(unsqueeze_shape(
-        v[0].shape, list(a["axes"]) if "axes" in a else v[1].tolist()))],
-    "Squeeze": lambda v, ins, a: [v[0].reshape(squeeze_shape(
-        v[0].shape, list(a["axes"]) if "axes" in a else (v[1].tolist() if len(v) > 1 and v[1] is not None
-                                                         else None)))],
-    "Transpose": lambda v, ins, a: [np.transpose(v[0], a.get("perm"))],
-    "Expand": lambda v, ins, a: [np.broadcast_to(v[0], np.broadcast_shapes(v[0].shape, tuple(v[1].tolist())))
-                                 .copy()],
-    "Concat": lambda v, ins, a: [np.concatenate([x for x in v if x is not None], axis=a["axis"])],
-    "Gather": lambda v, ins, a: [np.take(v[0], np.where(v[1] < 0, v[1] + v[0].shape[a.get("axis", 0)], v[1]),
-                                         axis=a.get("axis", 0))],
-    "GatherElements": _fold_gather_elements,
-    "Slice": _fold_slice,
-    "Split": _fold_split,
-    "Relu": lambda v, ins, a: [np.maximum(v[0], 0).astype(v[0].dtype)],
-    "Sigmoid": lambda v, ins, a: [(1 / (1 + np.exp(-v[0]))).astype(v[0].dtype)],
-}
+    where = im.where(node)
+    shape = fold_size(where, int_list(where, im.known(node, ins[0], "shape"), "shape"))
+    value = np.asarray(attrs.get("value", np.zeros([1], np.float32)))
+    return [Known(np.full(shape, scalar_of(where, value, "value"), dtype=value.dtype))]
