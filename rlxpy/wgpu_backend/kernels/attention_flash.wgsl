@@ -25,22 +25,6 @@ var<workgroup> ps: array<f32, 2112>;
 
 #include "attention_block_value.wgsl"
 
-// Q chunk (BQ x DS, 4 per thread) and K chunk (BK x DS, 2 per thread): all loads issued before any store
-fn load_qk(t: u32, q_base: u32, q0: u32, k_base: u32, k0: u32, k_end: u32, d0: u32) {
-    let q_a = block_value(q_base, p.q_ss, q0, p.s_q, d0, DS, t);
-    let q_b = block_value(q_base, p.q_ss, q0, p.s_q, d0, DS, t + 256u);
-    let q_c = block_value(q_base, p.q_ss, q0, p.s_q, d0, DS, t + 512u);
-    let q_d = block_value(q_base, p.q_ss, q0, p.s_q, d0, DS, t + 768u);
-    let k_a = block_value(k_base, p.k_ss, k0, k_end, d0, DS, t);
-    let k_b = block_value(k_base, p.k_ss, k0, k_end, d0, DS, t + 256u);
-    tiles[t / DS * QS + t % DS] = q_a;
-    tiles[(t + 256u) / DS * QS + t % DS] = q_b;
-    tiles[(t + 512u) / DS * QS + t % DS] = q_c;
-    tiles[(t + 768u) / DS * QS + t % DS] = q_d;
-    tiles[BQ * QS + t / DS * QS + t % DS] = k_a;
-    tiles[BQ * QS + (t + 256u) / DS * QS + t % DS] = k_b;
-}
-
 fn store_v(e: u32, x: f32) {
     if (e < KC * D) {
         tiles[e / D * VS + e % D] = x;
@@ -78,20 +62,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos]) + p.s_q, p.kv_dyn == 1u);
     let kv_total = min(kv_len, p.s_k);
     let shift = i32(kv_total) - i32(p.s_q);
-    var k_begin = 0u;
-    var k_end = kv_total;
-    if (MASK_KIND == 1u || MASK_KIND == 3u) {
-        let first = shift + i32(q0);
-        let last = shift + i32(min(q0 + BQ, p.s_q)) - 1;
-        // keys masked for every row of the block add exactly 0, unless a row is fully masked
-        // (first < 0): that row must average all keys, so the block then reads them all
-        if (first >= 0) {
-            k_end = min(k_end, u32(last + 1));
-            if (MASK_KIND == 3u) {
-                k_begin = u32(max(0, first - i32(p.window)));
-            }
-        }
-    }
+    let keys = visible_keys(shift + i32(q0), shift + i32(min(q0 + BQ, p.s_q)) - 1, kv_total);
+    let k_begin = keys.x;
+    let k_end = keys.y;
     var m = vec4<f32>(neg_inf());
     var l = vec4<f32>(0.0);
     var acc: array<vec4<f32>, UD>;  // output dims tx + 16u of the four rows
@@ -102,7 +75,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         var s1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < D; d0 += DS) {
             workgroupBarrier();
-            load_qk(t, q_base, q0, k_base, k0, k_end, d0);
+            stage_blocks(t, q_base, p.q_ss, q0, p.s_q, k_base, p.k_ss, k0, k_end, d0, BQ * QS);  // Q and K chunks
             workgroupBarrier();
             for (var dd = 0u; dd < min(DS, D - d0); dd++) {
                 let q4 = vec4<f32>(tiles[ty * QS + dd], tiles[(ty + 16u) * QS + dd], tiles[(ty + 32u) * QS + dd],

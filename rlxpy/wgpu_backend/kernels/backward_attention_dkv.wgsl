@@ -21,6 +21,19 @@ fn store_block(t: vec2<u32>, x: mat2x4<f32>) {
     }
 }
 
+// acc += x^T R: x (this block's 32 keys x BC queries, in registers) goes to workgroup memory, the BC rows
+// of R (from query row i0 of the matrix at base) are staged KC at a time.
+fn add_block_product(t: vec2<u32>, lane: u32, x: mat2x4<f32>, base: u32, i0: u32,
+                     acc: ptr<function, array<vec4<f32>, UD>>) {
+    store_block(t, x);
+    for (var c0 = 0u; c0 < BC; c0 += KC) {
+        workgroupBarrier();
+        stage_rows(lane, base, p.q_ss, i0 + c0, p.s_q);
+        workgroupBarrier();
+        accumulate(t, c0, acc);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let t = vec2<u32>(lane % 16u, lane / 16u);
@@ -72,23 +85,11 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
                 }
             }
             if (WANT_V) {  // dV[j] += sum_i P^T[j, i] dO[i]
-                store_block(t, pr);
-                for (var c0 = 0u; c0 < BC; c0 += KC) {
-                    workgroupBarrier();
-                    stage_rows(lane, o_base, p.q_ss, i0 + c0, p.s_q);
-                    workgroupBarrier();
-                    accumulate(t, c0, &acc_v);
-                }
+                add_block_product(t, lane, pr, o_base, i0, &acc_v);
                 workgroupBarrier();  // every thread has read P^T before dS^T replaces it
             }
             if (WANT_K) {  // dK[j] += sum_i dS^T[j, i] Q[i] (scaled at the end)
-                store_block(t, ds);
-                for (var c0 = 0u; c0 < BC; c0 += KC) {
-                    workgroupBarrier();
-                    stage_rows(lane, q_base, p.q_ss, i0 + c0, p.s_q);
-                    workgroupBarrier();
-                    accumulate(t, c0, &acc_k);
-                }
+                add_block_product(t, lane, ds, q_base, i0, &acc_k);
             }
         }
     }

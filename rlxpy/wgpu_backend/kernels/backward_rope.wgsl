@@ -6,16 +6,5 @@
 #include "rope_pair.wgsl"
 
 fn run_item(e: u32) {
-    if (e >= p.n) {
-        return;
-    }
-    let d = (e % p.width) % p.head_dim;
-    let g = ld_f32(p.dy + e);
-    if (d >= p.n_rot) {
-        st_f32(p.dx + e, g);
-        return;
-    }
-    let pair = rope_pair(e, d);
-    let other = ld_f32(p.dy + pair.partner);
-    st_f32(p.dx + e, select(g * pair.c - other * pair.s, g * pair.c + other * pair.s, pair.first));
+    rotate_item(p.dy, p.dx, e, -1.0);
 }

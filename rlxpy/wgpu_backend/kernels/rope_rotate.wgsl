@@ -5,17 +5,5 @@
 #include "rope_pair.wgsl"
 
 fn run_item(e: u32) {
-    if (e >= p.n) {
-        return;
-    }
-    let col = e % p.width;
-    let d = col % p.head_dim;
-    let x = ld_f32(p.x + e);
-    if (d >= p.n_rot) {
-        st_f32(p.y + e, x);
-        return;
-    }
-    let pair = rope_pair(e, d);
-    let other = ld_f32(p.x + pair.partner);
-    st_f32(p.y + e, select(x * pair.c + other * pair.s, x * pair.c - other * pair.s, pair.first));
+    rotate_item(p.x, p.y, e, 1.0);
 }

@@ -9,6 +9,22 @@ fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
 }
 
+// [first, end) of the keys that a block of query rows can see under the causal and sliding-window masks
+// (top and bottom: the positions shift + row of its first and last row; other masks: [0, end)). Keys
+// outside add exactly 0, unless a row is fully masked (top < 0): that row averages every key, as the
+// reference does, so the block then reads them all.
+fn visible_keys(top: i32, bottom: i32, end: u32) -> vec2<u32> {
+    var first = 0u;
+    var last = end;
+    if ((MASK_KIND == 1u || MASK_KIND == 3u) && top >= 0) {
+        last = min(end, u32(bottom + 1));
+        if (MASK_KIND == 3u) {
+            first = u32(max(0, top - i32(p.window)));
+        }
+    }
+    return vec2<u32>(first, last);
+}
+
 fn mask_value(i: u32) -> f32 {
     return f32({{LOAD_MASK}}(i));
 }

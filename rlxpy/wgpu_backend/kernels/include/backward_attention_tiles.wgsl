@@ -56,18 +56,7 @@ fn dot_block(t: vec2<u32>, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u3
     let lane = t.y * 16u + t.x;
     for (var d0 = 0u; d0 < D; d0 += DS) {
         workgroupBarrier();
-        let a0 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane);
-        let a1 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 256u);
-        let a2 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 512u);
-        let a3 = block_value(a, a_stride, a_row0, a_end, d0, DS, lane + 768u);
-        let b0 = block_value(b, b_stride, b_row0, b_end, d0, DS, lane);
-        let b1 = block_value(b, b_stride, b_row0, b_end, d0, DS, lane + 256u);
-        tiles[lane / DS * QS + lane % DS] = a0;
-        tiles[(lane + 256u) / DS * QS + lane % DS] = a1;
-        tiles[(lane + 512u) / DS * QS + lane % DS] = a2;
-        tiles[(lane + 768u) / DS * QS + lane % DS] = a3;
-        tiles[BR * QS + lane / DS * QS + lane % DS] = b0;
-        tiles[BR * QS + (lane + 256u) / DS * QS + lane % DS] = b1;
+        stage_blocks(lane, a, a_stride, a_row0, a_end, b, b_stride, b_row0, b_end, d0, BR * QS);
         workgroupBarrier();
         for (var dd = 0u; dd < min(DS, D - d0); dd++) {
             let a4 = vec4<f32>(tiles[t.y * QS + dd], tiles[(t.y + 16u) * QS + dd], tiles[(t.y + 32u) * QS + dd],
@@ -120,23 +109,11 @@ fn score_factor(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> vec2<f32>
     return vec2<f32>(s, factor);
 }
 
-// [first, end) of the keys a block of BR queries from q0 can see (causal and sliding-window masks; the
-// first rounded down to a tile): other keys get probability exactly 0, unless a row of the block is
-// fully masked (it then averages every key, as the forward does), and then the block reads them all.
+// [first, end) of the keys a block of BR queries from q0 can see (visible_keys), the first rounded down
+// to a tile.
 fn key_range(q0: u32, shift: i32) -> vec2<u32> {
-    var first = 0u;
-    var end = p.s_k;
-    if (MASK_KIND == 1u || MASK_KIND == 3u) {
-        let top = shift + i32(q0);
-        let bottom = shift + i32(min(q0 + BR, p.s_q)) - 1;
-        if (top >= 0) {
-            end = min(end, u32(bottom + 1));
-            if (MASK_KIND == 3u) {
-                first = u32(max(0, top - i32(p.window))) / BC * BC;
-            }
-        }
-    }
-    return vec2<u32>(first, end);
+    let keys = visible_keys(shift + i32(q0), shift + i32(min(q0 + BR, p.s_q)) - 1, p.s_k);
+    return vec2<u32>(keys.x / BC * BC, keys.y);
 }
 
 // [first, last) of the keys a query block reads in this dispatch: its key_range within the dispatch's

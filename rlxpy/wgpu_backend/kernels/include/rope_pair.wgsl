@@ -2,6 +2,8 @@
 // head (d < n_rot): position s + offset [+ the pos input's value], clamped into the table (a run-time
 // position past it cannot raise); the pair is (i, i + n_rot/2) or, when INTERLEAVED, (2i, 2i + 1).
 // partner is the other element of e's pair, first whether e is the pair's first; c, s its cos and sin.
+// rotate_item applies it: sin_sign 1 rotates by theta (Rope), -1 by -theta (its backward); dims >= n_rot
+// are copied unchanged.
 #include "common_words.wgsl"
 #include "common_entry_items.wgsl"
 
@@ -34,4 +36,20 @@ fn rope_pair(e: u32, d: u32) -> RopePair {
         partner = select(e - half, e + half, first);
     }
     return RopePair(ld_f32(p.cos + row * half + i), ld_f32(p.sin + row * half + i), partner, first);
+}
+
+fn rotate_item(src: u32, dst: u32, e: u32, sin_sign: f32) {
+    if (e >= p.n) {
+        return;
+    }
+    let d = (e % p.width) % p.head_dim;
+    let v = ld_f32(src + e);
+    if (d >= p.n_rot) {
+        st_f32(dst + e, v);
+        return;
+    }
+    let pair = rope_pair(e, d);
+    let s = sin_sign * pair.s;
+    let other = ld_f32(src + pair.partner);
+    st_f32(dst + e, select(v * pair.c + other * s, v * pair.c - other * s, pair.first));
 }
