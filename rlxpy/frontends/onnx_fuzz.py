@@ -33,6 +33,7 @@ import numpy as np
 
 from rlxpy.errors import RlxError
 from rlxpy.frontends.onnx import OnnxModel
+from rlxpy.frontends.onnx_ops import ONNX_DTYPES
 from rlxpy.fuzz import Outcome, Report, guarded, pick, stack_count, weighted
 from rlxpy.fuzz import run as run_cases
 
@@ -433,8 +434,6 @@ class CachedOnnxModel(OnnxModel):
 def tiny_feeds(model: OnnxModel, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """A small input for every declared input: symbolic dims 1 then 3, ids 0..1, float noise ({} when
     a declared shape is too large for that)."""
-    from rlxpy.frontends.onnx_ops import ONNX_DTYPES
-
     rng = rng or np.random.default_rng(0)
     feeds = {}
     for name, (elem, dims) in model.input_specs.items():
