@@ -232,6 +232,39 @@ def test_fused_schedule_sets_the_bias(device, m, kernel):
     assert "v / (1.0 + exp(-v))" in step.source, "the activation is fused into the epilogue"
 
 
+# -- split K: few output tiles over a long K ----------------------------------------------------------
+@pytest.mark.parametrize("vec4", [True, False], ids=["vec4", "words"])
+@pytest.mark.parametrize("m,k,n,splits", [(17, 512, 33, 2), (65, 2048, 129, None), (255, 768, 1, 3),
+                                          (130, 1024, 68, 4)], ids=str)
+def test_split_k_matches_torch(device, monkeypatch, tiled_only, vec4, m, k, n, splits):
+    """A small grid over a long K: the tiled GEMM over K chunks into scratch, then matmul_split_sum."""
+    monkeypatch.setattr(matmul, "FORCE_SPLITS", splits)
+    monkeypatch.setattr(matmul, "VEC4", vec4)
+    a, w = rand((m, k), seed=m, low=-1, high=1), rand((k, n), seed=n, low=-1, high=1)
+    a[1, k - 1] = np.nan  # the last chunk's last column reaches the row
+    g = rlxpy.Graph("splitk")
+    g.output(g.matmul(g.input("a", (m, k)), g.input("w", (k, n)), name="y"))
+    exe = rlxpy.compile(g)
+    gemm, total = exe.schedule.steps
+    want_splits = splits or matmul.k_splits(m, n, k, 1)
+    assert (gemm.kernel, total.kernel) == ("matmul_tiled", "matmul_split_sum")
+    assert gemm.grid[2] == want_splits > 1
+    assert uses_vec4(gemm) == (vec4 and n % 4 == 0) and fields_of(gemm)["k_len"] == k // want_splits
+    got = exe.run({"a": a, "w": w})["y"]
+    want = (torch.from_numpy(a).double() @ torch.from_numpy(w).double()).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(np.nan_to_num(got), np.nan_to_num(want), 1e-4, 1e-4, what=f"{want_splits} K chunks")
+
+
+def test_split_k_only_where_the_grid_is_small_and_k_divides():
+    assert matmul.k_splits(384, 384, 4096, 1) == 16, "36 tiles of 64x64: 16 chunks of 256"
+    assert matmul.k_splits(384, 1152, 4096, 1) == 8
+    assert matmul.k_splits(4096, 1152, 384, 1) == 1, "a big grid keeps K whole"
+    assert matmul.k_splits(384, 384, 4096, 2) == 1, "batched GEMMs keep K whole"
+    assert matmul.k_splits(40, 5, 3001, 1) == 1, "no equal chunks of 8-multiples"
+    assert matmul.k_splits(40, 5, 400, 1) == 1, "K too short to split"
+
+
 # -- SplitMatMul: the split store of both kernels ----------------------------------------------------
 @pytest.mark.parametrize("rows,k,widths", [(3, 19, (3, 5, 7)), (3, 20, (64, 32, 36)), (130, 20, (64, 32, 36)),
                                            (130, 19, (3, 5, 7)), (70, 8, (4, 8))], ids=str)

@@ -44,6 +44,7 @@ def _matmul(g: rlxpy.Graph) -> None:
     half = g.param("w16", [16, 24], "f16")
     few = g.input("few", [3, 16])
     g.output(g.linear(a, w, bias, "relu"), g.matmul(odd, w_odd), g.matmul(few, w), g.matmul(few, half))
+    g.output(g.matmul(g.input("wide", [24, 1024]), g.input("tokens", [1024, 20])))  # split K
     g.output(g.grouped_matmul(a, g.param("experts", [3, 16, 24]), g.input("expert_ids", [70], "i32")))
 
 

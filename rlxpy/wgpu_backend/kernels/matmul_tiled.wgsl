@@ -1,4 +1,6 @@
 // y[b] = act(a[b] @ w[b] + bias): f32 GEMM, one BM x BN output tile per 16 x 16 workgroup, K in steps of 8.
+// Split K: grid z = the split, which sums k_len of a's k columns and w's rows (the strides step to its
+// chunk) into its own y block, summed by matmul_split_sum; unsplit, k_len = k and z = the batch.
 // Thread (tx, ty) owns rows ty*4 + 64h + i and cols tx*4 + 64g + j (i, j < 4; h < BM/64, g < BN/64), so
 // each of its workgroup-memory reads is a vec4; the next K step is loaded into registers while this one
 // is summed, then stored to the other of two workgroup buffers (one barrier per step). Grid z = batch.
@@ -60,7 +62,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     stage(0u, loads_a, loads_w, ar, ak, wk, wc, next_a, next_w);
     workgroupBarrier();
-    let steps = (p.k + BK - 1u) / BK;
+    let steps = (p.k_len + BK - 1u) / BK;
     for (var s = 0u; s < steps; s = s + 1u) {
         let more = s + 1u < steps;
         if (more) {  // issued before the sums below, so the loads' latency hides behind them

@@ -7,6 +7,11 @@ The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec
 the larger tile wins while it still gives the GPU enough workgroups. Where every offset, row length and
 split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
 otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
+
+Split K: a plain MatMul whose grid stays under MIN_GROUPS workgroups while K is long (a weight's
+gradient, X^T dY over every token: M and N are model widths, K the tokens) cuts K into equal chunks
+(grid z = the chunk); each stores its partial product in the arena's scratch (``@lowers(scratch=)``)
+and matmul_split_sum adds them in order (deterministic).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MATMUL_TILED = kernel(
     "matmul_tiled",
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
-           stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32),
+           stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32, k_len=U32),
     dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # a, w, bias
     # the double-buffered a and w tiles, [2][BK][BM] and [2][BK][BN] (a 128 x 128 tile: 16 KiB)
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
@@ -38,9 +43,17 @@ BK = 8  # K per step (kernel constant)
 #: The kernel also takes 128x128 and 128x64 (FORCE_TILE).
 TILES = ((64, 128), (64, 64))
 MIN_GROUPS = 256
-#: Benches only: force one (BM, BN), or the word-by-word loads. Not user flags.
+MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
+                                                     y=U32), dtypes=accepts(DType.F32, out=DType.F32))
+#: Split K aims at this many workgroups, in at most SPLIT_MAX chunks of at least SPLIT_MIN_K.
+SPLIT_TARGET = 512
+SPLIT_MAX = 16
+SPLIT_MIN_K = 256
+#: Benches and tests only: force one (BM, BN), the word-by-word loads, or a number of K chunks (one
+#: that does not divide K evenly into multiples of 8 leaves K whole). Not user flags.
 FORCE_TILE: tuple[int, int] | None = None
 VEC4 = True
+FORCE_SPLITS: int | None = None
 
 def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
     if FORCE_TILE is not None:
@@ -49,6 +62,42 @@ def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
         if math.ceil(m / bm) * math.ceil(n / bn) * batch >= MIN_GROUPS:
             return bm, bn
     return TILES[-1]
+
+
+def k_splits(m: int, n: int, k: int, batch: int) -> int:
+    """Equal K chunks (multiples of the 8-wide K step) that bring a small unbatched grid near
+    SPLIT_TARGET workgroups; 1: no split."""
+    if batch != 1:
+        return 1
+    fits = [s for s in range(2, SPLIT_MAX + 1) if k % (s * BK) == 0 and k // s >= SPLIT_MIN_K]
+    if FORCE_SPLITS is not None:
+        return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
+    bm, bn = choose_tile(m, n, batch)
+    groups = math.ceil(m / bm) * math.ceil(n / bn)
+    if groups >= MIN_GROUPS or not fits:
+        return 1
+    want = math.ceil(SPLIT_TARGET / groups)
+    return min((s for s in fits if s >= want), default=max(fits))
+
+
+def _plain_dims(node: Node, a: Node, w: Node) -> tuple[int, int, int, int] | None:
+    """(m, n, k, batch) of a MatMul the tiled kernel takes with a 2-D weight; None otherwise."""
+    if not isinstance(node.op, ops.MatMul) or w.rank != 2 or matmul_skinny.applies(a, w, None):
+        return None
+    m = matmul_skinny.rows_of(a, w)
+    if not all(isinstance(d, int) for d in (m, w.shape[0], w.shape[1])):
+        return None
+    return m, w.shape[1], w.shape[0], 1
+
+
+def split_scratch_bytes(node: Node, graph) -> int:
+    """Scratch the partial products of a split-K MatMul take (0 without a split)."""
+    a, w = graph[node.inputs[0]], graph[node.inputs[1]]
+    dims = _plain_dims(node, a, w)
+    if dims is None:
+        return 0
+    splits = k_splits(*dims)
+    return 0 if splits == 1 else 4 * splits * dims[0] * dims[1]
 
 
 def fma_block(bm: int, bn: int) -> str:
@@ -96,7 +145,10 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     fields = dict(m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
                   bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
                   stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
-                  stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m)
+                  stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m, k_len=k)
+    chunks = _k_chunks(node, ctx, a, w, bias, act, splits)
+    if chunks > 1:
+        return _split_gemm(node, ctx, fields, chunks)
     # 16-byte accesses need every start and row length on a 4-element boundary (bias, y, splits too)
     vec4 = VEC4 and all(fields[f] % 4 == 0 for f in ("n", "k", "a", "w", "y", "bias", "split1", "split2"))
     bm, bn = choose_tile(m, n, batch)
@@ -105,6 +157,38 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     # rows scale with the active extent only when they are the flattened leading dims
     return [ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, expr), scalable=w.rank == 2,
                          **fields)]
+
+
+def _k_chunks(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
+              splits: tuple[int, int] | None) -> int:
+    """K chunks of a plain MatMul (no bias, activation or split store), when the scratch inside this
+    step's binding holds their partial products; else 1."""
+    dims = _plain_dims(node, a, w)
+    if dims is None or bias is not None or act is not None or splits is not None:
+        return 1
+    chunks = k_splits(*dims)
+    base, size = ctx.scratch
+    inside = base >= ctx.window_base and base + size <= ctx.window_base + ctx.window_size
+    return chunks if chunks > 1 and inside and size >= 4 * chunks * dims[0] * dims[1] else 1
+
+
+def _split_gemm(node: Node, ctx: LowerCtx, fields: dict[str, int], chunks: int) -> list[Step]:
+    """The GEMM over ``chunks`` K chunks into scratch (grid z = the chunk), then their sum into y. Both
+    run in full (the partial blocks' layout is fixed at compile time)."""
+    m, n, k = fields["m"], fields["n"], fields["k"]
+    part = (ctx.scratch[0] - ctx.window_base) // 4
+    k_len = k // chunks
+    fields = {**fields, "y": part, "k_len": k_len, "stride_a": k_len, "stride_w": k_len * n,
+              "stride_y": m * n}
+    vec4 = VEC4 and all(fields[f] % 4 == 0 for f in ("n", "k", "a", "w", "y"))
+    bm, bn = choose_tile(m, n, 1)
+    grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), chunks)
+    gemm_step = ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, "v"), scalable=False,
+                             **fields)
+    total = m * n
+    return [gemm_step, ctx.dispatch(MATMUL_SPLIT_SUM, node, ctx.grid_1d(total), scalable=False,
+                                    operands=[node], total=total, splits=chunks, part=part,
+                                    y=ctx.offset(node))]
 
 
 def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
@@ -116,7 +200,7 @@ def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
     return tiled_gemm(node, ctx, a, w, bias, act, splits)
 
 
-@lowers(ops.MatMul)
+@lowers(ops.MatMul, scratch=split_scratch_bytes)
 def lower_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     a, w = ctx.inputs(node)
     return gemm(node, ctx, a, w, None, None)

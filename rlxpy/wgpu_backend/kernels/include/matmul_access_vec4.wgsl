@@ -1,7 +1,8 @@
 // matmul_tiled's arena access where every offset, row length and split is a multiple of 4 elements:
 // the arena is bound as vec4 words, so each load and store moves 16 bytes.
-// load_a: a[row, k .. k+3], load_w: w[k, col .. col+3], load_bias: bias[col .. col+3], zero outside
-// the matrix; store_y: y[row, col .. col+3] (the 4 columns share a split block).
+// load_a: a[row, k .. k+3] (rows k long), load_w: w[k, col .. col+3], load_bias: bias[col .. col+3],
+// zero outside the matrix and past k_len (the K split's chunk); store_y: y[row, col .. col+3] (the 4
+// columns share a split block).
 #params
 
 @group(0) @binding(0) var<storage, read_write> buf: array<vec4<u32>>;
@@ -11,13 +12,13 @@ fn ld4(i: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(buf[i >> 2u]);
 }
 fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
-    if (row < p.m && k < p.k) {  // k is a multiple of 4 and so is p.k: all four or none
+    if (row < p.m && k < p.k_len) {  // k is a multiple of 4 and so is p.k_len: all four or none
         return ld4(base + row * p.k + k);
     }
     return vec4<f32>();
 }
 fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
-    if (k < p.k && col < p.n) {
+    if (k < p.k_len && col < p.n) {
         return ld4(base + k * p.n + col);
     }
     return vec4<f32>();

@@ -1,6 +1,7 @@
 // matmul_tiled's arena access for views that may start anywhere: words one by one, with per-element
-// bounds. load_a: a[row, k .. k+3], load_w: w[k, col .. col+3], load_bias: bias[col .. col+3], zero
-// outside the matrix; store_y: y[row, col .. col+3] for the columns inside it.
+// bounds. load_a: a[row, k .. k+3] (rows k long), load_w: w[k, col .. col+3], load_bias: bias[col ..
+// col+3], zero outside the matrix and past k_len (the K split's chunk); store_y: y[row, col .. col+3]
+// for the columns inside it.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 
@@ -19,13 +20,13 @@ fn ld4(i: u32, count: u32) -> vec4<f32> {  // the first min(count, 4) elements, 
     return v;
 }
 fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
-    if (row < p.m && k < p.k) {
-        return ld4(base + row * p.k + k, p.k - k);
+    if (row < p.m && k < p.k_len) {
+        return ld4(base + row * p.k + k, p.k_len - k);
     }
     return vec4<f32>();
 }
 fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
-    if (k < p.k && col < p.n) {
+    if (k < p.k_len && col < p.n) {
         return ld4(base + k * p.n + col, p.n - col);
     }
     return vec4<f32>();
