@@ -8,6 +8,10 @@ import torch
 import torch.nn.functional as F
 from grad_helpers import check_grads, rand
 
+from rlxpy.ir import Graph, ops
+from rlxpy.ir.grad.core import CHUNK_ROWS
+from rlxpy.ir.passes.autodiff import grad
+
 MATMUL_SHAPES = [((1, 1), (1, 1)), ((3, 17), (17, 5)), ((2, 3, 17), (17, 255)), ((4, 3, 5), (4, 5, 2)),
                  ((2, 2, 3, 5), (2, 2, 5, 1))]
 
@@ -52,3 +56,19 @@ def test_swiglu_gradients_through_unfuse(gate_first):
         return up * F.silu(gate)
 
     check_grads(lambda g, t: g.swiglu(t, gate_first), oracle, {"x": x})
+
+
+
+def test_a_bias_gradient_over_many_rows_sums_in_two_stages():
+    """[2, 2048, 5] rows into a [5] bias: 4096 rows summed in chunks, then the chunk sums (many GPU
+    workgroups rather than one per few columns); the gradients are torch's."""
+    x, w, b = rand((2, 2048, 3), seed=13), rand((3, 5), seed=14), rand((5,), seed=15)
+    check_grads(lambda g, xi, wi, bi: g.linear(xi, wi, bi), lambda xi, wi, bi: xi @ wi + bi,
+                {"x": x, "w": w, "b": b})
+    g = Graph("bias")
+    y = g.linear(g.input("x", x.shape), g.param("w", w.shape), g.param("b", b.shape))
+    g.output(g.sum(y, [0, 1, 2], name="loss"))
+    result = grad(g, "loss", ["b"])
+    sums = [n for n in result.graph.nodes if isinstance(n.op, ops.Reduce) and n.name != "loss"]
+    assert sorted(tuple(result.graph[n.inputs[0]].shape) for n in sums) == [
+        (4096 // CHUNK_ROWS, 5), (4096 // CHUNK_ROWS, CHUNK_ROWS, 5)]

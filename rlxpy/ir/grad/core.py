@@ -13,6 +13,7 @@ imported. Nothing here imports a family.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ from rlxpy.ir import ops
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.base import BinaryOp, CmpOp, ReduceOp
 from rlxpy.ir.shape import Shape
+
+#: sum_to sums a static run of at least TWO_STAGE_ROWS rows (a multiple of CHUNK_ROWS) in two stages.
+TWO_STAGE_ROWS = 2048
+CHUNK_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -200,8 +205,24 @@ class GradContext:
         axes = [a for a in range(grad.rank) if padded[a] == 1 and grad.shape[a] != 1]
         out = grad
         for run in contiguous_runs(axes):  # Reduce takes contiguous axes only
-            out = self.reduce_sum(out, run, keep_dim=True)
+            out = self.sum_run(out, run)
         return self.g.reshape(out, shape, name) if tuple(out.shape) != shape else out
+
+    def sum_run(self, x: Node, run: Sequence[int]) -> Node:
+        """``x`` summed over the contiguous axes ``run``, kept as size 1. A long static run (a bias's
+        gradient over every token) is summed in two stages, chunks of CHUNK_ROWS rows and then the chunk
+        sums, so the sum spreads over as many GPU workgroups as there are chunks rather than over the
+        few columns alone."""
+        sizes = [x.shape[a] for a in run]
+        if not all(isinstance(d, int) for d in sizes) or math.prod(sizes) < TWO_STAGE_ROWS \
+                or math.prod(sizes) % CHUNK_ROWS:
+            return self.reduce_sum(x, run, keep_dim=True)
+        before, after = tuple(x.shape[:run[0]]), tuple(x.shape[run[-1] + 1:])
+        chunks = math.prod(sizes) // CHUNK_ROWS
+        split = self.g.reshape(x, before + (chunks, CHUNK_ROWS) + after)
+        partial = self.reduce_sum(split, [len(before) + 1], keep_dim=False)
+        total = self.reduce_sum(partial, [len(before)], keep_dim=True)
+        return self.g.reshape(total, before + (1,) * len(run) + after)
 
 
     def fit(self, grad: Node, like: Node, name: str | None = None) -> Node:
