@@ -8,7 +8,7 @@
 2. Timing: one training step (forward, backward, clipping, AdamW; batch in, loss out) of a 6-layer
    GPT (d=384, 6 heads) at batch 16 x 256: the median wall time of rlxpy's Trainer.step and of torch
    CUDA eager (when present), and torch / rlxpy (> 1: rlxpy is faster); plus rlxpy's GPU time by
-   kernel (timestamp queries) for the top kernels.
+   kernel (timestamp queries) for the top kernels; and torch.compile's (inductor's) step time.
 
     python benches/bench_train.py [--quick] [--json results.json] [--steps 50]
 
@@ -106,7 +106,33 @@ def timing(cfg: GptConfig, repeat: int) -> dict:
 
         theirs = timeit(torch_step, repeat=repeat, warmup=3)
         out |= {"torch_cuda_step_ms": round(theirs * 1e3, 3), "torch_over_rlxpy": round(theirs / ours, 3)}
+        out |= torch_compiled_timing(torch, p, opt, tokens, targets, cfg, repeat)
     return out
+
+
+def torch_compiled_timing(torch, p: dict, opt, tokens, targets, cfg: GptConfig, repeat: int) -> dict:
+    """The same step with the loss (forward and backward) through torch.compile's default backend
+    (inductor); the optimizer stays eager. Reports its error instead when inductor cannot run here."""
+    from tests.gpt_torch import gpt_loss
+
+    try:
+        compiled = torch.compile(gpt_loss)
+
+        def step() -> float:
+            opt.zero_grad()
+            loss = compiled(p, tokens, targets, cfg.layers, cfg.heads)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(p.values()), CLIP)
+            opt.step()
+            return loss.item()
+
+        started = time.perf_counter()
+        step()
+        compile_s = time.perf_counter() - started
+        ms = timeit(step, repeat=repeat, warmup=2) * 1e3
+    except Exception as e:  # noqa: BLE001 (no triton / no compiler on this machine)
+        return {"torch_compile_error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {"torch_compile_step_ms": round(ms, 3), "torch_compile_first_step_s": round(compile_s, 1)}
 
 
 def main() -> None:
