@@ -16,8 +16,14 @@ device torch would give.
 cannot take (graph breaks, torch_fx_partition.py): those run in eager torch, the rest in rlxpy
 subgraphs, with one warning naming the ops and the share of nodes on rlxpy; a graph with no part
 worth running goes to eager torch whole, with one warning that lists the reasons.
-``"error"`` raises UnsupportedOpError instead. Graphs that need gradients are always left to torch:
-rlxpy runs inference. torch is imported here and in the modules above only, never by rlxpy's core.
+``"error"`` raises UnsupportedOpError instead.
+
+Training: for a graph that needs gradients aot_autograd hands over a forward graph (the outputs and
+the activations the backward saves) and, at the first ``backward()``, the backward graph its joint
+trace derives; each is translated and runs on rlxpy like an inference graph (backward ops such as SDPA's
+or the embedding's onto rlxpy's backward ops: torch_fx_ops_grad.py), while torch's autograd and
+optimizer see ordinary tensors. torch is imported here and in the modules above only, never by
+rlxpy's core.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from rlxpy.errors import DeviceLostError, InputError, RlxError, UnsupportedOpErr
 from rlxpy.frontends import (  # noqa: F401  (they fill TRANSLATORS)
     torch_fx_ops,
     torch_fx_ops_cnn,
+    torch_fx_ops_grad,
     torch_fx_ops_nn,
     torch_fx_ops_signal,
 )
@@ -47,6 +54,8 @@ from rlxpy.ir.passes.dynamic import bind_graph
 
 ON_UNSUPPORTED = ("fallback", "error")
 EXECUTORS = ("gpu", "reference")
+#: What a CompiledGraph is to aot_autograd: a graph that needs no gradients, or a training pair's half.
+ROLES = ("inference", "forward", "backward")
 #: Compiled executables kept per graph (each holds an arena with its own copy of the weights).
 MAX_SIGNATURES = 4
 _WARNED: set[str] = set()
@@ -69,7 +78,8 @@ def _warn_once(message: str, category: type[Warning] = RlxpyFallbackWarning) -> 
 
 @functools.cache
 def decompositions() -> dict:
-    """torch's core-aten decompositions, minus the ops rlxpy translates whole (faster and exact)."""
+    """torch's core-aten decompositions, minus the ops rlxpy translates whole (faster and exact),
+    backward ops included (torch_fx_ops_grad.WHOLE)."""
     from torch._decomp import core_aten_decompositions
 
     aten = torch.ops.aten
@@ -78,6 +88,7 @@ def decompositions() -> dict:
             aten._scaled_dot_product_attention_math.default, aten.silu.default, aten._fused_rms_norm.default,
             aten.rms_norm.default, aten.gelu.default, aten.native_layer_norm.default, aten.layer_norm.default,
             aten._softmax.default, aten.softmax.int, aten._log_softmax.default}
+    keep |= {getattr(aten, name).default for name in torch_fx_ops_grad.WHOLE}
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
 
 
@@ -96,17 +107,17 @@ def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
         raise ValueError(f"executor must be one of {EXECUTORS}, got {runner!r}")
     settings.update(compile_options)
     settings["executor"] = runner
-    needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
-    if torch.is_grad_enabled() and needs_grad:
-        reason = ("the graph needs gradients (rlxpy runs inference: call the model under torch.no_grad() or "
-                  "torch.inference_mode())")
-        return _unsupported(UnsupportedOpError(reason), policy, gm.forward)
     static = [i for i, x in enumerate(example_inputs)
               if isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None)]
     from torch._dynamo.backends.common import aot_autograd
 
-    compiler = functools.partial(_compile_forward, policy=policy, dynamo_static=static, options=settings)
-    return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
+    def compiler(role: str) -> Callable:
+        return functools.partial(_compile_graph, role=role, policy=policy, dynamo_static=static,
+                                 options=settings)
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"),
+                        decompositions=decompositions())(gm, example_inputs)
 
 
 def make_backend(on_unsupported: str = "fallback", executor: str = "gpu", **compile_options: Any) -> Callable:
@@ -132,19 +143,23 @@ def _static_indices(dynamo_static: list[int]) -> set[int]:
     return set(dynamo_static)  # aot_autograd keeps dynamo's input order for inference graphs
 
 
-def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence[Any], policy: str, dynamo_static: list[int],
-                     options: dict) -> Callable:
-    static = _static_indices(dynamo_static)
+def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], role: str, policy: str,
+                   dynamo_static: list[int], options: dict) -> Callable:
+    """One of aot_autograd's graphs as a boxed callable (aot_autograd frees the arguments it hands
+    over). A backward graph has no weights among its inputs: every input changes per call."""
+    from functorch.compile import make_boxed_func  # torch's public home of it; imported with torch's compiler
+
+    static = set() if role == "backward" else _static_indices(dynamo_static)
     try:
-        translation = FxTranslator(gm, static).translate()
+        translation = FxTranslator(gm, static, name=f"torch_fx_{role}").translate()
     except UnsupportedOpError as e:
         if policy == "fallback":  # a graph break: the parts rlxpy takes still run on rlxpy
-            split = split_graph(gm, static, lambda part, tr: CompiledGraph(part, tr, policy, options))
+            split = split_graph(gm, static, lambda part, tr: CompiledGraph(part, tr, policy, options, role))
             if split is not None:
                 _warn_once(split.message(), RlxpyGraphBreakWarning)
-                return split
-        return _unsupported(e, policy, gm.forward)
-    return CompiledGraph(gm, translation, policy, options)
+                return make_boxed_func(split)
+        return make_boxed_func(_unsupported(e, policy, gm.forward))
+    return make_boxed_func(CompiledGraph(gm, translation, policy, options, role))
 
 
 def _unsupported(error: UnsupportedOpError, policy: str, eager: Callable) -> Callable:
@@ -160,17 +175,24 @@ def _unsupported(error: UnsupportedOpError, policy: str, eager: Callable) -> Cal
 
 
 class CompiledGraph:
-    """The callable handed back to aot_autograd: one translated graph, compiled per shape signature."""
+    """The callable handed back to aot_autograd: one translated graph, compiled per shape signature.
+    ``role`` says which graph it is (ROLES); ``calls`` counts the calls rlxpy ran, ``eager_calls`` those
+    torch ran."""
 
-    def __init__(self, gm: fx.GraphModule, translation: Translation, policy: str, options: dict) -> None:
+    def __init__(self, gm: fx.GraphModule, translation: Translation, policy: str, options: dict,
+                 role: str = "inference") -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.gm = gm
         self.translation = translation
+        self.role = role
         self.policy = policy
         self.options = dict(options)
         self.executor = self.options.pop("executor", "gpu")
         _LIVE.append(weakref.ref(self))
         self.executables: OrderedDict[tuple, Any] = OrderedDict()
         self.compiles = 0
+        self.calls = 0
         self.eager_calls = 0
         self._weights: dict[str, np.ndarray] | None = None
         self._host: dict[fx.Node, torch.Tensor] = {}
@@ -204,6 +226,7 @@ class CompiledGraph:
             self._broken = str(e)
             _warn_once(f"rlxpy: running a captured graph in eager torch from now on: {e}")
             return self._eager(args)
+        self.calls += 1
         return [self._output(spec, outputs, symbols) for spec in self.translation.outputs]
 
     def _run(self, binding: dict[str, int], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

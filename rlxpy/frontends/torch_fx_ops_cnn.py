@@ -167,8 +167,8 @@ def tr_batch_norm_batch_stats(t: T, node: fx.Node, a: Args) -> list[Any]:
     with one group per channel over (batch, positions). With running statistics it would update them
     (training mode): refused."""
     if a.get("running_mean") is not None or a.get("running_var") is not None:
-        raise t.unsupported("batch norm in training mode (it updates the running statistics); call "
-                            "model.eval(): rlxpy runs inference")
+        raise t.unsupported("batch norm in training mode (it updates the running statistics in place, "
+                            "which a translated graph cannot): it runs in torch; model.eval() avoids it")
     _only_first_output(t, node, "statistics")
     x = t.tensor(a["input"], DType.F32)
     batch, channels = int(x.shape[0]), int(x.shape[1])

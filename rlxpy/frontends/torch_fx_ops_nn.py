@@ -184,18 +184,41 @@ def tr_addmm(t: T, node: fx.Node, a: Args) -> Node:
             "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
             "_scaled_dot_product_cudnn_attention")
 def tr_sdpa(t: T, node: fx.Node, a: Args) -> Any:
-    """torch's SDPA: q/k/v [B, H, S, D]; a bool mask keeps True, a float mask is added to the scores."""
+    """torch's SDPA: q/k/v [B, H, S, D]; a bool mask keeps True, a float mask is added to the scores.
+    The CPU kernel's logsumexp output (which training saves for the backward) is computed when read."""
     q, k, v = (t.tensor(a[n], DType.F32) for n in ("query", "key", "value"))
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
         raise t.unsupported(f"attention on rank {q.rank} tensors (rlxpy takes [B, H, S, D])")
     heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[3]
     # [B, S, H, D] tensors transposed for SDPA go in as they are (the kernel reads that layout)
-    q_in, k_in, v_in = (_unswap_heads(t, x, x.shape[1]) for x in (q, k, v))
+    q_in, k_in, v_in = (unswap_heads(t, x, x.shape[1]) for x in (q, k, v))
     bshd = q_in is not q
     if not all(isinstance(d, int) for d in (heads, kv_heads, head_dim)) or v.shape[3] != head_dim:
         raise t.unsupported(f"attention needs static heads and one head dim (q {q.shape}, v {v.shape})")
     if a.get("dropout_p"):
         raise t.unsupported("attention dropout")
+    kind, mask_node = sdpa_mask(t, a, q, k)
+    if bshd and (k_in is k or v_in is v):
+        q_in, bshd = q, False  # one layout for q and k/v keeps the output [B, H, S, D]
+    if not bshd:
+        k_in, v_in = k, v
+    out = t.g.attention(q_in, k_in, v_in, heads, head_dim, num_kv_heads=kv_heads, mask_kind=kind,
+                        mask=mask_node, score_scale=a.get("scale"), name=node.name)
+    if bshd:  # back to SDPA's [B, H, S, D]; the usual transpose that follows cancels it
+        out = t.g.transpose(out, [0, 2, 1, 3])
+    if node.target._schema.name.endswith("scaled_dot_product_attention"):
+        return out
+    used = {u.args[1] for u in node.users}
+    cpu = node.target._schema.name.endswith("_for_cpu")
+    if used - {0, 1} or 1 in used and not cpu:
+        raise t.unsupported("attention statistics outputs (logsumexp of the CUDA kernels, seeds)")
+    stats = _logsumexp(t, node, q, k, kind, mask_node, a.get("scale")) if 1 in used else None
+    return [out, stats] + [None] * (len(node.meta["val"]) - 2)
+
+
+def sdpa_mask(t: T, a: Args, q: Node, k: Node) -> tuple[MaskKind, Node | None]:
+    """SDPA's is_causal / attn_mask as an rlxpy mask kind and mask: a bool mask is CUSTOM (keep True),
+    a float one BIAS (added, -inf kept finite)."""
     mask = a.get("attn_mask", a.get("attn_bias"))
     kind, mask_node = MaskKind.NONE, None
     if a.get("is_causal"):
@@ -214,22 +237,33 @@ def tr_sdpa(t: T, node: fx.Node, a: Args) -> Any:
         else:
             kind = MaskKind.BIAS
             mask_node = t.g.maximum(t.cast(mask_node, DType.F32), -3.0e38)  # -inf rows stay finite in kernels
-    if bshd and (k_in is k or v_in is v):
-        q_in, bshd = q, False  # one layout for q and k/v keeps the output [B, H, S, D]
-    if not bshd:
-        k_in, v_in = k, v
-    out = t.g.attention(q_in, k_in, v_in, heads, head_dim, num_kv_heads=kv_heads, mask_kind=kind,
-                        mask=mask_node, score_scale=a.get("scale"), name=node.name)
-    if bshd:  # back to SDPA's [B, H, S, D]; the usual transpose that follows cancels it
-        out = t.g.transpose(out, [0, 2, 1, 3])
-    if node.target._schema.name.endswith("scaled_dot_product_attention"):
-        return out
-    if any(u.args[1] != 0 for u in node.users):
-        raise t.unsupported("attention statistics outputs (logsumexp, seeds)")
-    return [out] + [None] * (len(node.meta["val"]) - 1)
+    return kind, mask_node
 
 
-def _unswap_heads(t: T, x: Node, heads: Dim) -> Node:
+def _logsumexp(t: T, node: fx.Node, q: Node, k: Node, kind: MaskKind, mask: Node | None,
+               scale: float | None) -> Node:
+    """[B, H, S_q]: log sum_j exp(masked scaled score ij), as torch's CPU attention returns it (the
+    scores are materialised: only a graph that saves them for the backward reads this). Its nodes are
+    named after ``node`` (an automatic name like where_1 could be an FX node's)."""
+    if k.shape[1] != q.shape[1]:
+        raise t.unsupported("the logsumexp of grouped-query attention")
+    scale = scale if scale is not None else 1 / math.sqrt(q.shape[3])
+    scores = t.g.mul(t.g.matmul(q, t.g.transpose(k, [0, 1, 3, 2])), float(scale))
+    low = t.constant(-math.inf, DType.F32)
+    if kind is MaskKind.CAUSAL:
+        rows = t.g.reshape(t.iota(q.shape[2]), [q.shape[2], 1])
+        cols = t.g.reshape(t.iota(k.shape[2]), [1, k.shape[2]])
+        scores = t.g.where(t.g.compare(cols, rows, "gt"), low, scores, name=f"{node.name}.lse_causal")
+    elif kind is MaskKind.CUSTOM:
+        scores = t.g.where(t.g.compare(mask, 0.0, "ne"), scores, low, name=f"{node.name}.lse_masked")
+    elif kind is MaskKind.BIAS:
+        scores = t.g.add(scores, mask)
+    top = t.g.reduce(scores, ReduceOp.MAX, [3], True)
+    total = t.g.sum(t.g.exp(t.g.sub(scores, top)), 3, keep_dim=True)
+    return t.g.reshape(t.g.add(t.g.activation(total, "log"), top), list(q.shape[:3]))
+
+
+def unswap_heads(t: T, x: Node, heads: Dim) -> Node:
     """x's [B, S, H, D] source when x = transpose(source, 1, 2) and the source's layout cannot be
     mistaken for [B, H, S, D] (S is not statically equal to H); else x itself."""
     if not isinstance(x.op, ops.Transpose) or tuple(x.op.perm) != (0, 2, 1, 3):

@@ -118,10 +118,25 @@ class Translation:
     constants: dict[fx.Node, torch.Tensor] = field(default_factory=dict)
 
 
+class FxGraph(Graph):
+    """The Graph a translation builds: a node a translator leaves unnamed gets a name no FX node has
+    (FX names have no dot), so a later node named after its FX node (``where_1``) never collides."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.unnamed = 0
+
+    def apply(self, op: ops.Op, inputs: Sequence[Any] = (), name: str | None = None) -> Node:
+        if name is None:
+            self.unnamed += 1
+            name = f"rlx.{type(op).__name__.lower()}_{self.unnamed}"
+        return super().apply(op, inputs, name)
+
+
 class FxTranslator:
     def __init__(self, gm: fx.GraphModule, static_indices: set[int], name: str = "torch_fx") -> None:
         self.gm = gm
-        self.g = Graph(name)
+        self.g = FxGraph(name)
         self.static = static_indices
         self.env: dict[fx.Node, Any] = {}
         self.inputs: list[InputSpec] = []

@@ -280,15 +280,6 @@ def test_embedding_index_out_of_range_raises_index_error_like_torch(device):
             compiled(torch.tensor([[1, 10]]))
 
 
-def test_graphs_needing_gradients_stay_in_torch():
-    layer = torch.nn.Linear(4, 2)
-    x = torch.randn(3, 4)
-    with pytest.warns(RlxpyFallbackWarning, match="needs gradients"):
-        out = torch.compile(layer, backend=rlxpy_backend)(x)
-    out.sum().backward()
-    assert layer.weight.grad is not None
-
-
 def test_bad_options_are_rejected():
     with pytest.raises(ValueError, match="on_unsupported"):
         rlxpy_backend(None, [], on_unsupported="maybe")

@@ -1,0 +1,178 @@
+"""The aten op table, part four: what AOTAutograd's backward graphs hold (torch.compile training).
+
+The backward ops torch keeps whole (the backend leaves them out of the decomposition table) map onto
+rlxpy's backward ops: SDPA's backward onto AttentionBackward (tiled, probabilities recomputed; the
+forward's logsumexp is not read), ``embedding_dense_backward`` onto GatherBackward, the activation
+backwards onto ActivationBackward. The ops torch's decompositions of other backwards leave behind
+(``index_put`` with accumulation, one-hot ``scatter``, ``slice_scatter``) map onto primitives.
+Same conventions as torch_fx_ops.py: torch's semantics, UnsupportedOpError where rlxpy has none.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch.fx as fx
+
+from rlxpy.frontends.torch_fx_ops_nn import sdpa_mask, unswap_heads
+from rlxpy.frontends.torch_fx_translate import FxTranslator, translator
+from rlxpy.ir import DType, Node
+from rlxpy.ir.ops.base import ActKind
+
+T = FxTranslator
+Args = dict[str, Any]
+
+
+# -- attention ------------------------------------------------------------------------------------------
+@translator("_scaled_dot_product_flash_attention_for_cpu_backward")
+def tr_sdpa_backward(t: T, node: fx.Node, a: Args) -> list[Node]:
+    """(dq, dk, dv) of SDPA on [B, H, S, D]: one AttentionBackward over all three, cut into its parts."""
+    q, k, v, dy = (t.tensor(a[n], DType.F32) for n in ("query", "key", "value", "grad_out"))
+    if any(x.rank != 4 for x in (q, k, v, dy)):
+        raise t.unsupported("attention backward on tensors that are not [B, H, S, D]")
+    if a.get("dropout_p"):
+        raise t.unsupported("attention dropout")
+    heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[3]
+    shapes = [*q.shape, *k.shape]
+    if not all(isinstance(d, int) for d in shapes) or v.shape != k.shape:
+        raise t.unsupported(f"attention backward needs static shapes and v shaped like k (q {q.shape}, "
+                            f"k {k.shape}, v {v.shape})")
+    kind, mask = sdpa_mask(t, a, q, k)
+    # [B, S, H, D] sources transposed for SDPA go in as they are when all four have one
+    sources = [unswap_heads(t, x, x.shape[1]) for x in (q, k, v, dy)]
+    bshd = all(s is not x for s, x in zip(sources, (q, k, v, dy)))
+    q_in, k_in, v_in, dy_in = sources if bshd else (q, k, v, dy)
+    flat = t.g.attention_backward(q_in, k_in, v_in, dy_in, "all", heads, head_dim, num_kv_heads=kv_heads,
+                                  mask_kind=kind, mask=mask, score_scale=a.get("scale"), name=node.name)
+    grads, start = [], 0
+    for x in (q_in, k_in, v_in):
+        size = math.prod(x.shape)
+        part = t.g.reshape(t.g.narrow(flat, 0, start, size), x.shape)
+        grads.append(t.g.transpose(part, [0, 2, 1, 3]) if bshd else part)
+        start += size
+    return grads
+
+
+# -- embedding, scatters ------------------------------------------------------------------------------
+@translator("embedding_dense_backward")
+def tr_embedding_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """d weight of embedding: the rows of grad_output summed into the rows their indices name; the
+    padding index's row stays zero."""
+    if a.get("scale_grad_by_freq"):
+        raise t.unsupported("embedding backward with scale_grad_by_freq")
+    dy = t.tensor(a["grad_output"], DType.F32)
+    idx = t.cast(t.tensor(a["indices"]), DType.I32)
+    rows = a["num_weights"]
+    if not isinstance(rows, int):
+        raise t.unsupported(f"embedding backward with a symbolic table size {rows}")
+    padding = a.get("padding_idx")
+    if padding is not None and padding >= 0:
+        keep = t.g.cast(t.g.compare(idx, t.tensor(padding, DType.I32), "ne"), DType.F32)
+        dy = t.g.mul(dy, t.g.reshape(keep, list(idx.shape) + [1]))
+    return t.g.gather_backward(dy, idx, rows, 0, name=node.name)
+
+
+@translator("index_put")
+def tr_index_put(t: T, node: fx.Node, a: Args) -> Node:
+    """``self[indices] += values`` (accumulate=True) with one index tensor on the first axis: what the
+    decomposed embedding backward leaves."""
+    if not a.get("accumulate"):
+        raise t.unsupported("index_put without accumulate (duplicate indices make the result depend on "
+                            "the order of writes)")
+    entries = list(a["indices"])
+    if len(entries) != 1 or entries[0] is None:
+        raise t.unsupported("index_put with more than one index tensor")
+    x = t.tensor(a["self"], DType.F32)
+    idx = t.cast(t.tensor(entries[0]), DType.I32)
+    values = t.tensor(a["values"], DType.F32)
+    want = list(idx.shape) + list(x.shape[1:])
+    if list(values.shape) != want:
+        values = t.g.expand(values, want, name=f"{node.name}.values")
+    if not isinstance(x.shape[0], int):
+        raise t.unsupported(f"index_put into a symbolic first axis {x.shape[0]}")
+    summed = t.g.gather_backward(values, idx, x.shape[0], 0)
+    return t.g.add(x, summed, name=node.name)
+
+
+@translator("scatter")
+def tr_scatter(t: T, node: fx.Node, a: Args) -> Node:
+    """torch.scatter with one index per row along ``dim`` (index size 1 there, other dims as self's):
+    ``out = where(position == index, src, self)``; what the decomposed nll_loss backward leaves."""
+    if a.get("reduce") is not None:
+        raise t.unsupported("scatter with a reduce argument")
+    x, idx = t.tensor(a["self"]), t.tensor(a["index"])
+    axis = a["dim"] % x.rank
+    shape = list(x.shape)
+    expected = shape[:axis] + [1] + shape[axis + 1:]
+    if list(idx.shape) != expected:
+        raise t.unsupported(f"scatter with index {list(idx.shape)}: only one index per row along dim {axis} "
+                            f"({expected})")
+    out = t.out_dtype(node)
+    source = a.get("src", a.get("value"))
+    source = t.tensor(source, out)
+    positions = t.g.reshape(t.iota(shape[axis]), [shape[axis] if d == axis else 1 for d in range(x.rank)])
+    hit = t.g.compare(positions, t.cast(idx, DType.I32), "eq")
+    return t.g.where(hit, source, t.tensor(a["self"], out), name=node.name)
+
+
+@translator("slice_scatter")
+def tr_slice_scatter(t: T, node: fx.Node, a: Args) -> Node:
+    """self with ``self[start:end]`` along ``dim`` replaced by src (step 1)."""
+    x, src = t.tensor(a["self"]), t.tensor(a["src"], t.out_dtype(node))
+    axis = a["dim"] % x.rank
+    size = x.shape[axis]
+    if (a.get("step") or 1) != 1 or not isinstance(size, int):
+        raise t.unsupported("slice_scatter with a step or a symbolic size")
+    start = a.get("start") or 0
+    start = start + size if start < 0 else start
+    end = a.get("end")
+    end = size if end is None or end > size else (end + size if end < 0 else end)
+    pieces = []
+    if start > 0:
+        pieces.append(t.g.narrow(x, axis, 0, start))
+    pieces.append(src)
+    if end < size:
+        pieces.append(t.g.narrow(x, axis, end, size - end))
+    return pieces[0] if len(pieces) == 1 else t.g.concat(pieces, axis, name=node.name)
+
+
+# -- activations ----------------------------------------------------------------------------------------
+@translator("threshold_backward")
+def tr_threshold_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """grad where self > threshold, else 0 (ReLU's backward at threshold 0)."""
+    dy, x = t.tensor(a["grad_output"], DType.F32), t.tensor(a["self"], DType.F32)
+    if a["threshold"] == 0 and dy.shape == x.shape:
+        return t.g.activation_backward(x, dy, ActKind.RELU, of_output=True, name=node.name)
+    keep = t.g.compare(x, float(a["threshold"]), "gt")
+    return t.g.where(keep, dy, t.tensor(0.0, DType.F32), name=node.name)
+
+
+@translator("gelu_backward")
+def tr_gelu_backward(t: T, node: fx.Node, a: Args) -> Node:
+    kind = ActKind.GELU_APPROX if a.get("approximate") == "tanh" else ActKind.GELU
+    return _activation_backward(t, node, a["self"], a["grad_output"], kind, of_output=False)
+
+
+@translator("silu_backward")
+def tr_silu_backward(t: T, node: fx.Node, a: Args) -> Node:
+    return _activation_backward(t, node, a["self"], a["grad_output"], ActKind.SILU, of_output=False)
+
+
+@translator("sigmoid_backward", "tanh_backward")
+def tr_output_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """sigmoid/tanh backward from the forward's output: ``dy y (1 - y)``, ``dy (1 - y^2)``."""
+    kind = ActKind.SIGMOID if node.target._schema.name.endswith("sigmoid_backward") else ActKind.TANH
+    return _activation_backward(t, node, a["output"], a["grad_output"], kind, of_output=True)
+
+
+def _activation_backward(t: T, node: fx.Node, tensor: Any, grad: Any, kind: ActKind, of_output: bool) -> Node:
+    x, dy = t.tensor(tensor, DType.F32), t.tensor(grad, DType.F32)
+    if x.shape != dy.shape:
+        raise t.unsupported(f"activation backward with grad {list(dy.shape)} and input {list(x.shape)}")
+    return t.g.activation_backward(x, dy, kind, of_output=of_output, name=node.name)
+
+
+#: Backward ops translated whole (above): kept out of the decomposition table in training graphs.
+WHOLE = ("_scaled_dot_product_flash_attention_for_cpu_backward", "embedding_dense_backward",
+         "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward")
