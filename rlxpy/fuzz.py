@@ -67,16 +67,18 @@ def judge_refusal(path: Path, error: Exception, leaks: bool = True) -> tuple[str
 
 
 def guarded(path: Path, body: Callable[[], tuple[str, str]], seconds: float,
-            clean: tuple[type[Exception], ...]) -> Outcome:
+            clean: tuple[type[Exception], ...],
+            judge: Callable[[Path, Exception], tuple[str, str]] = judge_refusal) -> Outcome:
     """Run ``body`` (which returns (verdict, detail)) under a time limit and judge what it raises:
-    an error of the ``clean`` classes by :func:`judge_refusal`, anything else as a failure."""
+    an error of the ``clean`` classes by ``judge`` (:func:`judge_refusal`: names the file, no
+    internals), anything else as a failure."""
     started = time.perf_counter()
     try:
         with time_limit(seconds):
             try:
                 verdict, detail = body()
             except clean as e:
-                verdict, detail = judge_refusal(path, e)
+                verdict, detail = judge(path, e)
     except CaseTimeout:
         verdict, detail = "failure", f"over the {seconds:g} s time limit"
     except Exception as e:  # noqa: BLE001  (anything but a clean error is the failure being looked for)

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from rlxpy.errors import UnsupportedOpError
+from rlxpy.errors import ModelError, UnsupportedOpError
 from rlxpy.frontends.onnx_ops import Known, emits
+from rlxpy.frontends.onnx_ops_check import axes_of, int_list, scalar_of
 from rlxpy.ir import DType, Node
 from rlxpy.ir.ops.base import ReduceOp
 
@@ -39,7 +40,9 @@ def window_pads(im: Any, node: Any, attrs: dict, sizes: list[int], kernel: list[
     if auto == "VALID":
         return [0] * spatial, [0] * spatial
     if auto == "NOTSET":
-        pads = [int(p) for p in attrs.get("pads", [0] * (2 * spatial))]
+        pads = int_list(im.where(node), attrs.get("pads", [0] * (2 * spatial)), "pads")
+        if len(pads) != 2 * spatial or any(p < 0 for p in pads):
+            raise ModelError(f"{im.where(node)}: pads {pads} for {spatial} spatial dims")
         return pads[:spatial], pads[spatial:]
     begin, end = [], []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):  # output = ceil(in / stride)
@@ -51,9 +54,13 @@ def window_pads(im: Any, node: Any, attrs: dict, sizes: list[int], kernel: list[
 
 
 def _window(im: Any, node: Any, attrs: dict, x: Node, kernel: list[int]) -> dict[str, list[int]]:
-    spatial = x.rank - 2
-    strides = [int(s) for s in attrs.get("strides", [1] * spatial)]
-    dilations = [int(d) for d in attrs.get("dilations", [1] * spatial)]
+    spatial, where = x.rank - 2, im.where(node)
+    strides = int_list(where, attrs.get("strides", [1] * spatial), "strides")
+    dilations = int_list(where, attrs.get("dilations", [1] * spatial), "dilations")
+    for what, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if spatial < 1 or len(values) != spatial or any(v < 1 for v in values):
+            raise ModelError(f"{where}: {what} {list(values)} for a rank-{x.rank} input ({spatial} spatial "
+                             "dims, each at least 1)")
     begin, end = window_pads(im, node, attrs, [int(d) for d in x.shape[2:]], kernel, strides, dilations)
     return {"stride": strides, "padding": begin, "padding_end": end, "dilation": dilations}
 
@@ -271,17 +278,21 @@ def emit_hard_sigmoid(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[A
 @emits("Pad")
 def emit_pad(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
     x = im.tensor(ins[0])
+    where = im.where(node)
     mode = _text(attrs.get("mode"), "constant")
     if "pads" in attrs:  # opset < 11
-        pads, value = [int(p) for p in attrs["pads"]], float(attrs.get("value", 0.0))
+        pads, value = int_list(where, attrs["pads"], "pads"), float(attrs.get("value", 0.0))
     else:
-        pads = [int(p) for p in im.known(node, ins[1], "pads")]
+        pads = int_list(where, im.known(node, ins[1] if len(ins) > 1 else None, "pads"), "pads")
         given = ins[2] if len(ins) > 2 else None
-        value = float(im.known(node, given, "constant_value").reshape(-1)[0]) if given is not None else 0.0
+        value = float(scalar_of(where, im.known(node, given, "constant_value"), "constant_value")) \
+            if given is not None else 0.0
     axes = list(range(x.rank))
     if len(ins) > 3 and ins[3] is not None:
-        axes = [int(a) % x.rank for a in im.known(node, ins[3], "axes")]
+        axes = axes_of(where, int_list(where, im.known(node, ins[3], "axes"), "axes"), x.rank)
     count = len(axes)
+    if len(pads) != 2 * count:
+        raise ModelError(f"{where}: {len(pads)} pads for {count} axes (it needs two per axis)")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise UnsupportedOpError(f"{im.where(node)}: Pad mode {mode!r}")
     for i, axis in enumerate(axes):

@@ -56,7 +56,8 @@ def fold(op_type: str, ins: list[Any], attrs: dict, opset: int, outputs: int, wh
         return [np.asarray(COMPARE[op_type][1](v[0], v[1]))]
     if op_type in UNARY and UNARY[op_type][1] is not None:
         not_bool(where, op_type, v[0])
-        return [np.asarray(UNARY[op_type][1](v[0])).astype(v[0].dtype)]
+        with np.errstate(all="ignore"):  # sqrt / log of a negative: NaN, as at run time
+            return [np.asarray(UNARY[op_type][1](v[0])).astype(v[0].dtype)]
     if op_type in REDUCE:
         axes = reduce_axes(ins, attrs, v[0].ndim, where)
         if axes is None:
