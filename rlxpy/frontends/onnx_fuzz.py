@@ -34,7 +34,15 @@ import numpy as np
 from rlxpy.errors import RlxError
 from rlxpy.frontends.onnx import OnnxModel
 from rlxpy.frontends.onnx_ops import ONNX_DTYPES
-from rlxpy.fuzz import Outcome, Report, guarded, pick, stack_count, weighted
+from rlxpy.fuzz import (
+    Outcome,
+    Report,
+    byte_mutators,
+    guarded,
+    pick,
+    stack_count,
+    weighted,
+)
 from rlxpy.fuzz import run as run_cases
 
 #: Element types a mutation writes (valid ones rlxpy takes or refuses, and nonsense).
@@ -51,21 +59,27 @@ BAD_UTF8 = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80\x80")
 
 
 # -- seeds -----------------------------------------------------------------------------------------
-def export_bert(path: Path, model_dir: Path | None = None, tiny: bool = False) -> Path:
-    """A BertModel's last_hidden_state as ONNX (opset 14, dynamic batch and sequence), written by
-    torch's TorchScript exporter: the real weights from ``model_dir`` or, with ``tiny``, a seeded
-    one-layer BERT of hidden size 16."""
+def tiny_bert() -> Any:
+    """A seeded one-layer BertModel of hidden size 16 (all-MiniLM-L6-v2's layout, small)."""
     import torch
     from transformers import BertConfig, BertModel
 
-    if tiny:
-        torch.manual_seed(0)
-        config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                            intermediate_size=32, max_position_embeddings=16)
-        bert = BertModel(config, add_pooling_layer=False)
-    else:
-        bert = BertModel.from_pretrained(str(model_dir))
-    bert.eval()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+def pretrained_bert(model_dir: Path) -> Any:
+    from transformers import BertModel
+
+    return BertModel.from_pretrained(str(model_dir)).eval()
+
+
+def export_bert(path: Path, bert: Any) -> Path:
+    """A BertModel's last_hidden_state as ONNX (opset 14, dynamic batch and sequence), written by
+    torch's TorchScript exporter (leaves ``bert`` in eval mode)."""
+    import torch
 
     class Hidden(torch.nn.Module):
         def __init__(self) -> None:
@@ -75,12 +89,14 @@ def export_bert(path: Path, model_dir: Path | None = None, tiny: bool = False) -
         def forward(self, ids: Any, mask: Any) -> Any:
             return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
 
-    ids, mask = torch.tensor([[1, 5, 7, 2, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
+    ids, mask = torch.tensor([[101, 2023, 2003, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
+    ids = ids % bert.config.vocab_size
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notes
         torch.onnx.export(Hidden().eval(), (ids, mask), str(path), opset_version=14, dynamo=False,
                           input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
                           dynamic_axes={"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}})
+    bert.eval()  # export restores the wrapper's mode on every submodule
     return Path(path)
 
 
@@ -110,12 +126,12 @@ class Case:
     """A mutated copy of a seed's ModelProto, and byte edits (truncation, flips) of its serialisation."""
 
     model: Any
-    byte_edits: list[Any] = field(default_factory=list)
+    edits: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def write_to(self, path: Path) -> None:
         data = bytearray(self.model.SerializeToString())
-        for edit in self.byte_edits:
+        for edit in self.edits:
             edit(data)
         Path(path).write_bytes(bytes(data))
 
@@ -365,29 +381,9 @@ def m_opset(rng, seed, case):
     return f"opset={version}"
 
 
-def m_truncate(rng, seed, case):
-    fraction = float(rng.random())
-
-    def cut(data: bytearray) -> None:
-        del data[int(len(data) * fraction):]
-    case.byte_edits.append(cut)
-    return f"truncate at {fraction:.4f}"
-
-
-def m_flip(rng, seed, case):
-    flips = [(float(rng.random()) ** 3, int(rng.integers(1, 256))) for _ in range(int(rng.integers(1, 9)))]
-
-    def flip(data: bytearray) -> None:  # mostly near the start: the graph's nodes come first
-        for where, mask in flips:
-            if data:
-                data[int(where * (len(data) - 1))] ^= mask
-    case.byte_edits.append(flip)
-    return f"{len(flips)} byte flips"
-
-
 def m_tail_bytes(rng, seed, case):
     junk = rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8).tobytes()
-    case.byte_edits.append(lambda data: data.extend(junk))
+    case.edits.append(lambda data: data.extend(junk))
     return f"{len(junk)} bytes appended"
 
 
@@ -395,7 +391,8 @@ MUTATORS = {
     "op_type": (m_op_type, 1.5), "domain": (m_domain, 0.3), "node_input": (m_node_input, 1.5),
     "node_output": (m_node_output, 1.0), "node_order": (m_node_order, 1.0), "attribute": (m_attribute, 2.5),
     "initializer": (m_initializer, 2.0), "graph_io": (m_graph_io, 1.5), "opset": (m_opset, 0.7),
-    "truncate": (m_truncate, 0.7), "flip": (m_flip, 0.8), "tail_bytes": (m_tail_bytes, 0.2),
+    "tail_bytes": (m_tail_bytes, 0.2),
+    **byte_mutators(8, skew=3.0, weights=(0.7, 0.8)),  # flips mostly near the start: the nodes come first
 }
 
 
@@ -477,5 +474,5 @@ def run(seeds: list[tuple[Seed, int]], workdir: Path, rng_seed: int = 0, time_li
                      rng_seed, progress)
 
 
-__all__ = ["MUTATORS", "CachedOnnxModel", "Case", "Seed", "check_case", "export_bert", "make_case", "run",
-           "tiny_feeds"]
+__all__ = ["MUTATORS", "CachedOnnxModel", "Case", "Seed", "check_case", "export_bert", "make_case",
+           "pretrained_bert", "run", "tiny_bert", "tiny_feeds"]

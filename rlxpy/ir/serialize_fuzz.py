@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 
 from rlxpy.errors import RlxError
-from rlxpy.fuzz import LEAKS, Outcome, Report, guarded, pick, stack_count, weighted
+from rlxpy.fuzz import (
+    LEAKS,
+    Outcome,
+    Report,
+    byte_mutators,
+    guarded,
+    pick,
+    stack_count,
+    weighted,
+)
 from rlxpy.fuzz import run as run_cases
 from rlxpy.ir import ops
 
@@ -51,12 +60,12 @@ class Seed:
 @dataclass
 class Case:
     data: Any
-    text_edits: list[Any] = field(default_factory=list)
+    edits: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def write_to(self, path: Path) -> None:
         raw = bytearray(json.dumps(self.data).encode())
-        for edit in self.text_edits:
+        for edit in self.edits:
             edit(raw)
         Path(path).write_bytes(bytes(raw))
 
@@ -231,26 +240,6 @@ def m_graph(rng, seed, case):
     return f"{_label(node)} a key removed"
 
 
-def m_truncate(rng, seed, case):
-    fraction = float(rng.random())
-
-    def cut(raw: bytearray) -> None:
-        del raw[int(len(raw) * fraction):]
-    case.text_edits.append(cut)
-    return f"truncate at {fraction:.3f}"
-
-
-def m_flip(rng, seed, case):
-    flips = [(float(rng.random()), int(rng.integers(1, 256))) for _ in range(int(rng.integers(1, 6)))]
-
-    def flip(raw: bytearray) -> None:
-        for where, mask in flips:
-            if raw:
-                raw[int(where * (len(raw) - 1))] ^= mask
-    case.text_edits.append(flip)
-    return f"{len(flips)} byte flips"
-
-
 def m_nesting(rng, seed, case):
     depth = int(pick(rng, (100, 5000, 100000)))
     node = _node(rng, case)
@@ -263,14 +252,14 @@ def m_nesting(rng, seed, case):
         if at >= 0:
             at += len(marker)
             raw[at:at] = b"[" * depth + b"1" + b"]" * depth + b", \"_\": "
-    case.text_edits.append(nest)
+    case.edits.append(nest)
     return f"{_label(node)} attribute {key} nested {depth} deep"
 
 
 MUTATORS = {
     "op": (m_op, 1.0), "name": (m_name, 0.7), "inputs": (m_inputs, 1.5), "attr": (m_attr, 3.0),
     "shape": (m_shape, 1.0), "structure": (m_structure, 1.2), "graph": (m_graph, 0.6),
-    "truncate": (m_truncate, 0.5), "flip": (m_flip, 0.7), "nesting": (m_nesting, 0.2),
+    "nesting": (m_nesting, 0.2), **byte_mutators(5),
 }
 
 

@@ -4,7 +4,6 @@ torch.onnx.export, and onnx's own ReferenceEvaluator for hand-built models cover
 from __future__ import annotations
 
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from onnx.reference import ReferenceEvaluator
 import rlxpy
 from rlxpy.frontends.embed import default_model_dir
 from rlxpy.frontends.onnx import OnnxModel
+from rlxpy.frontends.onnx_fuzz import export_bert, pretrained_bert
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -49,26 +49,8 @@ def _check(model, feeds, tol=1e-5, reference_only=False):
 # -- BERT exported by torch.onnx.export ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def bert_onnx(tmp_path_factory):
-    from transformers import BertModel
-
-    bert = BertModel.from_pretrained(str(default_model_dir())).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids, mask):
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    path = tmp_path_factory.mktemp("onnx") / "bert.onnx"
-    ids, mask = torch.tensor([[101, 2023, 2003, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notes
-        torch.onnx.export(Hidden().eval(), (ids, mask), str(path), opset_version=14, dynamo=False,
-                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-                          dynamic_axes={"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}})
-    return bert.eval(), path  # export restores the wrapper's mode on every submodule
+    bert = pretrained_bert(default_model_dir())
+    return bert, export_bert(tmp_path_factory.mktemp("onnx") / "bert.onnx", bert)
 
 
 def test_bert_export_matches_eager_for_batches_1_and_8(device, bert_onnx):

@@ -8,16 +8,24 @@ from __future__ import annotations
 import pytest
 
 from rlxpy.frontends.embed import default_model_dir
-from rlxpy.frontends.onnx_fuzz import CachedOnnxModel, Seed, export_bert, run, tiny_feeds
+from rlxpy.frontends.onnx_fuzz import (
+    CachedOnnxModel,
+    Seed,
+    export_bert,
+    pretrained_bert,
+    run,
+    tiny_bert,
+    tiny_feeds,
+)
 
-TINY_CASES, MINILM_CASES, BUDGET_S = 500, 5, 60.0
+TINY_CASES, MINILM_CASES, BUDGET_S = 500, 5, 120.0
 
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory):
     folder = tmp_path_factory.mktemp("onnx_seeds")
-    tiny = Seed.load("tiny_bert", export_bert(folder / "tiny_bert.onnx", tiny=True))
-    real = Seed.load("minilm", export_bert(folder / "minilm.onnx", default_model_dir()))
+    tiny = Seed.load("tiny_bert", export_bert(folder / "tiny_bert.onnx", tiny_bert()))
+    real = Seed.load("minilm", export_bert(folder / "minilm.onnx", pretrained_bert(default_model_dir())))
     return tiny, real
 
 
