@@ -183,6 +183,22 @@ def print_report(report: Report, top: int = 15) -> None:
 Edit = Callable[[bytearray], None]
 
 
+class Case:
+    """A mutated ``content`` (a ModelProto, decoded JSON, ...), written as ``serialize(content)`` with
+    the byte ``edits`` applied in order; ``notes`` say what was done."""
+
+    def __init__(self, content: Any, serialize: Callable[[Any], bytes]) -> None:
+        self.content, self.serialize = content, serialize
+        self.edits: list[Edit] = []
+        self.notes: list[str] = []
+
+    def write_to(self, path: Path) -> None:
+        data = bytearray(self.serialize(self.content))
+        for edit in self.edits:
+            edit(data)
+        Path(path).write_bytes(bytes(data))
+
+
 def byte_mutators(most_flips: int, skew: float = 1.0, weights: tuple[float, float] = (0.5, 0.7)
                   ) -> dict[str, tuple[Callable, float]]:
     """"truncate" and "flip" mutators for a case whose ``edits`` (bytearray -> None) are applied to

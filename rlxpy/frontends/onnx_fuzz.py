@@ -25,24 +25,17 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlxpy import fuzz
 from rlxpy.errors import RlxError
 from rlxpy.frontends.onnx import OnnxModel
 from rlxpy.frontends.onnx_ops import ONNX_DTYPES
-from rlxpy.fuzz import (
-    Outcome,
-    Report,
-    byte_mutators,
-    guarded,
-    pick,
-    stack_count,
-    weighted,
-)
+from rlxpy.fuzz import Case, Outcome, Report, byte_mutators, pick
 from rlxpy.fuzz import run as run_cases
 
 #: Element types a mutation writes (valid ones rlxpy takes or refuses, and nonsense).
@@ -121,24 +114,9 @@ class Seed:
         return cls(name, Path(path), proto, values, sorted({n.op_type for n in graph.node}))
 
 
-@dataclass
-class Case:
-    """A mutated copy of a seed's ModelProto, and byte edits (truncation, flips) of its serialisation."""
-
-    model: Any
-    edits: list[Any] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def write_to(self, path: Path) -> None:
-        data = bytearray(self.model.SerializeToString())
-        for edit in self.edits:
-            edit(data)
-        Path(path).write_bytes(bytes(data))
-
-
 # -- mutators: (rng, seed, case) -> description ------------------------------------------------------
 def _node(rng: np.random.Generator, case: Case) -> Any:
-    return pick(rng, case.model.graph.node)
+    return pick(rng, case.content.graph.node)
 
 
 def _where(node: Any) -> str:
@@ -190,7 +168,7 @@ def m_node_output(rng, seed, case):
 
 
 def m_node_order(rng, seed, case):
-    nodes = case.model.graph.node
+    nodes = case.content.graph.node
     at = int(rng.integers(0, len(nodes)))
     choice = int(rng.integers(0, 3))
     node = nodes[at]
@@ -209,7 +187,7 @@ def m_node_order(rng, seed, case):
 
 
 def m_attribute(rng, seed, case):
-    candidates = [n for n in case.model.graph.node if n.attribute] or list(case.model.graph.node)
+    candidates = [n for n in case.content.graph.node if n.attribute] or list(case.content.graph.node)
     node = pick(rng, candidates)
     if not node.attribute or rng.random() < 0.15:
         attr = node.attribute.add()
@@ -298,7 +276,7 @@ def _mutate_tensor(rng: np.random.Generator, tensor: Any) -> str:
 
 
 def m_initializer(rng, seed, case):
-    inits = case.model.graph.initializer
+    inits = case.content.graph.initializer
     if not inits:
         return "no initializers"
     at = int(rng.integers(0, len(inits)))
@@ -322,7 +300,7 @@ def _value_info(rng: np.random.Generator, infos: Any) -> Any:
 
 
 def m_graph_io(rng, seed, case):
-    graph = case.model.graph
+    graph = case.content.graph
     infos = graph.input if rng.random() < 0.6 else graph.output
     side = "input" if infos is graph.input else "output"
     info = _value_info(rng, infos)
@@ -362,7 +340,7 @@ def m_graph_io(rng, seed, case):
 
 
 def m_opset(rng, seed, case):
-    model = case.model
+    model = case.content
     choice = int(rng.integers(0, 4))
     if choice == 0:
         model.ir_version = int(pick(rng, (0, 1, 3, 99, 2**62)))
@@ -400,8 +378,8 @@ def make_case(rng: np.random.Generator, seed: Seed) -> Case:
     """One to three stacked mutations of ``seed``."""
     model = type(seed.proto)()
     model.CopyFrom(seed.proto)
-    case = Case(model)
-    for name in weighted(rng, MUTATORS, stack_count(rng)):
+    case = Case(model, lambda proto: proto.SerializeToString())
+    for name in fuzz.weighted(rng, MUTATORS, fuzz.stack_count(rng)):
         case.notes.append(f"{name}: {MUTATORS[name][0](rng, seed, case)}")
     return case
 
@@ -464,7 +442,7 @@ def _load_and_run(path: Path) -> tuple[str, str]:
 
 def check_case(path: Path, time_limit: float = 20.0) -> Outcome:
     """Load, then run on a tiny input, under a time limit (see the module docstring)."""
-    return guarded(path, lambda: _load_and_run(path), time_limit, (RlxError,))
+    return fuzz.guarded(path, lambda: _load_and_run(path), time_limit, (RlxError,))
 
 
 def run(seeds: list[tuple[Seed, int]], workdir: Path, rng_seed: int = 0, time_limit: float = 20.0,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy.errors import ModelError, UnsupportedOpError
+from rlxpy.frontends import onnx_ops_check as check
 from rlxpy.frontends.onnx_ops import (
     BINARY,
     COMPARE,
@@ -22,21 +23,6 @@ from rlxpy.frontends.onnx_ops import (
     onnx_numpy_dtype,
     reduce_axes,
     slice_spec,
-)
-from rlxpy.frontends.onnx_ops_check import (
-    axis_of,
-    broadcast,
-    fold_size,
-    gather_elements_index,
-    indices_in_range,
-    int_list,
-    not_bool,
-    permutation,
-    reshape_target,
-    same_rank_concat,
-    scalar_of,
-    squeeze_shape,
-    unsqueeze_shape,
 )
 
 Fold = Callable[[str, list, dict], list[np.ndarray]]
@@ -52,17 +38,17 @@ def fold(op_type: str, ins: list[Any], attrs: dict, opset: int, outputs: int, wh
     if op_type in BINARY:
         return _fold_binary(where, op_type, v)
     if op_type in COMPARE:
-        broadcast(where, *(np.shape(x) for x in v[:2]))
+        check.broadcast(where, *(np.shape(x) for x in v[:2]))
         return [np.asarray(COMPARE[op_type][1](v[0], v[1]))]
     if op_type in UNARY and UNARY[op_type][1] is not None:
-        not_bool(where, op_type, v[0])
+        check.not_bool(where, op_type, v[0])
         with np.errstate(all="ignore"):  # sqrt / log of a negative: NaN, as at run time
             return [np.asarray(UNARY[op_type][1](v[0])).astype(v[0].dtype)]
     if op_type in REDUCE:
         axes = reduce_axes(ins, attrs, v[0].ndim, where)
         if axes is None:
             return [v[0]]
-        not_bool(where, op_type, v[0])
+        check.not_bool(where, op_type, v[0])
         out = REDUCE[op_type][1](v[0], axis=tuple(axes), keepdims=bool(attrs.get("keepdims", 1)))
         return [np.asarray(out).astype(v[0].dtype)]
     simple = FOLDS.get(op_type)
@@ -71,9 +57,9 @@ def fold(op_type: str, ins: list[Any], attrs: dict, opset: int, outputs: int, wh
 
 def _fold_binary(where: str, op_type: str, v: list) -> list[np.ndarray]:
     a, b = np.asarray(v[0]), np.asarray(v[1])
-    broadcast(where, a.shape, b.shape)
+    check.broadcast(where, a.shape, b.shape)
     if op_type not in ("Add", "Mul", "Max", "Min"):
-        not_bool(where, op_type, a, b)
+        check.not_bool(where, op_type, a, b)
     if op_type == "Pow" and a.dtype.kind in "iu" and b.dtype.kind in "iu" and b.size and b.min() < 0:
         raise ModelError(f"{where}: an integer to a negative integer power")
     fn = BINARY[op_type][1] or int_div
@@ -89,69 +75,69 @@ def _need(where: str, v: list, index: int, what: str) -> Any:
 
 def _axes(where: str, v: list, attrs: dict, required: bool) -> list[int] | None:
     if "axes" in attrs:
-        return int_list(where, attrs["axes"], "axes")
+        return check.int_list(where, attrs["axes"], "axes")
     if len(v) > 1 and v[1] is not None:
-        return int_list(where, v[1], "axes")
+        return check.int_list(where, v[1], "axes")
     if required:
         raise ModelError(f"{where}: axes are missing (no attribute, no input)")
     return None
 
 
 def _fold_range(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    start, limit, delta = (scalar_of(where, _need(where, v, i, name), name)
+    start, limit, delta = (check.scalar_of(where, _need(where, v, i, name), name)
                            for i, name in enumerate(("start", "limit", "delta")))
     if delta == 0:
         raise ModelError(f"{where}: Range with delta 0")
     count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
-    fold_size(where, [count])
+    check.fold_size(where, [count])
     return [np.arange(start, limit, delta).astype(np.result_type(v[0], v[1], v[2]))]
 
 
 def _fold_reshape(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    target = reshape_target(where, v[0].shape, _need(where, v, 1, "shape"), attrs.get("allowzero", 0))
+    target = check.reshape_target(where, v[0].shape, _need(where, v, 1, "shape"), attrs.get("allowzero", 0))
     return [v[0].reshape(target)]
 
 
 def _fold_flatten(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    axis = axis_of(where, attrs.get("axis", 1), v[0].ndim, inclusive=True)
+    axis = check.axis_of(where, attrs.get("axis", 1), v[0].ndim, inclusive=True)
     return [v[0].reshape(math.prod(v[0].shape[:axis]), math.prod(v[0].shape[axis:]))]
 
 
 def _fold_unsqueeze(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    return [v[0].reshape(unsqueeze_shape(where, v[0].shape, _axes(where, v, attrs, True)))]
+    return [v[0].reshape(check.unsqueeze_shape(where, v[0].shape, _axes(where, v, attrs, True)))]
 
 
 def _fold_squeeze(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    return [v[0].reshape(squeeze_shape(where, v[0].shape, _axes(where, v, attrs, False)))]
+    return [v[0].reshape(check.squeeze_shape(where, v[0].shape, _axes(where, v, attrs, False)))]
 
 
 def _fold_transpose(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    perm = permutation(where, attrs.get("perm", range(v[0].ndim - 1, -1, -1)), v[0].ndim)
+    perm = check.permutation(where, attrs.get("perm", range(v[0].ndim - 1, -1, -1)), v[0].ndim)
     return [np.transpose(v[0], perm)]
 
 
 def _fold_expand(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    target = int_list(where, _need(where, v, 1, "shape"), "shape")
-    shape = fold_size(where, broadcast(where, v[0].shape, target))
+    target = check.int_list(where, _need(where, v, 1, "shape"), "shape")
+    shape = check.fold_size(where, check.broadcast(where, v[0].shape, target))
     return [np.broadcast_to(v[0], shape).copy()]
 
 
 def _fold_concat(where: str, v: list, attrs: dict) -> list[np.ndarray]:
     parts = [np.asarray(x) for x in v if x is not None]
-    axis = same_rank_concat(where, [p.shape for p in parts], attrs.get("axis"))
+    axis = check.same_rank_concat(where, [p.shape for p in parts], attrs.get("axis"))
     return [np.concatenate(parts, axis=axis)]
 
 
 def _fold_gather(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    axis = axis_of(where, attrs.get("axis", 0), v[0].ndim)
-    idx = indices_in_range(where, np.asarray(_need(where, v, 1, "indices")), v[0].shape[axis])
+    axis = check.axis_of(where, attrs.get("axis", 0), v[0].ndim)
+    idx = check.indices_in_range(where, np.asarray(_need(where, v, 1, "indices")), v[0].shape[axis])
     return [np.take(v[0], idx, axis=axis)]
 
 
 def _fold_gather_elements(where: str, v: list, attrs: dict) -> list[np.ndarray]:
     data, idx = v[0], np.asarray(_need(where, v, 1, "indices"))
-    axis = gather_elements_index(where, data.shape, idx.shape, attrs.get("axis", 0))
-    idx = indices_in_range(where, idx, data.shape[axis])
+    axis = check.gather_elements_index(where, data.shape, idx.shape, attrs.get("axis", 0))
+    idx = check.indices_in_range(where, idx, data.shape[axis])
     grids = list(np.indices(idx.shape))
     grids[axis] = idx
     return [data[tuple(grids)]]
@@ -166,26 +152,26 @@ def _fold_slice(where: str, v: list, attrs: dict) -> list[np.ndarray]:
 
 
 def _fold_split(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    axis = axis_of(where, attrs.get("axis", 0), v[0].ndim)
+    axis = check.axis_of(where, attrs.get("axis", 0), v[0].ndim)
     sizes = attrs.get("split")
     if sizes is None and len(v) > 1 and v[1] is not None:
         sizes = v[1]
     if sizes is None:
         raise UnsupportedOpError(f"{where}: Split of a known value needs explicit sizes")
-    sizes = int_list(where, sizes, "split")
+    sizes = check.int_list(where, sizes, "split")
     if any(s < 0 for s in sizes) or sum(sizes) != v[0].shape[axis]:
         raise ModelError(f"{where}: split sizes {sizes} do not add up to the axis of {v[0].shape[axis]}")
     return np.split(v[0], np.cumsum(sizes)[:-1], axis=axis)
 
 
 def _fold_where(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-    broadcast(where, *(np.shape(_need(where, v, i, "a")) for i in range(3)))
+    check.broadcast(where, *(np.shape(_need(where, v, i, "a")) for i in range(3)))
     return [np.where(v[0], v[1], v[2])]
 
 
 def _logical(fn: Callable) -> Fold:
     def run(where: str, v: list, attrs: dict) -> list[np.ndarray]:
-        broadcast(where, np.shape(v[0]), np.shape(_need(where, v, 1, "second")))
+        check.broadcast(where, np.shape(v[0]), np.shape(_need(where, v, 1, "second")))
         return [fn(v[0], v[1])]
     return run
 
@@ -213,5 +199,6 @@ FOLDS: dict[str, Fold] = {
     "Slice": _fold_slice,
     "Split": _fold_split,
     "Relu": lambda w, v, a: [np.maximum(v[0], 0).astype(v[0].dtype)],
-    "Sigmoid": lambda w, v, a: not_bool(w, "Sigmoid", v[0]) or [(1 / (1 + np.exp(-v[0]))).astype(v[0].dtype)],
+    "Sigmoid": lambda w, v, a: check.not_bool(w, "Sigmoid", v[0])
+    or [(1 / (1 + np.exp(-v[0]))).astype(v[0].dtype)],
 }

@@ -17,23 +17,15 @@ leaks no Python internals.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlxpy import fuzz
 from rlxpy.errors import RlxError
-from rlxpy.fuzz import (
-    LEAKS,
-    Outcome,
-    Report,
-    byte_mutators,
-    guarded,
-    pick,
-    stack_count,
-    weighted,
-)
+from rlxpy.fuzz import LEAKS, Case, Outcome, Report, byte_mutators, pick
 from rlxpy.fuzz import run as run_cases
 from rlxpy.ir import ops
 
@@ -57,25 +49,12 @@ class Seed:
         return cls(name, text, json.loads(text))
 
 
-@dataclass
-class Case:
-    data: Any
-    edits: list[Any] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def write_to(self, path: Path) -> None:
-        raw = bytearray(json.dumps(self.data).encode())
-        for edit in self.edits:
-            edit(raw)
-        Path(path).write_bytes(bytes(raw))
-
-
 def _copy(data: Any) -> Any:
     return json.loads(json.dumps(data))
 
 
 def _nodes(case: Case) -> list:
-    nodes = case.data.get("nodes") if isinstance(case.data, dict) else None
+    nodes = case.content.get("nodes") if isinstance(case.content, dict) else None
     return nodes if isinstance(nodes, list) and nodes else [{}]
 
 
@@ -198,7 +177,7 @@ def m_shape(rng, seed, case):
 
 def m_structure(rng, seed, case):
     nodes = _nodes(case)
-    if not isinstance(case.data, dict) or len(nodes) < 2:
+    if not isinstance(case.content, dict) or len(nodes) < 2:
         return "too small"
     at = int(rng.integers(0, len(nodes)))
     choice = int(rng.integers(0, 4))
@@ -217,7 +196,7 @@ def m_structure(rng, seed, case):
 
 
 def m_graph(rng, seed, case):
-    data = case.data
+    data = case.content
     if not isinstance(data, dict):
         return "not an object"
     choice = int(rng.integers(0, 5))
@@ -233,8 +212,8 @@ def m_graph(rng, seed, case):
         data[key] = pick(rng, JUNK)
         return f"{key} -> {data[key]!r}"
     if choice == 3:
-        case.data = pick(rng, ([data], "graph", 3, None, [], {"graph": data}))
-        return f"top level -> {type(case.data).__name__}"
+        case.content = pick(rng, ([data], "graph", 3, None, [], {"graph": data}))
+        return f"top level -> {type(case.content).__name__}"
     node = _node(rng, case)
     node.pop(pick(rng, ("op", "name", "inputs", "attrs")), None)
     return f"{_label(node)} a key removed"
@@ -265,8 +244,8 @@ MUTATORS = {
 
 def make_case(rng: np.random.Generator, seed: Seed) -> Case:
     """One to three stacked mutations of ``seed``."""
-    case = Case(_copy(seed.data))
-    for name in weighted(rng, MUTATORS, stack_count(rng)):
+    case = Case(_copy(seed.data), lambda data: json.dumps(data).encode())
+    for name in fuzz.weighted(rng, MUTATORS, fuzz.stack_count(rng)):
         case.notes.append(f"{name}: {MUTATORS[name][0](rng, seed, case)}")
     return case
 
@@ -303,7 +282,7 @@ def _located(error: Exception) -> Exception:
 
 
 def check_case(path: Path, time_limit: float = 10.0) -> Outcome:
-    return guarded(path, lambda: _load(path), time_limit, (RlxError,), judge_error)
+    return fuzz.guarded(path, lambda: _load(path), time_limit, (RlxError,), judge_error)
 
 
 def run(seeds: list[tuple[Seed, int]], workdir: Path, rng_seed: int = 0, time_limit: float = 10.0,
