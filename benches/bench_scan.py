@@ -45,6 +45,7 @@ QUICK = {"scan": (1, 256, 64, 16), "delta": (1, 64, 4, 32), "moe": [(8, 64, 96),
          "mamba": ({"vocab_size": 500, "hidden_size": 64, "state_size": 8, "num_hidden_layers": 2,
                     "conv_kernel": 4, "expand": 2}, 70, 8)}
 CHUNK = 64  # the chunked torch scan's chunk length
+GREEDY = 32  # greedy tokens compared with transformers' generate on the same weights
 
 
 # -- torch implementations --------------------------------------------------------------------------
@@ -286,13 +287,30 @@ def bench_mamba_model(side: Side, shape: dict[str, int], prompt: int, steps: int
         torch_total_ms = side.time_ms(lambda: model.generate(tids, max_new_tokens=steps, min_new_tokens=steps,
                                                              do_sample=False, pad_token_id=0), 1)
     torch_decode_s = max(1e-9, (torch_total_ms - torch_prefill_ms) / 1e3)
+    with torch.no_grad():
+        greedy = model.generate(tids, max_new_tokens=GREEDY, min_new_tokens=GREEDY, do_sample=False,
+                                pad_token_id=0)[0, prompt:].tolist()
+    same = gen.generate(ids, GREEDY) == greedy
     return {"shape": shape, "prompt": prompt, "decode_steps": steps, "compile_s": compile_s,
             "rel_error": rel_error(got, want), "tokens": tokens[:8],
+            f"greedy_{GREEDY}_identical": same, "decode_ms_by_position": decode_by_position(gen, shape),
             "prefill_ms": prefill_ms, "torch_prefill_ms": torch_prefill_ms,
             "prefill_ratio": torch_prefill_ms / prefill_ms,
             "decode_tok_s": (steps - 1) / max(decode_s, 1e-9),
             "torch_decode_tok_s": (steps - 1) / torch_decode_s,
             "decode_ratio": torch_decode_s / max(decode_s, 1e-9)}
+
+
+def decode_by_position(gen, shape: dict[str, int], far: int = 2000, repeat: int = 20) -> dict[str, float]:
+    """Median ms of one decode step (token in, logits read back) after 16 and after ``far``
+    prompt tokens: the carried state makes it independent of the position."""
+    ids = [int(t) for t in np.random.default_rng(1).integers(0, shape["vocab_size"], far)]
+    out = {}
+    for position in (16, far):
+        gen.reset()
+        gen.prefill(ids[:position], ("next",))
+        out[str(position)] = 1e3 * timeit(lambda: gen.decode(ids[0]), repeat=repeat)
+    return out
 
 
 def main() -> None:
