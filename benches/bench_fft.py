@@ -13,13 +13,21 @@ then mean nothing). ``ratio`` = torch ms / rlxpy GPU ms (> 1: rlxpy is faster; `
 rlxpy's wall time, submit and wait included); ``gpoints_s`` = points transformed per second (1e9) by
 rlxpy's GPU time.
 
-One command: ``python benches/bench_fft.py [--quick] [--json out.json]``; ``--quick`` uses small batches
-and a 5 s clip (lavapipe).
+Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one write of the output,
+``moved_mb`` = what the passes move (each reads and writes its lines once: the four-step scratch counted),
+``gb_s`` = moved_mb / GPU time; ``step_ms`` = each pass's GPU time.
+
+One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
+[--shape-cap P,I]``; ``--quick`` uses small batches and a 5 s clip (lavapipe); ``--cases`` keeps the
+cases whose name contains one of the comma-separated words (``log-mel`` for the log-mel rows);
+``--shape-cap 2048,256`` shapes the FFT variants for at most 2048 points of workgroup memory and 256
+invocations (default: the device's limits).
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -30,6 +38,7 @@ import rlxpy
 from rlxpy.errors import UnsupportedOpError
 from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.lowering import signal_fft
 from rlxpy.wgpu_backend.profile import step_times_ms
 
 #: (name, length, points per batch: batch = points // length); kind "c2c" or "rfft"
@@ -86,10 +95,20 @@ class Torch:
             return statistics.median(rounds)
 
 
+def take_option(name: str) -> list[str]:
+    """This bench's ``--name a,b`` (taken off argv before common.parse_args sees it)."""
+    if name not in sys.argv:
+        return []
+    at = sys.argv.index(name)
+    words = sys.argv[at + 1].split(",")
+    del sys.argv[at:at + 2]
+    return words
+
+
 def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
-    """Median wall ms of a run with dispatches only, and the median sum of GPU step times."""
+    """Median wall ms of a run with dispatches only, the median sum of GPU step times and each step's."""
     exe.run(feeds)
-    walls, gpu = [], []
+    walls, gpu, per_step = [], [], []
     with exe.flags.override(dispatch_only=1):
         for _ in range(repeat):
             started = time.perf_counter()
@@ -98,11 +117,14 @@ def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
             walls.append(time.perf_counter() - started)
         try:
             for _ in range(min(repeat, 5)):
-                gpu.append(sum(step_times_ms(exe).values()))
+                times = step_times_ms(exe)
+                gpu.append(sum(times.values()))
+                per_step.append([times[i] for i in sorted(times)])
         except UnsupportedOpError:  # no timestamp queries on this adapter
             gpu = []
+    step_ms = [statistics.median(column) for column in zip(*per_step)] if per_step else []
     return {"ms": 1e3 * statistics.median(walls), "gpu_ms": statistics.median(gpu) if gpu else None,
-            "steps": [s.kernel or s.kind for s in exe.schedule.steps]}
+            "steps": [s.kernel or s.kind for s in exe.schedule.steps], "step_ms": step_ms}
 
 
 def rel_error(got: np.ndarray, want: np.ndarray) -> float:
@@ -129,10 +151,18 @@ def bench_fft(side: Torch, name: str, n: int, points: int, kind: str, repeat: in
     fft = side.torch.fft.rfft if kind == "rfft" else side.torch.fft.fft
     theirs = side.ms(lambda: fft(tx), repeat)
     gpu = ours["gpu_ms"]
+    passes = len([s for s in exe.schedule.steps if s.kind == "gpu"])
+    min_bytes = x.nbytes + got.nbytes
+    # a single pass moves the lines once each way; each four-step pass (2 per line, Bluestein's 4, however
+    # many chunks of lines run them) moves the plan length's c64 points once each way
+    per_line = 2 if fft_plan_length(n) == n else 4
+    moved = min_bytes if passes == 1 else per_line * 2 * batch * fft_plan_length(n) * 8
     return {"case": name, "n": n, "batch": batch, "plan_length": fft_plan_length(n),
             "rel_err": rel_error(got[:4], want), **ours, "torch_ms": theirs,
             "ratio": theirs / gpu if gpu else None, "ratio_wall": theirs / ours["ms"],
-            "gpoints_s": batch * n / gpu / 1e6 if gpu else None}
+            "gpoints_s": batch * n / gpu / 1e6 if gpu else None, "passes": passes,
+            "min_mb": min_bytes / 2**20, "moved_mb": moved / 2**20,
+            "gb_s": moved / gpu / 1e6 if gpu else None}
 
 
 def speech_like(seconds: float, seed: int, rate: int = 16000) -> np.ndarray:
@@ -183,20 +213,46 @@ def bench_log_mel(side: Torch, seconds: float, batch: int, repeat: int) -> dict[
             "ratio": theirs / gpu if gpu else None, "ratio_wall": theirs / ours["ms"]}
 
 
+def table(results: list[dict[str, Any]]) -> str:
+    """The short table printed last."""
+    rows = ["case                                   batch passes  GPU ms  torch ms  torch/rlxpy   GB/s"]
+    for r in results:
+        gpu, ratio, rate = r.get("gpu_ms"), r.get("ratio"), r.get("gb_s")
+        gpu_text = "-" if gpu is None else f"{gpu:.4f}"
+        ratio_text = "-" if ratio is None else f"{ratio:.3f}"
+        rate_text = "-" if rate is None else f"{rate:.0f}"
+        rows.append(f"{r['case'][:38]:38} {r.get('batch', ''):>5} {r.get('passes', ''):>6} {gpu_text:>7} "
+                    f"{r['torch_ms']:9.4f} {ratio_text:>12} {rate_text:>6}")
+    return "\n".join(rows)
+
+
 def main() -> None:
+    cases = take_option("--cases")
+    cap = take_option("--shape-cap")
+    if cap:  # the workgroup budget of the FFT variants (lowering/signal_fft.py SHAPE_*), for an A/B run
+        signal_fft.SHAPE_POINTS, signal_fft.SHAPE_INVOCATIONS = int(cap[0]), int(cap[1])
     args = parse_args("FFT and log-mel throughput, rlxpy vs torch (cuFFT)")
     side = Torch()
     repeat = QUICK_REPEAT if args.quick else REPEAT
     results = []
+
+    def wanted(name: str) -> bool:
+        return not cases or any(word in name for word in cases)
+
     for name, n, points, kind in CASES:
+        if not wanted(name):
+            continue
         if args.quick:
             points = max(n, QUICK_POINTS)  # 2^20 at batch 1
         results.append(bench_fft(side, name, n, points, kind, repeat))
         print(results[-1], flush=True)
     for seconds, batch in ([(5.0, 1)] if args.quick else [(30.0, 1), (30.0, 8)]):
-        results.append(bench_log_mel(side, seconds, batch, repeat))
-        print(results[-1], flush=True)
-    emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "results": results}, args.json)
+        if wanted("log-mel"):
+            results.append(bench_log_mel(side, seconds, batch, repeat))
+            print(results[-1], flush=True)
+    emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "shape_cap": cap or None,
+          "results": results}, args.json)
+    print(table(results))
 
 
 if __name__ == "__main__":

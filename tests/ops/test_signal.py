@@ -25,6 +25,8 @@ from rlxpy import env
 from rlxpy.errors import GraphError
 from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.lowering import signal_fft
+from rlxpy.wgpu_backend.lowering.signal_fft_code import shape_for, stage_radices
 
 EPS32 = float(np.finfo(np.float32).eps)
 FFT_EPS = 2 * EPS32
@@ -80,7 +82,33 @@ def test_fft_of_a_million_points_in_four_step_passes(device):
     z = complex_rand((1, n), 20)
     got, exe = run(lambda g: g.fft(g.input("z", z.shape, "c64")), {"z": z})
     assert_spectrum(got, scipy.fft.fft(z.astype(np.complex128)), n)
-    assert [s.kernel for s in exe.schedule.steps] == ["signal_fft_rows"] * 2  # columns, then rows
+    assert [s.kernel for s in exe.schedule.steps] == ["signal_fft_lines"] * 2  # columns, then rows
+
+
+@pytest.mark.parametrize("budget", [(2048, 256), (256, 64)])
+def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch, budget):
+    """The variants' shapes under a workgroup budget below the device's (signal_fft.SHAPE_*): fewer lines
+    per workgroup, exchanges in rounds, lines longer than the budget alone in a workgroup."""
+    monkeypatch.setattr(signal_fft, "SHAPE_POINTS", budget[0])
+    monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", budget[1])
+    for n in (97, 1000, 1024, 4096, 1 << 14):
+        z = complex_rand((5, n), n)
+        got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})
+        assert_spectrum(got, np.fft.ifft(z.astype(np.complex128), norm="forward"), n)
+        no_host_steps(exe)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 16, 27, 96, 400, 480, 1000, 1024, 2048, 2187, 4096])
+def test_variant_shapes_cover_their_lines(length):
+    """Stage radices multiply to the length (each <= 16); a workgroup's lines are whole rounds of the lines
+    its workgroup memory holds, within the budget unless one line needs more (no device)."""
+    radices = stage_radices(length)
+    assert math.prod(radices) == length and all(r <= 16 for r in radices)
+    for points, invocations, fast in ((2048, 256, 1), (6144, 1024, 16), (256, 64, 4)):
+        shape = shape_for(length, points, invocations, 16, fast)
+        assert shape.lines % shape.group == 0 and shape.lines % shape.fast == 0
+        assert shape.invocations <= max(invocations, shape.threads)
+        assert shape.group * length <= max(points, length) and shape.shared_points % 16 == 0
 
 
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 97])

@@ -1,20 +1,22 @@
-"""FFT plans on the GPU: lines of a transform as passes of one kernel, signal_fft_rows.
+"""FFT plans on the GPU: lines of a transform as passes of one kernel, signal_fft_lines.
 
 A transform of length N runs the length M = ops.signal.fft_plan_length(N) (N itself when its prime
-factors are 2, 3, 5, 7, else Bluestein's power of two m >= 2N - 1). When M points fit the workgroup
-memory (``capacity``: 4096 on a 32 KiB device) one dispatch does it all: load, Stockham stages,
-(Bluestein: times the kernel's spectrum, the inverse stages), store. A longer M runs as four-step
-passes M = n1 * n2 through arena scratch: FFTs of the n2 strided columns of length n1, twisted by
-w_M^(column * frequency), then FFTs of the n1 rows of length n2, stored transposed; Bluestein doubles
-that (forward, times the kernel, inverse). The inverse transform is conj(forward(conj(x))), so one plan
-table (ops/signal.py, a Constant input) serves both directions.
+factors are 2, 3, 5, 7, else Bluestein's power of two m >= 2N - 1). When M points fit one workgroup
+(``capacity``: the workgroup memory in points of 8 bytes, 2048 in WebGPU's minimum of 16 KiB; at least
+4096 on an H100) one dispatch does it all: load, the stages in registers, (Bluestein: times the kernel's
+spectrum, the inverse stages), store. A longer M runs as four-step passes M = n1 * n2 through arena
+scratch: FFTs of the n2 strided columns of length n1, twisted by w_M^(column * frequency), then FFTs of
+the n1 rows of length n2, stored transposed (the transpose is the passes' addressing); Bluestein doubles
+that (forward, times the kernel, inverse). Each pass reads and writes the data once: 2 passes for
+2^20 = 1024 x 1024. The inverse transform is conj(forward(conj(x))), so one plan table (ops/signal.py,
+a Constant input) serves both directions.
 
-A pass reads its lines through a *loader* (``load_mode``: complex, real, hermitian for irfft, frame for
-Stft) and writes them through a *store* (``store_mode``: complex, real), each addressed by a ``Lines``
-record: where line b and its element t live in words, so one kernel reads any axis, the c64 and
-block layouts, and the scratch between passes. The modes are uniform fields rather than variants, and
-a workgroup holds either 256 points or the device's capacity: two variants in all, as each costs a
-shader compile (seconds on lavapipe).
+A pass reads its lines through a *loader* (complex, real, hermitian for irfft, frame for Stft) and
+writes them through a *store* (complex, real), each addressed by a ``Lines`` record: where line b and
+its element t live in words, so one kernel reads any axis, the c64 and block layouts, and the scratch
+between passes. A variant (one shader) is a line length with its lines per workgroup and lane order
+(``signal_fft_code.Shape``: the stages as straight-line code), a loader, a store and its epilogue steps
+(chirp, twist); the rest (offsets, strides, conj, scale) are uniform fields.
 """
 
 from __future__ import annotations
@@ -26,36 +28,43 @@ from rlxpy.errors import LimitError, where
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import FftNorm
-from rlxpy.ir.ops.signal import FFT_RADICES, fft_plan_length
+from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering.signal_fft_code import Shape, body, line_threads, shape_for
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step
 
 _LINES = ("base", "inner", "outer", "inner_w", "elem", "im")
 FFT_FIELDS = {
-    **{name: U32 for name in ("rows", "per_wg", "len", "stages", "radices0", "radices1", "table", "n_table",
-                              "sub_rows", "t_sub", "t_k", "load_len", "n_full", "bins", "pad", "pad_mode",
-                              "window", "conj_in", "has_pre", "pre", "twiddle", "has_mid", "mid", "o_sub",
-                              "o_k", "out_len", "conj_a", "has_post", "post", "conj_b",
-                              "load_lines_fastest", "store_lines_fastest", "load_mode", "store_mode",
-                              "in_line0", "out_line0")},
+    **{name: U32 for name in ("rows", "sub_rows", "t_sub", "t_k", "o_sub", "o_k", "load_len", "out_len",
+                              "table", "tw_scale", "twist_mask", "n_full", "bins", "pad", "pad_mode",
+                              "window", "conj_in", "pre", "mid", "conj_a", "post", "conj_b", "in_line0",
+                              "out_line0")},
     **{f"in_{name}": U32 for name in _LINES},
     **{f"out_{name}": U32 for name in _LINES},
     "scale": F32,
 }
-SIGNAL_FFT_ROWS = kernel(
-    "signal_fft_rows", params("SignalFftRowsParams", **FFT_FIELDS),
+SIGNAL_FFT_LINES = kernel(
+    "signal_fft_lines", params("SignalFftLinesParams", **FFT_FIELDS),
     dtypes=accepts((DType.F32, DType.C64), DType.F32, DType.F32, out=(DType.F32, DType.C64)),
-    shared_bytes=lambda s: 16 * int(s["CAP"]), sizes={"CAP": 64})
+    shared_bytes=lambda s: 8 * int(s["SHARED"]), sizes={"SHARED": 16})
 
-#: Largest number of points one workgroup transforms (two halves of 8 bytes per point of workgroup memory).
-MAX_CAPACITY = 4096
-#: Points of the small variant (short lines, several per workgroup); longer ones use the capacity.
-SMALL_POINTS = 256
-LOAD_MODES = {"complex": 0, "real": 1, "hermitian": 2, "frame": 3}
-STORE_MODES = {"complex": 0, "real": 1}
-#: Radix-4 stages first, then one radix 2, then 3, 5, 7 (each 4 bits of radices0/radices1).
-MAX_STAGES = 16
+#: Loader and store functions (include/signal_fft_lines_io.wgsl); "complex" moves 8-byte pairs where the
+#: words allow, else word by word.
+LOADERS = {"complex": "load_complex", "real": "load_real", "hermitian": "load_hermitian_at",
+           "frame": "load_frame_at", "complex_words": "load_complex_words"}
+STORES = {"complex": "store_complex", "real": "store_real", "complex_words": "store_complex_words"}
+#: The workgroup budget variants are shaped for, when below the device's limits: points of workgroup memory
+#: and invocations (None: the device's). A line longer than the points still runs in one workgroup, alone.
+SHAPE_POINTS: int | None = None
+SHAPE_INVOCATIONS: int | None = None
+#: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
+#: single pass (0: as many as the workgroup memory holds).
+PASS_LINES, SINGLE_LINES = 16, 0
+#: Adjacent lines among the invocations: columns (reads and writes strided), rows stored transposed.
+COLUMN_FAST, ROW_FAST = 16, 4
+#: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
+TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
 SCRATCH_WORDS = 8 << 20
 
@@ -92,33 +101,22 @@ class Source:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-def radices(length: int) -> list[int]:
-    """Stage radices of a 7-smooth length: 4s, at most one 2, then 3s, 5s, 7s."""
-    out, rest = [], length
-    while rest % 4 == 0:
-        out.append(4)
-        rest //= 4
-    for r in FFT_RADICES:
-        while rest % r == 0:
-            out.append(r)
-            rest //= r
-    assert rest == 1, f"{length} is not 7-smooth"
-    return out
-
-
 def capacity(facts: DeviceFacts) -> int:
-    """Points per workgroup: the largest power of two of 16 bytes each the device allows, up to 4096."""
-    cap = MAX_CAPACITY
-    while cap > 64 and 16 * cap > facts.max_workgroup_storage:
-        cap //= 2
-    return cap
+    """Points of 8 bytes the workgroup memory holds (a multiple of 16, the swizzle's unit)."""
+    return facts.max_workgroup_storage // 8 // 16 * 16
 
 
-def split(length: int, cap: int) -> tuple[int, int] | None:
-    """(n1, n2) with n1 * n2 = length, both <= cap, as balanced as possible; None when none exists."""
+def fits(length: int, facts: DeviceFacts) -> bool:
+    """Does one workgroup transform a line of ``length`` points?"""
+    return length <= capacity(facts) and line_threads(length) <= facts.max_invocations
+
+
+def split(length: int, facts: DeviceFacts) -> tuple[int, int] | None:
+    """(n1, n2) with n1 * n2 = length, both fitting one workgroup, as balanced as possible; None when
+    none exists."""
     best = None
-    for n1 in range(2, cap + 1):
-        if length % n1 == 0 and length // n1 <= cap:
+    for n1 in range(2, capacity(facts) + 1):
+        if length % n1 == 0 and fits(n1, facts) and fits(length // n1, facts):
             if best is None or abs(math.log(n1 / (length // n1))) < abs(math.log(best[0] / best[1])):
                 best = (n1, length // n1)
     return best
@@ -150,7 +148,7 @@ class FftJob:
 def line_words(n: int, facts: DeviceFacts) -> int:
     """Arena scratch (words) one line of a length-n transform needs: 0 when it runs in one pass."""
     length = fft_plan_length(n)
-    if length <= capacity(facts):
+    if fits(length, facts):
         return 0
     return (1 if length == n else 2) * 2 * length  # four-step: one c64 buffer, Bluestein: two
 
@@ -168,20 +166,21 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     length = fft_plan_length(n)
     bluestein = length != n
     table = ctx.offset(job.table)
-    chirp, kernel_spectrum = table + 2 * length, table + 2 * length + 2 * n
-    cap = capacity(ctx.facts)
-    if length <= cap:
+    assert table % 2 == 0, f"plan table of {node.name} at odd word {table}"  # arena allocations: 256 B
+    chirp, kernel_spectrum = (table + 2 * length) // 2, (table + 2 * length + 2 * n) // 2  # in pairs
+    if fits(length, ctx.facts):
         fields = {"conj_in": int(job.inverse), "load_len": n, "out_len": job.out_len,
                   "conj_b": int(job.inverse), "scale": job.scale}
         if bluestein:
-            fields.update(has_pre=1, pre=chirp, has_mid=1, mid=kernel_spectrum, conj_a=1, has_post=1,
-                          post=chirp)
-        return [_pass(ctx, job, job.lines, length, 1, (0, 1), (0, 1), job.source, job.store, job.target,
+            fields.update(has_pre=1, pre=chirp, mid=kernel_spectrum, conj_a=1, has_post=1, post=chirp)
+        fast = 1 if job.source.lines.inner == 1 else COLUMN_FAST  # lines along another axis: adjacent
+        shape = shape_for(length, *_budget(ctx.facts), SINGLE_LINES, fast, bluestein)
+        return [_pass(ctx, job, shape, job.lines, 1, (0, 1), (0, 1), job.source, job.store, job.target,
                       fields)]
-    halves = split(length, cap)
+    halves = split(length, ctx.facts)
     if halves is None:
         raise LimitError(f"{where(node)}: an FFT of length {length} splits into no two factors of at most "
-                         f"{cap} points (the workgroup memory)")
+                         f"{capacity(ctx.facts)} points (the workgroup memory)")
     n1, n2 = halves
     per_line = line_words(n, ctx.facts)
     base, size = ctx.scratch
@@ -193,16 +192,20 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     second = first + 2 * length * chunk
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
+    column_shape = shape_for(n1, *_budget(ctx.facts), PASS_LINES, COLUMN_FAST)
+    row_shape = shape_for(n2, *_budget(ctx.facts), PASS_LINES, ROW_FAST)
+    twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
+             if length > TWIST_DIRECT and length & (length - 1) == 0 else 0}
 
     def columns(lines: int, source: Source, out: Lines, fields: dict) -> Step:
         """FFTs of the n2 columns (t = j1 n2 + column), twisted, stored as row j1 of the scratch."""
-        return _pass(ctx, job, lines * n2, n1, n2, (1, n2), (1, n2), source, "complex", out,
-                     {"twiddle": 1, "out_len": length, **fields}, lines_fastest=(True, True))
+        return _pass(ctx, job, column_shape, lines * n2, n2, (1, n2), (1, n2), source, "complex", out,
+                     {**twist, "out_len": length, **fields})
 
     def rows(lines: int, source: Source, store: str, out: Lines, fields: dict) -> Step:
         """FFTs of the n1 scratch rows, stored transposed (frequency k1 + n1 k2)."""
-        return _pass(ctx, job, lines * n1, n2, n1, (n2, 1), (1, n1), source, store, out,
-                     {"load_len": length, **fields}, lines_fastest=(False, True))
+        return _pass(ctx, job, row_shape, lines * n1, n1, (n2, 1), (1, n1), source, store, out,
+                     {"load_len": length, **fields})
 
     steps = []
     for line0 in range(0, job.lines, chunk):  # lines line0.. of the node; the scratch holds them from 0
@@ -223,31 +226,47 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     return steps
 
 
-def _pass(ctx: LowerCtx, job: FftJob, rows: int, length: int, sub_rows: int, load: tuple[int, int],
-          store: tuple[int, int], source: Source, store_kind: str, target: Lines, fields: dict,
-          lines_fastest: tuple[bool, bool] = (False, False)) -> Step:
-    """One signal_fft_rows dispatch: ``rows`` lines of ``length`` points; line r is sub-line r %
+def _budget(facts: DeviceFacts) -> tuple[int, int]:
+    """(points, invocations) a workgroup of a variant may use: the device's, or SHAPE_* below them."""
+    points, invocations = capacity(facts), facts.max_invocations
+    return min(points, SHAPE_POINTS or points), min(invocations, SHAPE_INVOCATIONS or invocations)
+
+
+def _pairs(lines: Lines) -> bool:
+    """Are the complex elements of ``lines`` 8-byte pairs at even words (one load or store each)?"""
+    return lines.im == 1 and all(v % 2 == 0 for v in (lines.base, lines.outer, lines.inner_w, lines.elem))
+
+
+def _pass(ctx: LowerCtx, job: FftJob, shape: Shape, rows: int, sub_rows: int, load: tuple[int, int],
+          store: tuple[int, int], source: Source, store_kind: str, target: Lines, fields: dict) -> Step:
+    """One signal_fft_lines dispatch: ``rows`` lines of ``shape.length`` points; line r is sub-line r %
     sub_rows of batch r // sub_rows, loaded from t = sub * load[0] + k * load[1], stored at t = sub *
-    store[0] + k * store[1]."""
-    cap = capacity(ctx.facts)
-    stages = radices(length)
-    if len(stages) > MAX_STAGES:
-        raise LimitError(f"{where(job.node)}: {len(stages)} FFT stages of length {length} "
-                         f"(at most {MAX_STAGES})")
-    slots = SMALL_POINTS if length <= SMALL_POINTS and not lines_fastest[0] else cap
-    per_wg = max(1, min(rows, slots // length))
-    lanes = 64 if slots == SMALL_POINTS else 256
-    packed = [0, 0]
-    for s, r in enumerate(stages):
-        packed[s // 8] |= r << (4 * (s % 8))
+    store[0] + k * store[1]. ``fields``: uniform values, and the epilogue steps has_pre, twiddle, has_post
+    (constants of the variant)."""
+    fields = dict(fields)
+    load_kind = source.load
+    if load_kind == "complex" and not _pairs(source.lines):
+        load_kind = "complex_words"
+    if store_kind == "complex" and not _pairs(target):
+        store_kind = "complex_words"
+    plan = fft_plan_length(job.n)
     values = {name: 0 for name in FFT_FIELDS}
-    values.update(scale=1.0, rows=rows, per_wg=per_wg, len=length, stages=len(stages), radices0=packed[0],
-                  radices1=packed[1], table=ctx.offset(job.table), n_table=fft_plan_length(job.n),
-                  sub_rows=sub_rows, t_sub=load[0], t_k=load[1], o_sub=store[0], o_k=store[1],
-                  load_lines_fastest=int(lines_fastest[0]), store_lines_fastest=int(lines_fastest[1]),
-                  load_mode=LOAD_MODES[source.load], store_mode=STORE_MODES[store_kind],
+    values.update(scale=1.0, rows=rows, sub_rows=sub_rows, t_sub=load[0], t_k=load[1], o_sub=store[0],
+                  o_k=store[1], table=ctx.offset(job.table) // 2, tw_scale=plan // shape.length,
                   **source.lines.fields("in"), **target.fields("out"), **source.extra)
+    steps = {flag: str(bool(fields.pop(name, 0))).lower()  # epilogue steps: constants of the variant
+             for flag, name in (("PRE", "has_pre"), ("TWIST", "twiddle"), ("POST", "has_post"))}
     values.update(fields)
-    subs = {"WG": lanes, "CAP": slots, "SLOTS": 2 * slots}
-    groups = math.ceil(rows / per_wg)
-    return ctx.dispatch(SIGNAL_FFT_ROWS, job.node, ctx.grid_1d(groups, 1), subs, scalable=False, **values)
+    groups = math.ceil(rows / shape.lines)
+    subs = {**shape.subs(_body(shape)), "LOAD": LOADERS[load_kind], "STORE": STORES[store_kind], **steps}
+    return ctx.dispatch(SIGNAL_FFT_LINES, job.node, ctx.grid_1d(groups, 1), subs, scalable=False, **values)
+
+
+_BODIES: dict[Shape, str] = {}
+
+
+def _body(shape: Shape) -> str:
+    """The generated stages of ``shape`` (made once per variant)."""
+    if shape not in _BODIES:
+        _BODIES[shape] = body(shape)
+    return _BODIES[shape]

@@ -1,0 +1,310 @@
+"""The shape of a signal_fft_lines variant and the WGSL of its stages (straight-line code).
+
+A variant transforms lines of ``length`` points, a compile-time constant: ``threads`` invocations per
+line, ``lines`` lines per workgroup. Stage s (radix r, span ns = the product of the earlier radices)
+is Stockham's: butterfly j < length / r reads points j + q * length / r, twists them by
+w_{ns r}^(q k) (k = j mod ns; roots from the plan table), takes their r-point DFT in registers and
+gives points (j - k) r + k + q ns. Invocation t of a line owns butterflies t + b * threads, so the first
+stage reads and the last stage writes points t + i * threads of global memory (coalesced), and the
+points between two stages go through workgroup memory: written, barrier, read, barrier. When the
+workgroup memory holds fewer lines than the workgroup (``group`` < ``lines``), the exchange runs in
+rounds of ``group`` lines. Points in workgroup memory are swizzled (the low 4 bits of the index XOR
+the bit-reversed next 4) so that the strided writes of the early stages hit distinct banks.
+
+Everything here is straight-line code with constant indices (no arrays that the driver could move to
+local memory); the r-point DFTs are built recursively: 2, 4 by hand, 3, 5, 7 by the symmetric direct
+formula, composites by Cooley-Tukey with constant twiddles (f64 values rounded to f32 literals).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Largest radix of a stage (the registers of one butterfly: 16 complex values).
+MAX_RADIX = 16
+
+
+def stage_radices(length: int) -> tuple[int, ...]:
+    """Radices of a 7-smooth length: MAX_RADIX (a power of two) as often as it divides, 9s, then 2^k, 3,
+    5, 7, the smallest pairs merged while their product is <= MAX_RADIX; largest first."""
+    rest, out = length, []
+    twos = 0
+    while rest % 2 == 0:
+        rest //= 2
+        twos += 1
+    bits = MAX_RADIX.bit_length() - 1
+    out += [MAX_RADIX] * (twos // bits) + ([1 << (twos % bits)] if twos % bits else [])
+    threes = 0
+    while rest % 3 == 0:
+        rest //= 3
+        threes += 1
+    out += [9] * (threes // 2) + [3] * (threes % 2)
+    for prime in (5, 7):
+        while rest % prime == 0:
+            rest //= prime
+            out.append(prime)
+    assert rest == 1, f"{length} is not 7-smooth"
+    out.sort()
+    while len(out) >= 2 and out[0] * out[1] <= MAX_RADIX:
+        out = sorted([out[0] * out[1], *out[2:]])
+    return tuple(sorted(out, reverse=True))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One variant: ``lines`` lines of ``length`` points per workgroup, ``threads`` invocations each;
+    ``group`` lines at a time in workgroup memory; ``fast`` lines adjacent among the invocations (1:
+    the points of a line are; more: the same point of adjacent lines, for lines adjacent in memory);
+    ``bluestein``: forward transform, times the kernel spectrum, conj, forward transform again."""
+
+    length: int
+    radices: tuple[int, ...]
+    threads: int
+    lines: int
+    group: int
+    fast: int
+    bluestein: bool = False
+
+    @property
+    def invocations(self) -> int:
+        return self.lines * self.threads
+
+    @property
+    def shared_points(self) -> int:
+        """Points of workgroup memory (rounded up to the swizzle's 16; at least 16)."""
+        return max(16, -(-self.group * self.length // 16) * 16)
+
+    def subs(self, body: str) -> dict[str, object]:
+        return {"WG": self.invocations, "SHARED": self.shared_points, "LINES": self.lines,
+                "THREADS": self.threads, "GROUP": self.group, "FAST": self.fast, "LEN": self.length,
+                "BODY": body}
+
+
+def line_threads(length: int) -> int:
+    """Invocations per line: one butterfly each in the largest-radix stage."""
+    radices = stage_radices(length)
+    return length // max(radices) if radices else 1
+
+
+def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, fast: int,
+              bluestein: bool = False) -> Shape:
+    """A variant for lines of ``length`` points: ``capacity`` points of workgroup memory, at most
+    ``invocations`` per workgroup, about ``lines_wanted`` lines per workgroup (more than the memory
+    holds: exchanges in rounds), up to ``fast`` of them adjacent among the invocations."""
+    radices = stage_radices(length)
+    threads = line_threads(length)
+    group = max(1, min(capacity // length, invocations // threads))
+    lines = max(1, min(invocations // threads, max(group, lines_wanted)))
+    lines = lines // group * group if lines >= group else lines
+    group = min(group, lines)
+    fast = max(1, min(fast, lines))
+    while lines % fast:
+        fast -= 1
+    return Shape(length, radices, threads, lines, group, fast, bluestein)
+
+
+def _literal(value: float) -> str:
+    """An f32 literal that parses back to the f32 nearest ``value``."""
+    import numpy as np
+
+    text = repr(float(np.float32(value)))
+    return ("-" if text.startswith("-") else "") + text.lstrip("-") + "f"
+
+
+class _Writer:
+    """Emits ``let`` lines with fresh names."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.count = 0
+
+    def let(self, expr: str, indent: str = "    ") -> str:
+        name = f"v{self.count}"
+        self.count += 1
+        self.lines.append(f"{indent}let {name} = {expr};")
+        return name
+
+    def raw(self, text: str) -> None:
+        self.lines.append(text)
+
+    # -- constant twiddles and small DFTs (forward: w_r = exp(-2 pi i / r)) --------------------------
+    def times_root(self, x: str, e: int, r: int) -> str:
+        """x * w_r^e, exact where the root is 1, -1 or +-i."""
+        e %= r
+        if e == 0:
+            return x
+        if 4 * e == r:
+            return self.let(f"vec2<f32>({x}.y, -{x}.x)")
+        if 2 * e == r:
+            return self.let(f"-{x}")
+        if 4 * e == 3 * r:
+            return self.let(f"vec2<f32>(-{x}.y, {x}.x)")
+        if 8 * e == r:  # (1 - i) / sqrt(2)
+            return self.let(f"vec2<f32>({x}.x + {x}.y, {x}.y - {x}.x) * {_literal(math.sqrt(0.5))}")
+        if 8 * e == 3 * r:  # (-1 - i) / sqrt(2)
+            return self.let(f"vec2<f32>({x}.y - {x}.x, -{x}.x - {x}.y) * {_literal(math.sqrt(0.5))}")
+        angle = -2.0 * math.pi * e / r
+        return self.let(f"cmul({x}, vec2<f32>({_literal(math.cos(angle))}, {_literal(math.sin(angle))}))")
+
+    def dft(self, xs: list[str]) -> list[str]:
+        r = len(xs)
+        if r == 1:
+            return list(xs)
+        if r == 2:
+            a, b = xs
+            return [self.let(f"{a} + {b}"), self.let(f"{a} - {b}")]
+        if r == 4:
+            x0, x1, x2, x3 = xs
+            a, b = self.let(f"{x0} + {x2}"), self.let(f"{x0} - {x2}")
+            d, e = self.let(f"{x1} + {x3}"), self.let(f"{x1} - {x3}")
+            return [self.let(f"{a} + {d}"), self.let(f"{b} + vec2<f32>({e}.y, -{e}.x)"),
+                    self.let(f"{a} - {d}"), self.let(f"{b} + vec2<f32>(-{e}.y, {e}.x)")]
+        first = next((f for f in (4, 2, 3, 5, 7) if r % f == 0 and f < r), None)
+        if first is None:
+            return self._prime_dft(xs)
+        second = r // first
+        # r = first * second: input m = second * m1 + m2, output q = q1 + first * q2
+        inner = [self.dft([xs[second * m1 + m2] for m1 in range(first)]) for m2 in range(second)]
+        out = [""] * r
+        for q1 in range(first):
+            column = [self.times_root(inner[m2][q1], m2 * q1, r) for m2 in range(second)]
+            for q2, value in enumerate(self.dft(column)):
+                out[q1 + first * q2] = value
+        return out
+
+    def _prime_dft(self, xs: list[str]) -> list[str]:
+        """X[q] = A_q -+ i B_q for q, r - q: A_q = x0 + sum cos(2 pi m q / r) (x_m + x_{r-m}),
+        B_q = sum sin(2 pi m q / r) (x_m - x_{r-m}), m = 1 .. (r-1)/2."""
+        r = len(xs)
+        half = (r - 1) // 2
+        sums = [self.let(f"{xs[m]} + {xs[r - m]}") for m in range(1, half + 1)]
+        diffs = [self.let(f"{xs[m]} - {xs[r - m]}") for m in range(1, half + 1)]
+        out = [""] * r
+        out[0] = self.let(" + ".join([xs[0], *sums]))
+        for q in range(1, half + 1):
+            cos_terms = [f"{sums[m - 1]} * {_literal(math.cos(2 * math.pi * m * q / r))}"
+                         for m in range(1, half + 1)]
+            sin_terms = [f"{diffs[m - 1]} * {_literal(math.sin(2 * math.pi * m * q / r))}"
+                         for m in range(1, half + 1)]
+            a = self.let(" + ".join([xs[0], *cos_terms]))
+            b = self.let(" + ".join(sin_terms))
+            out[q] = self.let(f"{a} + vec2<f32>({b}.y, -{b}.x)")
+            out[r - q] = self.let(f"{a} - vec2<f32>({b}.y, -{b}.x)")
+        return out
+
+
+def body(shape: Shape) -> str:
+    """The stages of ``shape`` as the body of signal_fft_lines' main (after its prologue: ``t``, the
+    line's ``slot`` in workgroup memory, its exchange round ``turn``, ``io`` and ``live``)."""
+    if not shape.radices:  # length 1: a copy through the epilogue
+        return "    if (live) {\n        store_at(io, 0u, load_at(io, 0u));\n    }"
+    return _Stages(shape).text()
+
+
+class _Stages:
+    """The straight-line code of a variant's stages (module docstring)."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self.w = _Writer()
+        stages = [(r, math.prod(shape.radices[:s])) for s, r in enumerate(shape.radices)]
+        self.program = stages + stages if shape.bluestein else stages
+        self.mid = len(stages) - 1 if shape.bluestein else -1  # the stage the kernel spectrum follows
+
+    def butterflies(self, r: int) -> tuple[int, str | None]:
+        """Butterflies per invocation in a radix-r stage, and the guard of butterfly b (None: all real)."""
+        count = self.shape.length // r
+        per = -(-count // self.shape.threads)
+        return per, None if per * self.shape.threads == count else f"t + {{}}u < {count}u"
+
+    def guard(self, r: int, b: int) -> str | None:
+        _, guard = self.butterflies(r)
+        return None if guard is None else guard.format(b * self.shape.threads)
+
+    def declare(self, s: int, r: int) -> list[list[str]]:
+        """The registers holding stage s's inputs (assigned under guards, so ``var``)."""
+        per, _ = self.butterflies(r)
+        names = [[f"x{s}_{b}_{q}" for q in range(r)] for b in range(per)]
+        for row in names:
+            for name in row:
+                self.w.raw(f"    var {name} = vec2<f32>();")
+        return names
+
+    def block(self, cond: str | None, lines: list[str], indent: str = "    ") -> None:
+        if cond is None:
+            self.w.lines += [indent + line for line in lines]
+            return
+        self.w.raw(f"{indent}if ({cond}) {{")
+        self.w.lines += [indent + "    " + line for line in lines]
+        self.w.raw(f"{indent}}}")
+
+    def text(self) -> str:
+        length, threads = self.shape.length, self.shape.threads
+        r0 = self.program[0][0]
+        inputs = self.declare(0, r0)
+        for b, row in enumerate(inputs):  # stage 0 reads global memory
+            guard = self.guard(r0, b)
+            self.block("live" if guard is None else f"live && {guard}",
+                       [f"{name} = load_at(io, t + {b * threads + q * (length // r0)}u);"
+                        for q, name in enumerate(row)])
+        for s, (r, ns) in enumerate(self.program):
+            outputs = self.stage(s, r, ns, inputs)
+            if s == len(self.program) - 1:  # the last stage writes global memory
+                for b, values in enumerate(outputs):
+                    guard = self.guard(r, b)
+                    self.block("live" if guard is None else f"live && {guard}",
+                               [f"store_at(io, {position}, {value});" for position, value in values])
+                break
+            inputs = self.exchange(s, r, outputs)
+        return "\n".join(self.w.lines)
+
+    def stage(self, s: int, r: int, ns: int, inputs: list[list[str]]) -> list[list[tuple[str, str]]]:
+        """Stage s's butterflies: per butterfly b, its outputs as (position in the line, value)."""
+        w, length = self.w, self.shape.length
+        w.raw(f"    // stage {s}: radix {r}, span {ns}")
+        outputs = []
+        for b, row in enumerate(inputs):
+            j = w.let(f"t + {b * self.shape.threads}u")
+            if ns == 1:
+                start, twisted = w.let(f"{j} * {r}u"), list(row)
+            else:
+                k = w.let(f"{j} & {ns - 1}u" if ns & (ns - 1) == 0 else f"{j} % {ns}u")
+                start = w.let(f"({j} - {k}) * {r}u + {k}")
+                step = w.let(f"{k} * {length // (ns * r)}u * p.tw_scale")  # w_{ns r}^k = roots[k M / (ns r)]
+                twisted = [row[0]] + [w.let(f"cmul({row[q]}, root({q}u * {step}))") for q in range(1, r)]
+            values = []
+            for q, value in enumerate(w.dft(twisted)):
+                position = start if q == 0 else f"{start} + {q * ns}u"
+                if s == self.mid:  # Bluestein: times the kernel spectrum, conj (the inverse as a forward)
+                    value = w.let(f"conj(cmul({value}, ld_pair(p.mid + {position})))")
+                values.append((position, value))
+            outputs.append(values)
+        return outputs
+
+    def exchange(self, s: int, r: int, outputs: list[list[tuple[str, str]]]) -> list[list[str]]:
+        """Stage s's outputs into workgroup memory and stage s + 1's inputs out of it, in rounds."""
+        length, threads = self.shape.length, self.shape.threads
+        r_next = self.program[s + 1][0]
+        inputs = self.declare(s + 1, r_next)
+        rounds = self.shape.lines // self.shape.group
+        for g in range(rounds):
+            indent = "    " if rounds == 1 else "        "
+            if rounds > 1:
+                self.w.raw(f"    if (turn == {g}u) {{")
+            for b, values in enumerate(outputs):
+                self.block(self.guard(r, b),
+                           [f"sh[sw(slot + {position})] = {value};" for position, value in values], indent)
+            if rounds > 1:
+                self.w.raw("    }")
+            self.w.raw("    workgroupBarrier();")
+            if rounds > 1:
+                self.w.raw(f"    if (turn == {g}u) {{")
+            for b, row in enumerate(inputs):
+                self.block(self.guard(r_next, b),
+                           [f"{name} = sh[sw(slot + t + {b * threads + q * (length // r_next)}u)];"
+                            for q, name in enumerate(row)], indent)
+            if rounds > 1:
+                self.w.raw("    }")
+            self.w.raw("    workgroupBarrier();")
+        return inputs
