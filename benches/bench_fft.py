@@ -18,10 +18,11 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 ``gb_s`` = moved_mb / GPU time; ``step_ms`` = each pass's GPU time.
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
-[--shape-cap P,I]``; ``--quick`` uses small batches and a 5 s clip (lavapipe); ``--cases`` keeps the
-cases whose name contains one of the comma-separated words (``log-mel`` for the log-mel rows);
-``--shape-cap 2048,256`` shapes the FFT variants for at most 2048 points of workgroup memory and 256
-invocations (default: the device's limits).
+[--shape-cap P,I] [--max-radix R]``; ``--quick`` uses small batches and a 5 s clip (lavapipe);
+``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
+log-mel rows); ``--shape-cap 2048,256`` shapes the FFT variants for at most 2048 points of workgroup
+memory and 256 invocations (default: the device's limits); ``--max-radix 8`` caps the stages'
+power-of-two radix (default 16).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import rlxpy
 from rlxpy.errors import UnsupportedOpError
 from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.ir.reference import run_reference
-from rlxpy.wgpu_backend.lowering import signal_fft
+from rlxpy.wgpu_backend.lowering import signal_fft, signal_fft_code
 from rlxpy.wgpu_backend.profile import step_times_ms
 
 #: (name, length, points per batch: batch = points // length); kind "c2c" or "rfft"
@@ -231,6 +232,9 @@ def main() -> None:
     cap = take_option("--shape-cap")
     if cap:  # the workgroup budget of the FFT variants (lowering/signal_fft.py SHAPE_*), for an A/B run
         signal_fft.SHAPE_POINTS, signal_fft.SHAPE_INVOCATIONS = int(cap[0]), int(cap[1])
+    radix = take_option("--max-radix")
+    if radix:  # the largest power-of-two radix of a stage (lowering/signal_fft_code.py MAX_RADIX)
+        signal_fft_code.MAX_RADIX = int(radix[0])
     args = parse_args("FFT and log-mel throughput, rlxpy vs torch (cuFFT)")
     side = Torch()
     repeat = QUICK_REPEAT if args.quick else REPEAT
@@ -251,7 +255,7 @@ def main() -> None:
             results.append(bench_log_mel(side, seconds, batch, repeat))
             print(results[-1], flush=True)
     emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "shape_cap": cap or None,
-          "results": results}, args.json)
+          "max_radix": signal_fft_code.MAX_RADIX, "results": results}, args.json)
     print(table(results))
 
 
