@@ -1,5 +1,5 @@
 """Signal family on the GPU vs independent oracles: numpy.fft / scipy.fft for Fft (every length class:
-Stockham in workgroup memory, four-step passes, mixed radix 3/5/7, Bluestein in one workgroup or in
+one workgroup per line, four-step passes, mixed radix 3/5/7, Bluestein in one workgroup or in
 passes), torch.stft for Stft, torch autograd for LogMel's gradient, transformers' WhisperFeatureExtractor
 for a log-mel front end, scipy.signal.welch / find_peaks for WelchPeaks. Every graph here runs with no
 host step.
