@@ -179,3 +179,23 @@ def test_an_mlp_trains_with_sgd_momentum_like_eager(device):
     np.testing.assert_allclose(losses["rlxpy"], losses["eager"], rtol=1e-4)
     record = sorted((g.role, g.compiles, g.calls, g.eager_calls) for g in compiled_graphs())
     assert record == [("backward", 1, 5, 0), ("forward", 1, 5, 0)], record
+
+
+def test_a_backward_op_rlxpy_lacks_breaks_the_backward_graph_only(device):
+    """gather's backward is a scatter_add, which rlxpy does not take: that node runs in eager torch and
+    the rest of the backward graph on rlxpy (one warning says so); the gradients are eager torch's."""
+    def fn(x, w, idx):
+        h = torch.relu(x @ w)
+        return (torch.gather(h, 1, idx) * 2).sum() + (h * h).mean()
+
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(5, 7, generator=gen), torch.randn(7, 6, generator=gen)
+    idx = torch.randint(0, 6, (5, 3), generator=gen)
+    want = _grads(lambda a, b: fn(a, b, idx), [x, w])
+    with pytest.warns(RlxpyFallbackWarning, match=r"graph break: unsupported aten ops: aten\.scatter_add"):
+        got = _grads(torch.compile(lambda a, b: fn(a, b, idx), backend=make_backend()), [x, w])
+    torch.testing.assert_close(got[0], want[0])
+    for mine, theirs in zip(got[1], want[1]):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+    record = sorted((g.role, g.calls, g.eager_calls) for g in compiled_graphs())
+    assert record == [("backward", 1, 0), ("backward", 1, 0), ("forward", 1, 0)], record
