@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 #: Largest radix of a stage (the registers of one butterfly: 16 complex values).
 MAX_RADIX = 16
 
@@ -106,8 +108,6 @@ def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, f
 
 def _literal(value: float) -> str:
     """An f32 literal that parses back to the f32 nearest ``value``."""
-    import numpy as np
-
     text = repr(float(np.float32(value)))
     return ("-" if text.startswith("-") else "") + text.lstrip("-") + "f"
 
