@@ -1,11 +1,12 @@
-"""`rlxpy serve` throughput: one client at a time against 8 concurrent streaming clients.
+"""`rlxpy serve` throughput: one client at a time against N concurrent streaming clients (default 32).
 
 Starts a real server process on a free localhost port (SmolLM2-135M-Instruct, greedy), then sends
-the same 8 chat requests (distinct user questions after the template's default system prompt) two
-ways with the official ``openai`` client, streaming:
+the same N chat requests (8 distinct user questions, cycled, after the template's default system
+prompt) two ways with the official ``openai`` client, streaming:
 
 * one client: each request after the previous one ended;
-* 8 clients at once (threads).
+* N clients at once (threads); every streamed answer must equal the one-client answer to the same
+  question (greedy), or the run fails.
 
 Reports completion tokens per second over the wall time of each phase, the time to the first token
 (mean, max), the whole-request latency (mean, max) and the server's time running each request (its
@@ -67,29 +68,34 @@ def one_request(client, model: str, question: str, max_tokens: int) -> dict:
     started = time.perf_counter()
     first = None
     tokens = 0
+    text = []
     for chunk in client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": question}], max_tokens=max_tokens, stream=True,
         stream_options={"include_usage": True},
     ):
-        if chunk.choices and chunk.choices[0].delta.content and first is None:
-            first = time.perf_counter() - started
+        if chunk.choices and chunk.choices[0].delta.content:
+            text.append(chunk.choices[0].delta.content)
+            first = first or time.perf_counter() - started
         if chunk.usage:
             tokens = chunk.usage.completion_tokens
-    return {"ttft": first or 0.0, "latency": time.perf_counter() - started, "tokens": tokens}
+    return {"ttft": first or 0.0, "latency": time.perf_counter() - started, "tokens": tokens,
+            "text": "".join(text)}
 
 
-def phase(client, url: str, model: str, max_tokens: int, workers: int) -> dict:
+def phase(client, url: str, model: str, max_tokens: int, workers: int, requests: int) -> dict:
     import httpx
 
     busy = httpx.get(f"{url}/health").json()["busy_seconds"]
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        runs = list(pool.map(lambda q: one_request(client, model, q, max_tokens), QUESTIONS))
+        questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(requests)]
+        runs = list(pool.map(lambda q: one_request(client, model, q, max_tokens), questions))
     wall = time.perf_counter() - started
     busy = httpx.get(f"{url}/health").json()["busy_seconds"] - busy
     tokens = sum(run["tokens"] for run in runs)
     ttft, latency = [r["ttft"] for r in runs], [r["latency"] for r in runs]
-    return {"requests": len(runs), "completion_tokens": tokens, "wall_s": wall, "tok_per_s": tokens / wall,
+    return {"requests": len(runs), "texts": [run["text"] for run in runs], "completion_tokens": tokens,
+            "wall_s": wall, "tok_per_s": tokens / wall,
             "ttft_mean_s": statistics.mean(ttft), "ttft_max_s": max(ttft),
             "latency_mean_s": statistics.mean(latency), "latency_max_s": max(latency),
             "server_busy_s": busy, "server_s_per_request": busy / len(runs)}
@@ -101,6 +107,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (and requests per phase)")
     parser.add_argument("--json", help="write the results here as JSON")
     args = parser.parse_args()
     import openai
@@ -114,14 +121,18 @@ def main() -> None:
         machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
         results = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
                    "max_tokens": args.max_tokens, "chunk": args.chunk,
-                   "one_client": phase(client, url, model, args.max_tokens, 1),
-                   "eight_clients": phase(client, url, model, args.max_tokens, 8)}
+                   "one_client": phase(client, url, model, args.max_tokens, 1, args.clients),
+                   "concurrent": phase(client, url, model, args.max_tokens, args.clients, args.clients)}
+        pairs = zip(results["one_client"]["texts"], results["concurrent"]["texts"])
+        lost = [i for i, (alone, together) in enumerate(pairs) if alone != together]
+        results["concurrent"]["clients"] = args.clients
+        results["mismatched_requests"] = lost
     finally:
         process.terminate()
         process.wait(30)
     print(f"{'':14} {'tok/s':>7} {'wall s':>7} {'TTFT mean/max s':>16} {'latency mean/max s':>19} "
           f"{'server s/request':>17}")
-    for name in ("one_client", "eight_clients"):
+    for name in ("one_client", "concurrent"):
         row = results[name]
         print(f"{name:14} {row['tok_per_s']:7.2f} {row['wall_s']:7.1f} "
               f"{row['ttft_mean_s']:8.1f} /{row['ttft_max_s']:5.1f} {row['latency_mean_s']:10.1f} /"
@@ -130,6 +141,9 @@ def main() -> None:
     print(text)
     if args.json:
         Path(args.json).write_text(text)
+    if results["mismatched_requests"]:
+        sys.exit("concurrent answers differ from the one-client answers: requests "
+                 f"{results['mismatched_requests']}")
 
 
 if __name__ == "__main__":
