@@ -18,6 +18,7 @@ from rlxpy.ir.ops.attention import Attention
 from rlxpy.ir.ops.base import ENUMS, ActKind, MaskKind, Op, TensorType, check_axis, need, need_static
 from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
+from rlxpy.ir.ops.scan import SelectiveScan
 from rlxpy.ir.shape import format_shape
 
 
@@ -247,3 +248,29 @@ class ActivationBackward(Op):
         need(not self.of_output or self.fn in FROM_OUTPUT,
              f"the derivative of {self.fn.name} needs the activation's input, not its output")
         return t
+
+
+@dataclass(frozen=True)
+class SelectiveScanBackward(Op):
+    """The five gradients of SelectiveScan (without a carried state) as one 1-D tensor
+    [dx, ddelta, dA, dBm, dCm], each flat in its input's layout; inputs x, delta, A, Bm, Cm, dy
+    (dy with x's shape).
+
+    The states ``h_t`` are recomputed from h = 0, then walked back with the adjoint
+    ``lam_t = Cm[t] dy[t,c] + exp(delta[t+1,c] A[c]) lam_{t+1}`` (per batch and channel, over n):
+    ``dx[t,c] = sum_n lam_t delta Bm[t]``, ``ddelta[t,c] = sum_n lam_t (A exp(delta A) h_{t-1} + Bm[t] x)``,
+    ``dA[c,n] = sum_{b,t} lam_t delta exp(delta A) h_{t-1}``, ``dBm[t,n] = sum_c lam_t delta x``,
+    ``dCm[t,n] = sum_c dy h_t``."""
+
+    state_size: int
+    arity = (6, 6)
+
+    def forward(self) -> SelectiveScan:
+        return SelectiveScan(self.state_size)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x, delta, a, bm, cm, dy = ins
+        self.forward().infer([x, delta, a, bm, cm])
+        need(dy == x, f"dy {dy} must have x's type {x}")
+        need_static(x.shape + a.shape, "selective scan backward")
+        return TensorType((2 * math.prod(x.shape) + math.prod(a.shape) + 2 * math.prod(bm.shape),), x.dtype)

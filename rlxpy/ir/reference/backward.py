@@ -21,6 +21,7 @@ from rlxpy.ir.ops.backward import (
     RmsNormBackwardGamma,
     RmsNormBackwardInput,
     RopeBackward,
+    SelectiveScanBackward,
 )
 from rlxpy.ir.ops.base import ActKind, MaskKind
 from rlxpy.ir.reference.attention import attention_mask, from_bhsd, mask_bhqk, to_bhsd
@@ -216,3 +217,28 @@ def ref_activation_backward(op: ActivationBackward, args, node):
         if op.fn is ActKind.ROUND:  # a zero slope, even where dy is inf or NaN (torch gives zeros)
             grad = np.zeros_like(dy)
     return grad.astype(args[0].dtype)
+
+
+@reference(SelectiveScanBackward)
+def ref_selective_scan_backward(op: SelectiveScanBackward, args, node):
+    x, delta, a, bm, cm, dy = (t.astype(np.float64) for t in args)
+    batch, steps, channels = x.shape
+    # every state h_t (float64), h[:, t + 1] after step t, h[:, 0] = 0
+    h = np.zeros((batch, steps + 1, channels, op.state_size))
+    with np.errstate(over="ignore", invalid="ignore"):
+        decay = np.exp(delta[..., None] * a)  # [B, S, Hd, N]
+        for t in range(steps):
+            h[:, t + 1] = decay[:, t] * h[:, t] + (delta[:, t] * x[:, t])[..., None] * bm[:, t, None, :]
+        lam = np.zeros_like(h[:, 1:])
+        carry = np.zeros((batch, channels, op.state_size))
+        for t in reversed(range(steps)):
+            lam[:, t] = cm[:, t, None, :] * dy[:, t, :, None] + carry
+            carry = decay[:, t] * lam[:, t]
+        prev = h[:, :-1]
+        dx = np.einsum("btcn,btc,btn->btc", lam, delta, bm)
+        ddelta = np.einsum("btcn,btcn->btc", lam, a * decay * prev + bm[:, :, None, :] * x[..., None])
+        da = np.einsum("btcn,btc->cn", lam * decay * prev, delta)
+        dbm = np.einsum("btcn,btc->btn", lam, delta * x)
+        dcm = np.einsum("btc,btcn->btn", dy, h[:, 1:])
+    flat = np.concatenate([part.ravel() for part in (dx, ddelta, da, dbm, dcm)])
+    return flat.astype(args[0].dtype)

@@ -12,6 +12,7 @@
 * CrossEntropyBackward: backward_cross_entropy, one workgroup per row: (softmax - onehot) * dy.
 * ActivationBackward: backward_activation, dy * fn'(t), one thread per element.
 * AttentionBackward: backward_attention.py (flash-attention-2 style kernels with recomputation).
+* SelectiveScanBackward: backward_scan.py (states recomputed, the adjoint walked back per channel).
 
 A node whose scratch lies outside its bind window (an arena bigger than one binding) runs its
 reference as a host step instead.
@@ -31,7 +32,10 @@ from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, I32, U32, kernel, params
-from rlxpy.wgpu_backend.lowering import backward_attention  # noqa: F401  (registers AttentionBackward)
+from rlxpy.wgpu_backend.lowering import (
+    backward_attention,  # noqa: F401  (registers AttentionBackward)
+    backward_scan,  # noqa: F401  (registers SelectiveScanBackward)
+)
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.lowering.loss import row_passes, target_type
 from rlxpy.wgpu_backend.lowering.reduce import chunks, split_axes, steps_per_dispatch
