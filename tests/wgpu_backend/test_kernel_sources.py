@@ -16,6 +16,7 @@ import pytest
 
 import rlxpy
 from rlxpy.ir.dtype import DType
+from rlxpy.ir.ops.backward import SelectiveScanBackward
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.ops.region import ChainStep, chain_input, chain_step
 from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers every kernel)
@@ -85,11 +86,14 @@ def _shape(g: rlxpy.Graph) -> None:
 
 
 def _scan(g: rlxpy.Graph) -> None:
-    """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes; GatedDeltaNet."""
+    """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes; its
+    backward's two kernels; GatedDeltaNet."""
     for steps, carry in ((1, True), (300, False)):
         x, bc = g.input(f"x{steps}", [1, steps, 8]), g.input(f"bc{steps}", [1, steps, 4])
         state = g.param(f"state{steps}", [1, 8, 4]) if carry else None
-        g.output(g.selective_scan(x, x, g.param(f"A{steps}", [8, 4]), bc, bc, state=state))
+        a = g.param(f"A{steps}", [8, 4])
+        g.output(g.selective_scan(x, x, a, bc, bc, state=state))
+    g.output(g.apply(SelectiveScanBackward(4), [x, x, a, bc, bc, x]))
     q, gate = g.input("q", [1, 3, 2, 4]), g.input("gate", [1, 3, 2])
     g.output(g.gated_delta_net(q, q, q, gate, gate, state=g.param("delta_state", [1, 2, 4, 4])))
 
