@@ -20,9 +20,9 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
 [--shape-cap P,I] [--max-radix R]``; ``--quick`` uses small batches and a 5 s clip (lavapipe);
 ``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
-log-mel rows); ``--shape-cap 2048,256`` shapes the FFT variants for at most 2048 points of workgroup
-memory and 256 invocations (default: the device's limits); ``--max-radix 8`` caps the stages'
-power-of-two radix (default 16).
+log-mel rows); ``--shape-cap P,I`` shapes the FFT variants for at most P points of workgroup memory
+and I invocations (default 2048,256, lowering/signal_fft.py; a large pair means the device's limits);
+``--max-radix R`` caps the stages' power-of-two radix (default 8, lowering/signal_fft_code.py).
 """
 
 from __future__ import annotations

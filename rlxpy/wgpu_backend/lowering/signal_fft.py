@@ -56,8 +56,10 @@ LOADERS = {"complex": "load_complex", "real": "load_real", "hermitian": "load_he
 STORES = {"complex": "store_complex", "real": "store_real", "complex_words": "store_complex_words"}
 #: The workgroup budget variants are shaped for, when below the device's limits: points of workgroup memory
 #: and invocations (None: the device's). A line longer than the points still runs in one workgroup, alone.
-SHAPE_POINTS: int | None = None
-SHAPE_INVOCATIONS: int | None = None
+#: Smaller workgroups than a big GPU allows measured faster (more of them resident per SM; H200, with
+#: MAX_RADIX 8: 2^10 x 4096 0.084 -> 0.059 ms, benches/RESULTS.md).
+SHAPE_POINTS: int | None = 2048
+SHAPE_INVOCATIONS: int | None = 256
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
 #: single pass (0: as many as the workgroup memory holds).
 PASS_LINES, SINGLE_LINES = 16, 0

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Largest radix of a stage (the registers of one butterfly: 16 complex values).
-MAX_RADIX = 16
+#: Largest power-of-two radix of a stage (the registers of one butterfly): 8 measured faster than 16 on
+#: the H200 for most lengths (fewer registers, more resident invocations; benches/RESULTS.md).
+MAX_RADIX = 8
 
 
 def stage_radices(length: int) -> tuple[int, ...]:
