@@ -10,6 +10,16 @@ Every figure is the median wall time of one call, input in and logits out includ
 the input already on the GPU, synchronised). Each rlxpy path is first checked against eager torch
 (max error relative to the largest logit). Ratios are rlxpy's time over the other's (below 1: rlxpy
 is faster). Models come from tests/cnn_models.py (torchvision's when it imports).
+
+torch's convolution precision is left at torch's default, which lets cuDNN use TF32 tensor cores for
+convolutions (``torch.backends.cudnn.allow_tf32`` is True unless changed; the rows record both flags).
+``--torch-f32`` adds a second torch CUDA column with TF32 off (both sides then compute in f32).
+
+The same-footing columns (``--resident``): torch's input is already on the GPU, so rlxpy is also
+timed with its input already in the arena (``exe.run(feeds={"x": exe.handle("x")})``: a GPU copy,
+no host upload and no host-side comparison with the last input), logits still read back.
+``--profile`` adds rlxpy's GPU time by kernel and its slowest steps (one timestamped pass per step,
+``exe.profile``: ranks steps, slightly overcounts a run) for the ONNX path.
 """
 
 from __future__ import annotations
@@ -47,6 +57,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batches", type=int, nargs="*", help="default 1 32 (--quick: 1 2)")
     parser.add_argument("--size", type=int, help="image side (default 224, --quick 64)")
     parser.add_argument("--repeat", type=int, help="timed calls per case (default 20, --quick 2)")
+    parser.add_argument("--resident", action="store_true",
+                        help="also time rlxpy with its input already on the GPU (like torch's)")
+    parser.add_argument("--profile", action="store_true", help="rlxpy GPU ms by kernel and slowest steps")
+    parser.add_argument("--torch-f32", action="store_true", help="also time torch CUDA with TF32 off")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
+    parser.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
     return parser.parse_args()
 
 
@@ -100,17 +116,55 @@ def ort_times(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: int, w
     return out
 
 
-def torch_cuda_ms(model: torch.nn.Module, x: torch.Tensor, repeat: int, warmup: int) -> float | None:
+def torch_cuda_ms(model: torch.nn.Module, x: torch.Tensor, repeat: int, warmup: int,
+                  tf32: bool | None = None) -> float | None:
+    """torch CUDA eager ms, input already on the GPU; ``tf32`` None keeps torch's settings as they are."""
     if not torch.cuda.is_available():
         return None
-    gpu_model, gpu_x = model.to("cuda"), x.to("cuda")
-    with torch.no_grad():
-        ms = median_ms(lambda: gpu_model(gpu_x), repeat, warmup, torch.cuda.synchronize)
-    model.to("cpu")
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    if tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        gpu_model, gpu_x = model.to("cuda"), x.to("cuda")
+        with torch.no_grad():
+            ms = median_ms(lambda: gpu_model(gpu_x), repeat, warmup, torch.cuda.synchronize)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        model.to("cpu")
     return ms
 
 
-def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int) -> dict[str, Any]:
+def rlxpy_resident(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: int, warmup: int,
+                   profile: bool) -> dict[str, Any]:
+    """The ONNX graph compiled here (the same import OnnxModel.run does), timed with its input already
+    in the arena, and optionally profiled: GPU ms by kernel and the slowest steps."""
+    import rlxpy
+
+    imported = OnnxModel(onnx_bytes).import_graph({"x": x.shape})
+    exe = rlxpy.compile(imported.graph)
+    for name, value in imported.params.items():
+        exe.set_param(name, value)
+    logits = imported.outputs["logits"]
+    out: dict[str, Any] = {"rlxpy_steps": len(exe.schedule.steps),
+                           "rlxpy_host_steps": exe.report().summary["host_steps"]}
+    out["rlxpy_resident_error"] = relative_error(exe.run({"x": x})[logits], want)
+    feeds = {"x": exe.handle("x")}
+    out["rlxpy_resident_ms"] = median_ms(lambda: exe.run(feeds=feeds), repeat, warmup)
+    out["rlxpy_host_input_ms"] = median_ms(lambda: exe.run({"x": x}), repeat, warmup)  # same input each call
+    if profile:
+        prof = exe.profile({"x": x})
+        kernels = prof.by_kernel()
+        out["rlxpy_profile_gpu_ms"] = round(sum(g["ms"] for g in kernels), 4)
+        out["rlxpy_gpu_ms_by_kernel"] = {g["key"]: [g["steps"], round(g["ms"], 4)] for g in kernels}
+        rows = sorted(prof.rows, key=lambda r: -r.get("gpu_ms", 0.0))[:25]
+        out["rlxpy_slowest_steps"] = [[r["kernel"], r["node"][-48:], r["out_shape"], str(r["grid"]),
+                                       round(r.get("gpu_ms", 0.0), 4)] for r in rows]
+    exe.destroy()
+    return out
+
+
+def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int,
+               args: argparse.Namespace) -> dict[str, Any]:
     model = build(name)
     x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(batch))
     with torch.no_grad():
@@ -123,15 +177,27 @@ def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int) -> di
     row["rlxpy_onnx_error"] = relative_error(imported.run(feeds)["logits"], want)
     row["rlxpy_onnx_first_call_s"] = time.perf_counter() - started  # import + compile + upload + run
     row["rlxpy_onnx_ms"] = median_ms(lambda: imported.run(feeds), repeat, warmup)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=make_backend("error"))
-    with torch.no_grad():
-        row["rlxpy_compile_error"] = relative_error(compiled(x).numpy(), want)
-        row["rlxpy_compile_ms"] = median_ms(lambda: compiled(x), repeat, warmup)
-        row["torch_cpu_eager_ms"] = median_ms(lambda: model(x), repeat, warmup)
+    if args.resident or args.profile:
+        row.update(rlxpy_resident(onnx_bytes, x.numpy(), want, repeat, warmup, args.profile))
+    if not args.no_compile:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=make_backend("error"))
+        with torch.no_grad():
+            row["rlxpy_compile_error"] = relative_error(compiled(x).numpy(), want)
+            row["rlxpy_compile_ms"] = median_ms(lambda: compiled(x), repeat, warmup)
+            row["torch_cpu_eager_ms"] = median_ms(lambda: model(x), repeat, warmup)
+        del compiled
+        torch._dynamo.reset()
+    row["torch_cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
+    row["torch_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
     row["torch_cuda_eager_ms"] = torch_cuda_ms(model, x, repeat, warmup)
-    row.update(ort_times(onnx_bytes, x.numpy(), want, repeat, warmup))
-    for ours in ("rlxpy_onnx_ms", "rlxpy_compile_ms"):
+    if args.torch_f32:
+        row["torch_cuda_f32_ms"] = torch_cuda_ms(model, x, repeat, warmup, tf32=False)
+    if not args.no_ort:
+        row.update(ort_times(onnx_bytes, x.numpy(), want, repeat, warmup))
+    for ours in ("rlxpy_onnx_ms", "rlxpy_compile_ms", "rlxpy_resident_ms"):
+        if ours not in row:
+            continue
         for other in [k for k in row if k.endswith("_ms") and not k.startswith("rlxpy")]:
             if isinstance(row[other], float) and row[other] > 0:
                 row[f"{ours.removesuffix('_ms')}_over_{other.removesuffix('_ms')}"] = row[ours] / row[other]
@@ -145,7 +211,7 @@ def main() -> None:
     size = args.size or (64 if args.quick else 224)
     repeat = args.repeat or (2 if args.quick else 20)
     warmup = 1 if args.quick else 3
-    rows = [bench_case(name, batch, size, repeat, warmup) for name in args.models for batch in batches]
+    rows = [bench_case(name, batch, size, repeat, warmup, args) for name in args.models for batch in batches]
     emit({"bench": "cnn", "torch": torch.__version__, "cuda": torch.cuda.is_available(), "rows": rows},
          args.json)
 

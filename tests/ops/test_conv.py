@@ -1,8 +1,9 @@
 """Conv family on the GPU vs torch.nn.functional (float64) and the numpy reference.
 
-Conv / ConvTranspose run the implicit GEMM or the direct kernel (both are forced on a subset of the
-cases); Pool / AdaptivePool run conv_pool or, for large windows, conv_pool_rows; Im2Col its kernel.
-None of these graphs has a host step.
+Conv / ConvTranspose run an implicit GEMM (conv_gemm; conv_gemm_taps for deep convs over few
+positions) or the direct kernel (each is forced on a subset of the cases); Pool / AdaptivePool run
+conv_pool or, for large windows, conv_pool_rows; Im2Col its kernel. None of these graphs has a host
+step.
 
 Tolerances: convs compare with rtol = atol = 1e-4 ("matmul"): weights are scaled by 1/sqrt(fan_in)
 so outputs are O(1), and f32 sums of up to ~1000 products stay well inside that. Pools compare
@@ -126,7 +127,8 @@ def test_both_conv_kernels_compute_every_case(device, monkeypatch, case, path):
     monkeypatch.setattr(conv_lowering, "FORCE_PATH", path)
     inputs = _conv_inputs(case, seed=3)
     check_op(_build_conv(case), inputs, _torch_conv(case), tol=CONV_TOL)
-    assert _steps(_build_conv(case), inputs) == [("gpu", f"conv_{path}")]
+    want = "conv_gemm" if path == "gemm" else "conv_direct"
+    assert _steps(_build_conv(case), inputs) == [("gpu", want)]
 
 
 @pytest.mark.parametrize("case, splits", [(CONV_CASES[17], 3), (CONV_CASES[13], 5), (CONV_CASES[5], 2)],
@@ -142,6 +144,66 @@ def test_gemm_tile_of_128_positions(device, monkeypatch):
     monkeypatch.setattr(conv_gemm, "FORCE_ROWS", 128)
     case = (3, 17, 70, (13, 11), (3, 3), 1, 1, None, 1, 1, True, "relu")
     check_op(_build_conv(case), _conv_inputs(case, seed=4), _torch_conv(case), tol=CONV_TOL)
+
+
+#: (case, forced BM, forced BN, forced splits): conv_gemm_taps' tiles (1 to 8 channels per thread,
+#: 4 or 8 positions), K steps of 8 channels (1x1) with a short last one, of 2 channels (1x3), of one
+#: channel (3x3), channel tails in a split's last step, a 3-D window, groups and a transposed conv
+TAP_TILES = [
+    ((3, 20, 130, (7, 5), (1, 1), 1, 0, None, 1, 1, True, "relu"), 128, 128, None),
+    ((2, 21, 70, (9, 6), (1, 3), 1, (0, 1), None, 1, 1, False, None), 64, 128, 2),
+    ((1, 13, 40, (10, 11), (3, 3), 2, 1, None, 2, 1, True, "gelu"), 128, 16, None),
+    ((3, 19, 33, (6, 7), (1, 1), 1, 0, None, 1, 1, True, None), 64, 32, 3),
+    ((1, 5, 24, (4, 5, 6), (2, 2, 2), 1, 1, None, 1, 1, True, "silu"), 64, 64, None),
+    ((2, 24, 48, (8, 8), (3, 3), 1, 1, None, 1, 3, False, "relu"), 128, 16, 4),
+]
+
+
+@pytest.mark.parametrize("case, rows, cols, splits", TAP_TILES,
+                         ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_gemm_taps_tiles_and_splits(device, monkeypatch, case, rows, cols, splits):
+    monkeypatch.setattr(conv_gemm, "FORCE_KERNEL", "taps")
+    monkeypatch.setattr(conv_gemm, "FORCE_ROWS", rows)
+    monkeypatch.setattr(conv_gemm, "FORCE_COLS", cols)
+    monkeypatch.setattr(conv_gemm, "FORCE_SPLITS", splits)
+    inputs = _conv_inputs(case, seed=6)
+    check_op(_build_conv(case), inputs, _torch_conv(case), tol=CONV_TOL)
+    want = [("gpu", "conv_gemm_taps")] + ([("gpu", "conv_split_sum")] if splits else [])
+    assert _steps(_build_conv(case), inputs) == want
+
+
+def test_deep_convs_take_the_taps_kernel_with_a_split_filling_one_wave(device, monkeypatch):
+    """The deep-conv route (ResNet-18's last stage at batch 32) on a small conv: thresholds lowered so
+    it applies; 128 x 128 tiles where the device's workgroup memory holds them, else 64 x 128."""
+    dims = {"m": 1568, "kdim": 4608, "kvol": 9, "c_in_g": 512, "c_out_g": 512, "groups": 1, "total": 802816}
+    def route(pl):
+        return pl.taps, pl.deep, pl.bm, pl.bn
+
+    assert route(conv_gemm.plan(dims, 49152)) == (True, True, 128, 128)
+    assert conv_gemm.wanted_splits(dims, 49152) == 5  # 52 tiles x 5 splits: one wave of WAVE
+    assert route(conv_gemm.plan(dims, 16384)) == (True, True, 64, 128)
+    assert conv_gemm.wanted_splits(dims, 16384) == 2
+    for shallow in ({**dims, "m": 49}, {**dims, "kdim": 576, "c_in_g": 64}, {**dims, "c_out_g": 64},
+                    {**dims, "kvol": 25, "kdim": 12800}, {**dims, "m": 6272}):
+        assert not conv_gemm.plan(shallow, 49152).taps
+    monkeypatch.setattr(conv_gemm, "DEEP_MIN_ROWS", 64)
+    monkeypatch.setattr(conv_gemm, "DEEP_MIN_K", 64)
+    monkeypatch.setattr(conv_gemm, "WAVE", 12)
+    case = (2, 64, 130, (9, 7), (3, 3), 1, 1, None, 1, 1, True, "relu")  # K = 576: 2 splits of >= 256
+    inputs = _conv_inputs(case, seed=8)
+    check_op(_build_conv(case), inputs, _torch_conv(case), tol=CONV_TOL)
+    assert _steps(_build_conv(case), inputs) == [("gpu", "conv_gemm_taps"), ("gpu", "conv_split_sum")]
+
+
+@pytest.mark.parametrize("kernel", ["taps", "gather"])
+def test_both_gemm_kernels_compute_small_and_large_windows(device, monkeypatch, kernel):
+    """Either implicit GEMM computes any window: conv_gemm_taps on a 5x5 one too (past TAPS_MAX)."""
+    monkeypatch.setattr(conv_gemm, "FORCE_KERNEL", kernel)
+    monkeypatch.setattr(conv_gemm, "TAPS_MAX", 32)
+    for case in (CONV_CASES[17], (1, 9, 20, (11, 7), (5, 5), 2, 2, None, 1, 1, True, "relu")):
+        check_op(_build_conv(case), _conv_inputs(case, seed=7), _torch_conv(case), tol=CONV_TOL)
+        want = "conv_gemm_taps" if kernel == "taps" else "conv_gemm"
+        assert _steps(_build_conv(case), _conv_inputs(case, seed=7))[0] == ("gpu", want)
 
 
 def test_conv_propagates_nan_and_inf_like_torch(device):

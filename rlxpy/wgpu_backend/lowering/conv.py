@@ -3,9 +3,10 @@ the bias + activation epilogue), Pool and AdaptivePool (conv_pool.py), Im2Col (c
 
 Conv and ConvTranspose take one of two kernels, both reading x in place (no im2col buffer):
 
-* the implicit GEMM (conv_gemm.py) when a group has at least ``DIRECT_MAX_CHANNELS`` output channels
+* an implicit GEMM (conv_gemm.py) when a group has at least ``DIRECT_MAX_CHANNELS`` output channels
   (ResNet-style convs, 1x1 projections, a stem's 3 -> 64 channels): workgroup tiles of gathered input
-  patches and weights, register tiles of 4-8 positions x 1-4 channels per thread;
+  patches and weights, register tiles of 4-8 positions x 1-8 channels per thread (conv_gemm, and
+  conv_gemm_taps for deep convs over few positions);
 * the direct kernel (conv_direct.py) below that (depthwise, channel multipliers, a projection to a
   few channels), where a GEMM tile of 16 channels would mostly idle: one invocation per output.
 
@@ -73,7 +74,8 @@ def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     fields = {**conv_dims(node, x), "x": ctx.offset(x), "w": ctx.offset(w),
               "bias": ctx.offset(bias[0]) if bias else 0, "y": ctx.offset(node), "has_bias": int(bool(bias))}
     subs = {"MODE": "transpose" if isinstance(node.op, ops.ConvTranspose) else "forward",
-            "EXPR": epilogue_expr(node), "KD": fields["k_d"], "KH": fields["k_h"], "KW": fields["k_w"]}
+            "EXPR": epilogue_expr(node), "KD": fields["k_d"], "KH": fields["k_h"], "KW": fields["k_w"],
+            "KVOL": fields["kvol"]}
     if use_direct(fields):
         return conv_direct.direct_steps(node, ctx, fields, subs)
     return conv_gemm.gemm_steps(node, ctx, fields, subs)
