@@ -1,6 +1,6 @@
 """SelectiveScanBackward on the GPU against torch.autograd (float64, through a plain torch loop of
 the recurrence, on the same f32 inputs) and the numpy reference, on odd shapes (B 1/2, S 1/3/17/255,
-channels 1/5/33, N 1/16/20), over several dispatches, and with NaN/inf inputs.
+channels 1/5/33, N 1/16/20/256), over several dispatches, and with NaN/inf inputs.
 
 f32 tolerance SCAN_TOL (rtol 1e-4, atol 1e-4): the kernel sums S steps of the adjoint and, for dBm,
 dCm and dA, up to channels x steps products in f32."""
@@ -71,7 +71,7 @@ def run_gpu(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 CASES = [(1, 1, 1, 1), (2, 3, 5, 16), (1, 17, 33, 16), (2, 17, 1, 1), (1, 3, 33, 1), (2, 1, 5, 16),
-         (2, 17, 5, 20), (1, 255, 3, 16)]
+         (2, 17, 5, 20), (1, 255, 3, 16), (1, 3, 2, 256)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
