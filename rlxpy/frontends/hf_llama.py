@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from rlxpy.models.llama import LlamaConfig, param_sources
+from rlxpy.models.transformer import row_block
 
 _LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -60,4 +61,7 @@ def load_into(exe: Any, weights: Mapping[str, np.ndarray]) -> None:
             exe.set_param_bytes(name, bytes(exe.param_nbytes(name)))
         else:
             parts = [np.ascontiguousarray(weights[source], np.float32) for source in param_sources(name)]
-            exe.set_param_bytes(name, np.concatenate(parts).tobytes())
+            block = row_block(name)  # a row block of a matrix too big for one binding
+            whole = np.concatenate(parts)
+            rows = whole if block is None else whole[block[1]: block[1] + block[2]]
+            exe.set_param_bytes(name, rows.tobytes())

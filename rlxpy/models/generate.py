@@ -1,7 +1,8 @@
-"""Text generation with a compiled llama graph: chunked prefill, then one decode step per token."""
+"""Text generation with a compiled transformer graph: chunked prefill, then one decode step per token."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -10,8 +11,16 @@ import numpy as np
 
 import rlxpy
 from rlxpy.errors import InputError, NumericsError
-from rlxpy.models.llama import LlamaConfig, build_llama
+from rlxpy.models.transformer import TransformerConfig, build_transformer
 from rlxpy.wgpu_backend.debug import describe
+
+
+def weight_cap() -> int:
+    """Bytes a weight matrix may take in one block: 3/4 of the device's largest storage binding (the
+    rest is for the GEMV's input and output, which share the binding)."""
+    from rlxpy.wgpu_backend.device import get_device  # the device only once a Generator is built
+
+    return get_device().max_binding * 3 // 4
 
 
 @dataclass
@@ -37,14 +46,16 @@ class Generator:
     """Owns the compiled prefill+decode executable and the KV-cache position. From a GGUF file:
     ``rlxpy.frontends.gguf.load_generator``."""
 
-    def __init__(self, config: LlamaConfig, chunk: int = 32, sampler: dict | None = None,
+    def __init__(self, config: TransformerConfig, chunk: int = 32, sampler: dict | None = None,
                  seed: int = 0) -> None:
         started = time.perf_counter()
+        if not config.max_weight_bytes:  # split weights one storage binding cannot hold
+            config = dataclasses.replace(config, max_weight_bytes=weight_cap())
         self.config = config
         self.chunk = chunk
         self.sampling = bool(sampler and sampler.get("temperature", 0) > 0)
         self.seed = seed
-        self.graph = build_llama(config, chunk, sampler)
+        self.graph = build_transformer(config, chunk, sampler)
         self.exe = rlxpy.compile(self.graph)
         self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
         #: called after each prefill chunk with (tokens done, tokens to do): a progress display
