@@ -192,8 +192,11 @@ class WgpuExecutable:
             (self.schedule.node_offset(n.id), n.numel * n.dtype.itemsize) for n in wanted]
 
         def upload() -> None:
-            for name, (node, data) in staged.items():
-                self._upload_input(name, node, data)
+            wrote = [self._upload_input(name, node, data) for name, (node, data) in staged.items()]
+            # an upload to a lost device fails (and the failure is probed); with nothing uploaded, no wgpu
+            # call has met the loss yet and the submit would abort the process: probe first
+            if not any(wrote) and self.device.probe() is not None:
+                self.device.check(f"run {self.graph.name}")
 
         if self.device.lost is not None:  # a submit to a lost device aborts the process
             self.device.check(f"run {self.graph.name}")
@@ -341,14 +344,16 @@ class WgpuExecutable:
             staged[name] = (node, to_storage(array, node.dtype))
         return staged
 
-    def _upload_input(self, name: str, node: Node, data: np.ndarray) -> None:
+    def _upload_input(self, name: str, node: Node, data: np.ndarray) -> bool:
+        """Write the input unless it equals the last upload; True when it wrote."""
         # Compare with the last upload (memcmp speed) rather than hashing: cheaper for big inputs.
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         last = self._last_inputs.get(name)
         if not self.flags.force_input_upload and last is not None and np.array_equal(last, flat):
-            return
+            return False
         self.arena.write(self.schedule.node_offset(node.id), flat.tobytes())
         self._last_inputs[name] = flat.copy()
+        return True
 
     def set_active_extent(self, extent: tuple[int, int] | None) -> int:
         """Run the next runs on the first ``actual`` of ``upper`` leading rows (None: full).

@@ -115,6 +115,17 @@ def test_a_loss_rlxpy_did_not_see_is_found_by_the_probe(own_device):
     assert device_module.get_device() is not own_device
 
 
+def test_a_loss_before_a_run_with_nothing_to_upload_is_probed_not_a_crash(own_device):
+    """The same inputs again: nothing is uploaded, so no wgpu call meets the loss before the submit,
+    which would abort the process in wgpu-native; the run probes the device first."""
+    exe = rlxpy.compile(mlp_graph())
+    check(exe, 0)
+    type(own_device.device).destroy(own_device.device)
+    with pytest.raises(DeviceLostError, match="lost"):
+        exe.run(feeds(0))
+    assert own_device.lost is not None
+
+
 def test_torch_compile_recompiles_on_a_new_device_after_a_loss(own_device):
     import torch  # a test dependency: missing is a failure, not a skip
 
