@@ -99,3 +99,16 @@ def test_selective_scan_backward_propagates_nan_and_inf(device):
     arrays["dy"][0, 4, 0] = np.inf
     got = run_gpu(arrays)  # compared with the reference there, NaN for NaN
     assert np.isnan(got[0]).any() and np.isnan(got[3]).any()
+
+
+def test_selective_scan_backward_in_groups_of_batches(device, monkeypatch):
+    from rlxpy.wgpu_backend.lowering import backward_scan
+
+    arrays = scan_inputs(3, 9, 5, 16, seed=6)
+    per_batch = 4 * 16 * 5 * (2 * 9 + 1)
+    monkeypatch.setattr(backward_scan, "SCRATCH_CAP", 2 * per_batch)  # groups of 2 batches, then 1
+    g, _ = scan_backward(arrays)
+    steps = rlxpy.compile(g).schedule.steps
+    assert [s.kernel for s in steps].count("backward_scan_selective_sums") == 2
+    for name, got, want in zip(NAMES, run_gpu(arrays), torch_gradients(arrays), strict=True):
+        assert_close(got, want, *SCAN_TOL, f"d{name} vs torch.autograd, batches in groups")

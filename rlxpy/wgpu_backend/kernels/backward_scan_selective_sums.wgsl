@@ -1,7 +1,9 @@
-// The sums over channels and batches of SelectiveScanBackward, after backward_scan_selective stored
-// lam and h [b][t][c][n] and the dA partials [b][c][n]: item i < B*S*N is (row bt = (b, t), state n):
-//   dBm[bt, n] = sum_c lam[bt, c, n] delta[bt, c] x[bt, c],  dCm[bt, n] = sum_c dy[bt, c] h[bt, c, n];
-// the next Hd*N items are dA[c, n] = sum_b partial[b, c, n]. Channels and batches are added in order.
+// The sums over channels and batches of SelectiveScanBackward for the group of batches b0 .. b0 + group,
+// after backward_scan_selective stored their lam and h [lb][t][c][n] and dA partials [lb][c][n]: item
+// i < group*S*N is (the group's row (lb, t), state n), of the global row bt = (b0 + lb, t):
+//   dBm[bt, n] = sum_c lam[lb, t, c, n] delta[bt, c] x[bt, c],  dCm[bt, n] = sum_c dy[bt, c] h[lb, t, c, n];
+// the next Hd*N items add sum_lb partial[lb, c, n] to dA[c, n] (written by the first group, b0 = 0).
+// Channels and batches are added in order.
 // Bindings: 0 = arena window, 1 = BackwardScanSelectiveParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
@@ -11,30 +13,35 @@ const N: u32 = {{N}}u;
 
 fn run_item(i: u32) {
     let rows = p.batch * p.steps;
-    let planes = rows * p.channels;
-    let da_out = p.out + 2u * planes;
+    let local_rows = p.group * p.steps;
+    let da_out = p.out + 2u * rows * p.channels;
     let dbm_out = da_out + p.channels * N;
-    if (i < rows * N) {
-        let bt = i / N;
+    if (i < local_rows * N) {
+        let local = i / N;
         let n = i % N;
+        let bt = p.b0 * p.steps + local;
         var dbm = 0.0;
         var dcm = 0.0;
         for (var c = 0u; c < p.channels; c = c + 1u) {
             let at = bt * p.channels + c;
-            dbm = dbm + ld_f32(p.lam + at * N + n) * ld_f32(p.delta + at) * ld_f32(p.x + at);
-            dcm = dcm + ld_f32(p.dy + at) * ld_f32(p.hs + at * N + n);
+            let state = (local * p.channels + c) * N + n;
+            dbm = dbm + ld_f32(p.lam + state) * ld_f32(p.delta + at) * ld_f32(p.x + at);
+            dcm = dcm + ld_f32(p.dy + at) * ld_f32(p.hs + state);
         }
-        st_f32(dbm_out + i, dbm);
-        st_f32(dbm_out + rows * N + i, dcm);
+        st_f32(dbm_out + bt * N + n, dbm);
+        st_f32(dbm_out + rows * N + bt * N + n, dcm);
         return;
     }
-    let j = i - rows * N;
+    let j = i - local_rows * N;
     if (j >= p.channels * N) {
         return;
     }
     var da = 0.0;
-    for (var b = 0u; b < p.batch; b = b + 1u) {
-        da = da + ld_f32(p.parts + b * p.channels * N + j);
+    if (p.b0 > 0u) {
+        da = ld_f32(da_out + j);
+    }
+    for (var lb = 0u; lb < p.group; lb = lb + 1u) {
+        da = da + ld_f32(p.parts + lb * p.channels * N + j);
     }
     st_f32(da_out + j, da);
 }
