@@ -1,11 +1,11 @@
-// Gradient of the selective scan (SelectiveScanBackward), per (channel c = workgroup x, batch b = b0 +
-// workgroup y, the group's batch lb = workgroup y); lane n holds state n (lanes past N idle but share the barriers), over time steps
-// [start, start + count):
+// Gradient of the selective scan (SelectiveScanBackward), per (channel c = workgroup x, batch
+// b = b0 + lb, lb = workgroup y: its place in the group of batches this dispatch runs); lane n holds
+// state n (lanes past N idle but share the barriers), over time steps [start, start + count):
 // PHASE 0 (forward): recompute h_t = exp(dt A[c]) h[t-1] + dt x Bm[t] from h = 0, storing every h_t.
 // PHASE 1 (reverse, dispatches from the last steps to the first): the adjoint
 //   lam_t = Cm[t] dy[t, c] + exp(dt[t+1] A[c]) lam[t+1] (the second term carried in a register),
 //   stored for backward_scan_selective_sums; dx and ddelta summed over n in workgroup memory per step;
-//   dA's sum over t kept in a register and stored per (b, c, n) for the sums kernel to add over b.
+//   dA's sum over t kept in a register and stored per (lb, c, n) for the sums kernel to add over batches.
 // A later dispatch resumes from what the previous stored (h at start - 1; lam at t1 and the dA partial).
 // Scratch (the group's batches): h and lam [lb][t][c][n]; dA partials [lb][c][n].
 // Bindings: 0 = arena window, 1 = BackwardScanSelectiveParams.
