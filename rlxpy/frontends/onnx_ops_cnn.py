@@ -12,6 +12,7 @@ batch norm, pooling indices, ...) are an UnsupportedOpError naming the node.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from rlxpy.errors import ModelError, UnsupportedOpError
 from rlxpy.frontends.onnx_ops import Known, emits
 from rlxpy.frontends.onnx_ops_check import axes_of, int_list, scalar_of
 from rlxpy.ir import DType, Node
-from rlxpy.ir.ops.base import ReduceOp
+from rlxpy.ir.ops.base import ActKind, ReduceOp
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -265,11 +266,16 @@ def emit_resize(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
 # -- element-wise --------------------------------------------------------------------------------------
 @emits("HardSigmoid", "HardSwish")
 def emit_hard_sigmoid(im: Any, node: Any, ins: list[Any], attrs: dict) -> list[Any]:
-    """HardSigmoid max(0, min(1, alpha x + beta)) (alpha 0.2, beta 0.5); HardSwish x * that with 1/6, 0.5."""
+    """HardSigmoid max(0, min(1, alpha x + beta)) (alpha 0.2, beta 0.5); HardSwish x * that with 1/6, 0.5.
+    With torch's constants (1/6, 0.5: what torch exports) they are the HARDSIGMOID / HARDSWISH activations,
+    one kernel each; other constants are built from primitives."""
     x = _float(im, ins[0])
     swish = node.op_type == "HardSwish"
     alpha = 1.0 / 6.0 if swish else float(attrs.get("alpha", 0.2))
     beta = 0.5 if swish else float(attrs.get("beta", 0.5))
+    if math.isclose(alpha, 1.0 / 6.0, rel_tol=1e-6) and beta == 0.5:
+        kind = ActKind.HARDSWISH if swish else ActKind.HARDSIGMOID
+        return [im.g.activation(x, kind, name=im.name(node))]
     gate = im.g.minimum(im.g.maximum(im.g.add(im.g.mul(x, alpha), beta), 0.0), 1.0)
     return [im.g.mul(x, gate, name=im.name(node)) if swish else gate]
 

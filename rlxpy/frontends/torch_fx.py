@@ -87,7 +87,8 @@ def decompositions() -> dict:
             aten.scaled_dot_product_attention.default,
             aten._scaled_dot_product_attention_math.default, aten.silu.default, aten._fused_rms_norm.default,
             aten.rms_norm.default, aten.gelu.default, aten.native_layer_norm.default, aten.layer_norm.default,
-            aten._softmax.default, aten.softmax.int, aten._log_softmax.default}
+            aten._softmax.default, aten.softmax.int, aten._log_softmax.default,
+            aten.hardswish.default, aten.hardsigmoid.default}
     keep |= {getattr(aten, name).default for name in torch_fx_ops_grad.WHOLE}
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
 

@@ -62,7 +62,8 @@ def _unary(t: T, node: fx.Node, fn: ActKind, x: Any) -> Node:
 _UNARY = {"relu": ActKind.RELU, "sigmoid": ActKind.SIGMOID, "tanh": ActKind.TANH, "exp": ActKind.EXP,
           "log": ActKind.LOG, "sqrt": ActKind.SQRT, "rsqrt": ActKind.RSQRT, "neg": ActKind.NEG,
           "abs": ActKind.ABS, "silu": ActKind.SILU, "sin": ActKind.SIN, "cos": ActKind.COS,
-          "tan": ActKind.TAN, "atan": ActKind.ATAN}
+          "tan": ActKind.TAN, "atan": ActKind.ATAN, "hardsigmoid": ActKind.HARDSIGMOID,
+          "hardswish": ActKind.HARDSWISH}
 
 
 def _make_unary(fn: ActKind):

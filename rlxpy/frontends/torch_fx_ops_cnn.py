@@ -8,7 +8,8 @@ bias are recomputed by torch when the weights are uploaded (a *derived* host val
 run-time statistics, or after anything else, is the BatchNorm op. Instance norm (torch lowers it to
 a training-mode batch norm over [1, N*C, ...]) and group norm are GroupNorm. torch.compile
 decomposes ``interpolate`` itself (into index arithmetic and gathers, which the tables translate),
-and hardswish / hardsigmoid / relu6 arrive as clamps.
+hardswish / hardsigmoid stay whole (the HARDSWISH / HARDSIGMOID activations, torch_fx_ops.py) and relu6
+arrives as a clamp.
 """
 
 from __future__ import annotations

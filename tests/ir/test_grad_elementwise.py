@@ -23,6 +23,8 @@ ACTIVATIONS = {
     "sin": torch.sin,
     "cos": torch.cos,
     "atan": torch.atan,
+    "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
 }
 #: activations defined for positive inputs only
 POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}

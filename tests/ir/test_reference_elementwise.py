@@ -29,6 +29,7 @@ TORCH_ACTIVATIONS = {
     ActKind.ABS: torch.abs, ActKind.GELU: F.gelu, ActKind.SILU: F.silu,
     ActKind.GELU_APPROX: lambda x: F.gelu(x, approximate="tanh"), ActKind.ROUND: _round_half_away,
     ActKind.SIN: torch.sin, ActKind.COS: torch.cos, ActKind.TAN: torch.tan, ActKind.ATAN: torch.atan,
+    ActKind.HARDSIGMOID: F.hardsigmoid, ActKind.HARDSWISH: F.hardswish,
 }
 
 

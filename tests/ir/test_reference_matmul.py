@@ -39,6 +39,7 @@ ACTS = {
     ActKind.GELU_APPROX: lambda x: F.gelu(x, approximate="tanh"),
     ActKind.ROUND: lambda x: torch.sign(x) * torch.floor(torch.abs(x) + 0.5),
     ActKind.SIN: torch.sin, ActKind.COS: torch.cos, ActKind.TAN: torch.tan, ActKind.ATAN: torch.atan,
+    ActKind.HARDSIGMOID: F.hardsigmoid, ActKind.HARDSWISH: F.hardswish,
 }
 
 

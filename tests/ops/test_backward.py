@@ -289,7 +289,8 @@ TORCH_ACTIVATIONS = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp, "log": torch.log,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "neg": torch.neg, "abs": torch.abs, "gelu": F.gelu,
     "gelu_approx": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "round": torch.round,
-    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "atan": torch.atan,
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "atan": torch.atan, "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
 }
 
 

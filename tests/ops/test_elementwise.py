@@ -45,6 +45,8 @@ ACTIVATIONS = {
     ActKind.COS: (torch.cos, (-3, 3), "transcendental"),
     ActKind.TAN: (torch.tan, (-1.5, 1.5), "transcendental"),
     ActKind.ATAN: (torch.atan, (-8, 8), "transcendental"),
+    ActKind.HARDSIGMOID: (F.hardsigmoid, (-5, 5), "elementwise"),
+    ActKind.HARDSWISH: (F.hardswish, (-5, 5), "elementwise"),
 }
 
 #: NaN, infinities, signed zeros, tiny and huge values, and the halfway points Round gets wrong

@@ -188,6 +188,7 @@ EPILOGUES = {
     ActKind.NEG: torch.neg, ActKind.ABS: torch.abs, ActKind.GELU: F.gelu, ActKind.SILU: F.silu,
     ActKind.GELU_APPROX: lambda t: F.gelu(t, approximate="tanh"), ActKind.ROUND: round_half_away,
     ActKind.SIN: torch.sin, ActKind.COS: torch.cos, ActKind.TAN: torch.tan, ActKind.ATAN: torch.atan,
+    ActKind.HARDSIGMOID: F.hardsigmoid, ActKind.HARDSWISH: F.hardswish,
 }
 
 

@@ -236,7 +236,8 @@ class ActivationBackward(Op):
     TANH, EXP, NEG, SQRT, RSQRT, TAN). The derivatives are torch's: RELU 0 where y <= 0 (x <= 0), else
     1; SIGMOID y(1 - y); TANH 1 - y^2; EXP y; LOG 1/x; SQRT 1/(2y); RSQRT -y^3/2; ABS sign(x), 0 at 0;
     GELU Phi(x) + x phi(x); GELU_APPROX that of the tanh form; SILU s(1 + x(1 - s)), s = sigmoid(x);
-    ROUND 0; SIN cos x; COS -sin x; TAN 1 + y^2; ATAN 1/(1 + x^2)."""
+    ROUND 0; SIN cos x; COS -sin x; TAN 1 + y^2; ATAN 1/(1 + x^2); HARDSIGMOID 1/6 on (-3, 3), else 0;
+    HARDSWISH 0 below -3, x/3 + 1/2 up to 3, then 1 (a NaN x gives 0 and 1, as torch)."""
 
     fn: ActKind
     of_output: bool = False

@@ -98,6 +98,8 @@ class ActKind(enum.IntEnum):
       1 / sqrt(x) (0 -> +inf, negative -> NaN).
     - NEG, ABS; ROUND half away from zero (C's round(), not torch.round's half-to-even).
     - SIN, COS, TAN, ATAN (radians).
+    - HARDSIGMOID min(max(x + 3, 0), 6) / 6 and HARDSWISH x min(max(x + 3, 0), 6) / 6, in that order
+      (torch's; HARDSWISH(-inf) is NaN, as there).
 
     NaN in gives NaN out for every function (RELU included). The values are the serialised ids."""
 
@@ -118,6 +120,8 @@ class ActKind(enum.IntEnum):
     COS = 14
     TAN = 15
     ATAN = 16
+    HARDSIGMOID = 17
+    HARDSWISH = 18
 
 
 class BinaryOp(enum.IntEnum):

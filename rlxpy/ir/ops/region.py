@@ -64,6 +64,7 @@ REGION_ACTIVATION_IDS = {
     ActKind.GELU: 0, ActKind.GELU_APPROX: 1, ActKind.SILU: 2, ActKind.RELU: 3, ActKind.SIGMOID: 4,
     ActKind.TANH: 5, ActKind.EXP: 6, ActKind.LOG: 7, ActKind.SQRT: 8, ActKind.RSQRT: 9, ActKind.NEG: 10,
     ActKind.ABS: 11, ActKind.ROUND: 12, ActKind.SIN: 13, ActKind.COS: 14, ActKind.TAN: 15, ActKind.ATAN: 16,
+    ActKind.HARDSIGMOID: 17, ActKind.HARDSWISH: 18,
 }
 #: Cast sub-ids: a fixed dtype order of their own (serialised chains).
 REGION_DTYPE_IDS = {d: i for i, d in enumerate((

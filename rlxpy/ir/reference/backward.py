@@ -201,6 +201,8 @@ SLOPES = {
     ActKind.COS: lambda t: -np.sin(t),
     ActKind.TAN: lambda t: 1.0 + t * t,
     ActKind.ATAN: lambda t: 1.0 / (1.0 + t * t),
+    ActKind.HARDSIGMOID: lambda t: np.where((t > -3.0) & (t < 3.0), 1.0 / 6.0, 0.0),
+    ActKind.HARDSWISH: lambda t: np.where(t < -3.0, 0.0, np.where(t <= 3.0, t / 3.0 + 0.5, 1.0)),
 }
 #: kinds whose slope above is written in the output y; from the input x they first apply the function
 _OUTPUT_FORM = {ActKind.SIGMOID: special.expit, ActKind.TANH: np.tanh, ActKind.EXP: np.exp,

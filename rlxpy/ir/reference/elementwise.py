@@ -34,6 +34,8 @@ ACTIVATIONS = {
     ActKind.COS: np.cos,
     ActKind.TAN: np.tan,
     ActKind.ATAN: np.arctan,
+    ActKind.HARDSIGMOID: lambda x: np.where(np.isnan(x), x, np.clip(x + 3.0, 0.0, 6.0)) / 6.0,
+    ActKind.HARDSWISH: lambda x: x * np.where(np.isnan(x), x, np.clip(x + 3.0, 0.0, 6.0)) / 6.0,
 }
 
 

@@ -84,6 +84,8 @@ ACTIVATION_SLOPES = {
     ActKind.COS: "-sin_f32(v)",
     ActKind.TAN: "1.0 + y * y",
     ActKind.ATAN: "1.0 / (1.0 + v * v)",
+    ActKind.HARDSIGMOID: "select(0.0, 1.0 / 6.0, v > -3.0 && v < 3.0)",
+    ActKind.HARDSWISH: "select(select(1.0, v / 3.0 + 0.5, v <= 3.0), 0.0, v < -3.0)",
 }
 BACKWARD_CROSS_ENTROPY = kernel("backward_cross_entropy", params(
     "BackwardCrossEntropyParams", ("rows",), rows=U32, cols=U32, x=U32, targets=U32, dy=U32, y=U32),

@@ -64,6 +64,9 @@ ACTIVATION_WGSL = {
     ActKind.COS: "cos_f32(v)",
     ActKind.TAN: "tan_f32(v)",
     ActKind.ATAN: "atan_f32(v)",
+    # min/max of NaN differ between backends: NaN is passed through explicitly
+    ActKind.HARDSIGMOID: "select(min(max(v + 3.0, 0.0), 6.0), v, is_nan(v)) / 6.0",
+    ActKind.HARDSWISH: "v * select(min(max(v + 3.0, 0.0), 6.0), v, is_nan(v)) / 6.0",
 }
 
 FLOAT_BINARY_WGSL = {
