@@ -105,6 +105,18 @@ def test_unchanged_inputs_are_not_uploaded_again(mlp):
         exe.arena.write = original
 
 
+def test_an_input_that_changes_only_past_its_first_bytes_is_uploaded(device):
+    """The comparison with the last upload looks at the first 4 KiB first: a change after them counts."""
+    g = rlxpy.Graph("tail")
+    g.output(g.activation(g.input("x", (3, 1000)), "neg", name="y"))
+    exe = rlxpy.compile(g)
+    x = rand((3, 1000), 3)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], -x)
+    x2 = x.copy()
+    x2[2, 999] += 1.0  # byte 11,996: past the first 4,096
+    np.testing.assert_array_equal(exe.run({"x": x2})["y"], -x2)
+
+
 def test_unknown_op_and_unlowered_op_errors(device):
     g = rlxpy.Graph()
     with pytest.raises(GraphError, match="is not an IR op"):
