@@ -290,3 +290,34 @@ def test_lowering_is_pure_and_checks_workgroup_memory():
     g, _ = build("bhsd", "bhsd", 1, 2, 2, 65, 65, 64)
     with pytest.raises(LimitError, match=r"attention_0 \(Attention\): attention_flash needs 14976 B"):
         lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192))
+
+
+@pytest.mark.parametrize("s_q,pos", [(1, 0), (1, 3), (1, 40), (3, 17), (8, 33), (17, 100)])
+def test_sliding_window_over_a_kv_cache_matches_torch(device, s_q, pos):
+    """Gemma's decode and prefill attention: a KV cache of 128 rows of which pos + S_q exist (the pos
+    input, dynamic_kv), a sliding window of 6 keys before the query's own, head size 256 with one kv
+    head for 4 query heads, its own score scale and a softcap; torch SDPA on float64 over the keys
+    that exist, the window and the softcap applied to the scores by hand."""
+    heads, kv_heads, dim, capacity, window, scale, cap = 4, 1, 256, 128, 6, 0.0625, 20.0
+    rng = np.random.default_rng(pos * 31 + s_q)
+    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
+    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    n = pos + s_q
+    k[:, n:] = np.nan  # never-written cache rows must not be read
+    v[:, n:] = np.nan
+    g = rlxpy.Graph()
+    qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    p = g.input("pos", [1], "i32")
+    g.output(g.attention(qn, kn, vn, heads, dim, num_kv_heads=kv_heads, mask_kind="sliding_window",
+                         window=window, score_scale=scale, softcap=cap, kv_len=p, name="o"))
+    out = rlxpy.compile(g).run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
+    tq = torch.from_numpy(q).double().reshape(s_q, heads, dim).transpose(0, 1)
+    tk = torch.from_numpy(k[0, :n]).double().reshape(n, kv_heads, dim).transpose(0, 1)
+    tv = torch.from_numpy(v[0, :n]).double().reshape(n, kv_heads, dim).transpose(0, 1)
+    scores = cap * torch.tanh(scale * tq @ tk.transpose(1, 2) / cap)  # [heads, S_q, n] (kv head broadcast)
+    query_at = torch.arange(s_q)[:, None] + pos
+    keys = torch.arange(n)[None, :]
+    keep = (keys <= query_at) & (keys >= query_at - window)
+    want = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ tv
+    assert_close(out, want.transpose(0, 1).reshape(1, s_q, heads * dim).numpy(), *TOL, "attention")
