@@ -320,7 +320,7 @@ def main() -> None:
     side = Side()
     if side.cuda is not None:
         side.torch.backends.cuda.matmul.allow_tf32 = False  # f32 against f32
-        side.torch.backends.cudnn.allow_tf32 = False  # the Mamba mixer's conv1d too (cuDNN's default is TF32)
+        side.torch.backends.cudnn.allow_tf32 = False  # convolutions too (cuDNN's default is TF32)
     results: dict[str, Any] = {"torch_device": side.device, "quick": bool(args.quick)}
     results["selective_scan"] = bench_selective_scan(side, sizes["scan"], repeat)
     results["gated_delta_net"] = bench_gated_delta(side, sizes["delta"], repeat)
