@@ -70,23 +70,11 @@ fn load_w(g: u32, o: u32, c: u32, tap: u32) -> f32 {
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tx = lid.x;
-    let ty = lid.y;
-    let flat = ty * 16u + tx;
-    let g = wid.z % p.groups;
-    let split = wid.z / p.groups;
+#include "conv_gemm_entry.wgsl"
     let k_begin = split * p.k_chunk;
-    let t = gemm_row(flat, g, wid.x);
-    let o0 = wid.y * BN;
     let wk = flat % BK;
     let wo = flat / BK;
-    let in_size = p.in_d * p.in_h * p.in_w;
-{{REGS}}
-    var acc = array<vec4<f32>, {{ACC}}>();
     var k0 = k_begin;
-    var b = 0u;
-{{LOAD}}
-{{STAGE}}
     let steps = (min(p.k_chunk, p.kdim - k_begin) + BK - 1u) / BK;
 #include "conv_gemm_loop.wgsl"
 }

@@ -46,25 +46,13 @@ fn k_offset(t: GemmRow, k: u32) -> i32 {
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tx = lid.x;
-    let ty = lid.y;
-    let flat = ty * 16u + tx;
-    let g = wid.z % p.groups;
-    let split = wid.z / p.groups;
+#include "conv_gemm_entry.wgsl"
     let c_begin = split * p.k_chunk;
     let c_end = min(c_begin + p.k_chunk, p.c_in_g);
-    let t = gemm_row(flat, g, wid.x);
-    let o0 = wid.y * BN;
-    let in_size = p.in_d * p.in_h * p.in_w;
     let x_row = p.x + t.row * in_size;
     let w_step = w_channel_stride();
 {{SETUP}}
-{{REGS}}
-    var acc = array<vec4<f32>, {{ACC}}>();
     var c0 = c_begin;
-    var b = 0u;
-{{LOAD}}
-{{STAGE}}
     let steps = (c_end - c_begin + CB - 1u) / CB;
 #include "conv_gemm_loop.wgsl"
 }
