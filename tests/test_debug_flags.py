@@ -95,6 +95,31 @@ def test_nan_trace_names_the_first_node_reading_a_poisoned_weight(device, tmp_pa
     assert err.count("generation stopped") == 1
 
 
+def test_nan_trace_names_the_first_bad_node_of_a_backward_graph(device, capsys):
+    """A forward that stays finite, a gradient that does not: sqrt's slope at 0 is inf, times a zero
+    upstream gradient NaN. The trace names that backward node, not a forward one."""
+    from rlxpy.ir.passes.autodiff import grad
+
+    g = rlxpy.Graph("grad_nan")
+    x, scale = g.param("x", (5,)), g.input("scale", (5,))
+    g.output(g.sum(g.mul(g.activation(x, "sqrt", name="root"), scale, name="scaled"), [0], name="loss"))
+    result = grad(g, "loss", ["x"])
+    exe = rlxpy.compile(result.graph)
+    exe.set_param("x", np.array([0.0, 1.0, 4.0, 9.0, 0.25], np.float32))
+    feeds = {"scale": np.array([0.0, 1.0, 1.0, 1.0, 1.0], np.float32)}
+    first = exe.first_nan_node(feeds)
+    assert first is not None and first["op"] == "ActivationBackward" and first["index"] == (0,)
+    assert first["inputs_finite"]  # it made the NaN; the forward nodes before it are finite
+    with env.override(RLX_WGPU_NAN_TRACE=1):
+        traced = rlxpy.compile(result.graph)
+        traced.set_param("x", np.array([0.0, 1.0, 4.0, 9.0, 0.25], np.float32))
+        grads = traced.run(feeds)[result.grads["x"]]
+    assert np.isnan(grads[0]) and np.isfinite(grads[1:]).all()
+    err = capsys.readouterr().err
+    assert f"rlxpy NaN trace: {first['node']} (ActivationBackward) [5]: 1 NaN" in err
+    assert "its inputs are finite <- the first bad node" in err
+
+
 def test_nan_at_a_decode_step_names_its_token_position(device, tiny):
     prompt = [1, 260, 265, 270]
     with env.override(RLX_WGPU_NAN_TRACE=1):  # an executable copies the flags when it is built
