@@ -4,15 +4,14 @@ Some matrices are stored as Q8_0 so the dequantising path is exercised; both sid
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
+import torch  # test oracles: missing is a failure, not a skip
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
-
-from rlxpy.errors import ModelError  # noqa: E402
-from rlxpy.frontends.gguf_mamba import load_mamba_gguf  # noqa: E402
+from rlxpy.errors import ModelError
+from rlxpy.frontends.gguf_mamba import load_mamba_gguf
 
 VOCAB = 67
 Q8_0 = ("ssm_in.weight", "ssm_out.weight")
