@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import sys
 import time
 import warnings
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from cnn_models import build  # noqa: E402
+from common import timeit  # noqa: E402
 
 from benches.common import emit  # noqa: E402
 from rlxpy.frontends.onnx import OnnxModel  # noqa: E402
@@ -67,18 +67,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def median_ms(fn: Any, repeat: int, warmup: int, sync: Any = None) -> float:
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
+    return 1000 * timeit(fn, repeat, warmup, sync)
 
 
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:

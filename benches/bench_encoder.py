@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from common import timeit  # noqa: E402
 
 from rlxpy.models.bert import BertConfig, BertEncoder, bert_params, load_bert_dir  # noqa: E402
 
@@ -31,21 +31,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seq", type=int, nargs="*", help="sequence lengths (default 128; --quick 16)")
     parser.add_argument("--repeat", type=int, default=0, help="timed calls per case (default 20; --quick 3)")
     return parser.parse_args()
-
-
-def median_seconds(fn: Any, repeat: int, warmup: int = 2, sync: Any = None) -> float:
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def load_weights(args: argparse.Namespace) -> tuple[BertConfig, dict[str, np.ndarray], str]:
@@ -147,21 +132,21 @@ def measure(batch: int, seq: int, cfg: BertConfig, encoder: BertEncoder, torch_m
     started = time.perf_counter()
     encoder.encode(ids, mask)
     row["rlxpy_first_call_s"] = time.perf_counter() - started  # includes the compile
-    row["rlxpy_ms"] = median_seconds(lambda: encoder.encode(ids, mask), repeat) * 1e3
+    row["rlxpy_ms"] = timeit(lambda: encoder.encode(ids, mask), repeat) * 1e3
     if torch_model is not None:
         import torch
 
         t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
         with torch.no_grad():
-            row["rlxpy_torch_compile_ms"] = median_seconds(
+            row["rlxpy_torch_compile_ms"] = timeit(
                 lambda: compiled(input_ids=t_ids, attention_mask=t_mask), repeat) * 1e3
             if gpu_model is not None:
                 c_ids, c_mask = t_ids.cuda(), t_mask.cuda()
-                row["torch_cuda_eager_ms"] = median_seconds(
+                row["torch_cuda_eager_ms"] = timeit(
                     lambda: gpu_model(input_ids=c_ids, attention_mask=c_mask), repeat,
                     sync=torch.cuda.synchronize) * 1e3
             else:
-                row["torch_cpu_eager_ms"] = median_seconds(
+                row["torch_cpu_eager_ms"] = timeit(
                     lambda: torch_model(input_ids=t_ids, attention_mask=t_mask), repeat) * 1e3
     row["wonnx_ms"] = wonnx_latency(torch_model, ids, mask, repeat)
     return row
@@ -195,7 +180,7 @@ def wonnx_latency(torch_model: Any, ids: np.ndarray, mask: np.ndarray, repeat: i
         try:
             prepare_for_wonnx(path)
             session = wonnx.Session.from_path(path)
-            return median_seconds(lambda: session.run(feeds), repeat) * 1e3
+            return timeit(lambda: session.run(feeds), repeat) * 1e3
         except BaseException as e:  # noqa: BLE001  (wonnx panics - a BaseException - on graphs it lacks)
             if isinstance(e, KeyboardInterrupt):
                 raise

@@ -23,14 +23,20 @@ def parse_args(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def timeit(fn: Callable[[], Any], repeat: int = 10, warmup: int = 2) -> float:
-    """Median seconds per call of ``fn`` (which must wait for its own GPU work)."""
+def timeit(fn: Callable[[], Any], repeat: int = 10, warmup: int = 2, sync: Callable[[], Any] | None = None
+           ) -> float:
+    """Median seconds per call of ``fn``; ``sync`` (torch.cuda.synchronize, say) waits for the GPU work
+    ``fn`` left queued, inside each timed call and once after the warm-up."""
     for _ in range(warmup):
         fn()
+    if sync:
+        sync()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
         fn()
+        if sync:
+            sync()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
