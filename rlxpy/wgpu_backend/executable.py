@@ -29,6 +29,9 @@ from rlxpy.wgpu_backend.extent import apply_extent
 from rlxpy.wgpu_backend.memplan import align_up
 from rlxpy.wgpu_backend.schedule import DeviceFacts
 
+#: Inputs up to this size are kept to skip re-uploading an unchanged input (token ids, masks).
+REMEMBERED_INPUT_BYTES = 4 << 20
+
 
 def device_facts(dev: Device) -> DeviceFacts:
     variant = str(env.KERNEL_VARIANT)
@@ -348,14 +351,18 @@ class WgpuExecutable:
         """Write the input unless it equals the last upload; True when it wrote."""
         # Compare with the last upload (memcmp speed) rather than hashing: cheaper for big inputs. The
         # first bytes first: a new input (a new image, say) usually differs there, and then is not
-        # read twice more by a full comparison.
+        # read twice more by a full comparison. Inputs over REMEMBERED_INPUT_BYTES are always written:
+        # keeping a copy and comparing costs about as much as the upload it could save.
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         last = self._last_inputs.get(name)
         if (not self.flags.force_input_upload and last is not None and last.size == flat.size
                 and np.array_equal(last[:4096], flat[:4096]) and np.array_equal(last, flat)):
             return False
-        self.arena.write(self.schedule.node_offset(node.id), flat.tobytes())
-        self._last_inputs[name] = flat.copy()
+        self.arena.write(self.schedule.node_offset(node.id), memoryview(flat))
+        if flat.size <= REMEMBERED_INPUT_BYTES:
+            self._last_inputs[name] = flat.copy()
+        else:
+            self._last_inputs.pop(name, None)
         return True
 
     def set_active_extent(self, extent: tuple[int, int] | None) -> int:

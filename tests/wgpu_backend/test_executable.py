@@ -117,6 +117,21 @@ def test_an_input_that_changes_only_past_its_first_bytes_is_uploaded(device):
     np.testing.assert_array_equal(exe.run({"x": x2})["y"], -x2)
 
 
+def test_a_big_input_is_written_every_run_and_not_kept(device, monkeypatch):
+    """Past REMEMBERED_INPUT_BYTES no copy is kept: the same array, changed in place, still counts."""
+    from rlxpy.wgpu_backend import executable
+
+    monkeypatch.setattr(executable, "REMEMBERED_INPUT_BYTES", 1024)
+    g = rlxpy.Graph("big")
+    g.output(g.activation(g.input("x", (3, 1000)), "neg", name="y"))
+    exe = rlxpy.compile(g)
+    x = rand((3, 1000), 4)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], -x)
+    assert "x" not in exe._last_inputs
+    x[0, 0] += 1.0  # the caller's own array, changed in place
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], -x)
+
+
 def test_unknown_op_and_unlowered_op_errors(device):
     g = rlxpy.Graph()
     with pytest.raises(GraphError, match="is not an IR op"):
