@@ -43,9 +43,11 @@ def run_grouped(x, w, idx, dtype="i32"):
 
 
 @pytest.mark.parametrize("rows, k, n, experts", [(1, 1, 1, 1), (5, 6, 7, 3), (130, 33, 70, 8),
-                                                 (257, 48, 65, 64), (600, 20, 17, 2)])
+                                                 (257, 48, 65, 64), (600, 20, 17, 2), (1000, 12, 388, 64),
+                                                 (1000, 13, 389, 64)])
 def test_grouped_matmul_matches_per_expert_torch(device, rows, k, n, experts):
-    """Experts with no rows, with more rows than one 64-row tile, K and N not multiples of the tile."""
+    """Experts with no rows, with more rows than one 64-row tile, K and N not multiples of the tile;
+    the last two have grids large enough for 128-column blocks (vec4 and word-by-word access)."""
     r = np.random.default_rng(rows)
     x = r.standard_normal((rows, k)).astype(np.float32)
     w = r.standard_normal((experts, k, n)).astype(np.float32)

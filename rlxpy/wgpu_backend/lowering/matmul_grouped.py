@@ -5,10 +5,13 @@ Two dispatches, no host step:
 
 1. matmul_grouped_route (one workgroup): counts each expert's rows (workgroup atomics), lays them out
    expert after expert in a permutation, and writes a table of tiles of <= 64 rows of one expert;
-2. matmul_grouped: one workgroup per (64-column block, tile), a tiled GEMM of the tile's rows
-   (gathered through the permutation) with their expert's weight, each weight tile read once per
-   64 rows. The grid is sized for the most tiles any routing can give (ceil(M / 64) + E + 1);
-   workgroups past the table's count return at once.
+2. matmul_grouped: one workgroup per (BN-column block, tile), the register-tiled GEMM core
+   (include/matmul_register_tiles.wgsl, matmul_tiled's double-buffered 4 x 4-per-thread technique) on
+   the tile's rows (gathered through the permutation) and their expert's weight, each weight tile read
+   once per 64 rows. BN = 128 while that still gives MIN_GROUPS workgroups (the dense GEMM's rule),
+   else 64. The grid is sized for the most tiles any routing can give (ceil(M / 64) + E + 1);
+   workgroups past the table's count return at once. The arena is read as vec4 words where x, w, y,
+   K and N sit on 4-element boundaries (matmul_tiled's access includes), else word by word.
 
 Scratch: the tile table and the permutation. Without room for them, with more than ``MAX_EXPERTS``
 experts (the routing keeps two words per expert in workgroup memory) or a K too long for one
@@ -31,7 +34,10 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 #: index dtypes the routing reads (include/matmul_expert_index.wgsl)
 INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 ROUTE_LANES = 256
-TILE_ROWS, TILE_COLS, TILE_K = 64, 64, 16
+TILE_ROWS = 64  # rows of one tile (the routing's BM; the GEMM kernel's BM is the same constant)
+TILE_K = 8  # K per step of the register-tiled core
+TILE_COLS = (128, 64)  # BN, the first whose grid reaches MIN_GROUPS workgroups
+MIN_GROUPS = 256
 MAX_EXPERTS = 1024
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
@@ -39,10 +45,14 @@ MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     dtypes=accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32), workgroup=(ROUTE_LANES, 1, 1),
     # counts and starts per bucket (experts + the out-of-range bucket), a (rows, tiles) pair per lane
     shared_bytes=lambda s: 8 * int(s["BUCKETS"]) + 8 * int(s["WG"]), sizes={"BUCKETS": 9, "BM": TILE_ROWS})
+# m, k_len, bias, split1, split2 and block_rows are the fields matmul_tiled's access includes read
+# (m = rows of x, k_len = k, split1 = split2 = n, no bias)
 MATMUL_GROUPED = kernel("matmul_grouped", params(
-    "MatmulGroupedParams", k=U32, n=U32, experts=U32, x=U32, w=U32, y=U32, table=U32, perm=U32),
+    "MatmulGroupedParams", k=U32, n=U32, experts=U32, x=U32, w=U32, y=U32, table=U32, perm=U32, m=U32,
+    k_len=U32, bias=U32, split1=U32, split2=U32, block_rows=U32),
     dtypes=accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32), workgroup=(16, 16, 1),
-    shared_bytes=4 * (2 * TILE_K * TILE_ROWS + TILE_ROWS + 4))
+    # the double-buffered x and w tiles, the tile's row ids and its job
+    shared_bytes=lambda s: 4 * (2 * TILE_K * (TILE_ROWS + int(s["BN"])) + TILE_ROWS + 4), sizes={"BN": 128})
 
 
 def max_tiles(rows: int, experts: int) -> int:
@@ -63,7 +73,7 @@ def _host_reason(node: Node, ctx: LowerCtx, rows: int, experts: int, k: int) -> 
     """Why this node cannot run on the kernels ("" when it can)."""
     if experts > MAX_EXPERTS:
         return f"{experts} experts (the routing pass holds at most {MAX_EXPERTS})"
-    if math.ceil(k / TILE_K) * (TILE_K + 2) > LOOP_BUDGET:
+    if math.ceil(k / TILE_K) * 6 > LOOP_BUDGET:  # the steps and rt_put's 4-step loop
         return f"K = {k} exceeds one invocation's loop budget"
     base, size = ctx.scratch
     inside = ctx.window_base <= base and base + size <= ctx.window_base + ctx.window_size
@@ -84,8 +94,30 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     table = (ctx.scratch[0] - ctx.window_base) // 4
     perm = table + 1 + 3 * max_tiles(rows, experts)
     route_subs = {"BUCKETS": experts + 1, "BM": TILE_ROWS, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
-    grid = (math.ceil(n / TILE_COLS), max_tiles(rows, experts), 1)
+    offsets = {"x": ctx.offset(x), "w": ctx.offset(w), "y": ctx.offset(node)}
+    tiles = max_tiles(rows, experts)
+    bn = next((c for c in TILE_COLS if math.ceil(n / c) * tiles >= MIN_GROUPS), TILE_COLS[-1])
+    vec4 = all(v % 4 == 0 for v in (k, n, *offsets.values()))
+    subs = {"BN": bn, "ACCESS": "vec4" if vec4 else "words", **register_tiles(TILE_ROWS, bn),
+            "WORD": "buf[i >> 2u][i & 3u]" if vec4 else "buf[i]"}
+    grid = (math.ceil(n / bn), tiles, 1)
     return [ctx.dispatch(MATMUL_GROUPED_ROUTE, node, (1, 1, 1), route_subs, False, rows=rows, experts=experts,
                          idx=ctx.offset(idx), table=table, perm=perm),
-            ctx.dispatch(MATMUL_GROUPED, node, grid, None, False, k=k, n=n, experts=experts, x=ctx.offset(x),
-                         w=ctx.offset(w), y=ctx.offset(node), table=table, perm=perm)]
+            ctx.dispatch(MATMUL_GROUPED, node, grid, subs, False, k=k, n=n, experts=experts, table=table,
+                         perm=perm, m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
+
+
+def register_tiles(bm: int, bn: int) -> dict[str, object]:
+    """The placeholders of include/matmul_register_tiles.wgsl for a BM x BN tile: the sums of one K
+    step written out (per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs; no loop counts
+    against lavapipe's per-invocation iteration limit) and the buffer sizes."""
+    hs, gs = bm // 64, bn // 64
+    lines = []
+    for kk in range(TILE_K):
+        reads = [f"let a{h} = rt_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
+        reads += [f"let w{g} = rt_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
+        sums = [f"acc[{(4 * h + i) * gs + g}] = acc[{(4 * h + i) * gs + g}] + a{h}.{lane} * w{g};"
+                for h in range(hs) for i, lane in enumerate("xyzw") for g in range(gs)]
+        lines.append("        { " + " ".join(reads + sums) + " }")
+    return {"RT_SUMS": "\n".join(lines), "RT_ACC": bm * bn // 64, "RT_A_VECS": 2 * TILE_K * bm // 4,
+            "RT_W_VECS": 2 * TILE_K * bn // 4}
