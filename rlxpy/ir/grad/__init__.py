@@ -3,7 +3,7 @@
 Each family module registers ``@vjp(ops.X)`` rules into the registry of ``core.py``; the traversal
 that calls them is ``rlxpy/ir/passes/autodiff.py``. Importing this package imports every family
 with rules, so the registry is complete. Families without rules: leaf (bound values), quant, kv,
-sample, conv, signal, region, custom, backward (no second order), control (differentiated
+sample, signal, region, custom, backward (no second order), control (differentiated
 through its unfused form) — a loss that depends on a differentiated tensor through one of their ops
 is refused, naming the node.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rlxpy.ir.grad import (  # noqa: F401  (registration, in family order)
     attention,
+    conv,
     elementwise,
     loss,
     matmul,

@@ -15,7 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlxpy.ir.ops.attention import Attention
-from rlxpy.ir.ops.base import ENUMS, ActKind, MaskKind, Op, TensorType, check_axis, need, need_static
+from rlxpy.ir.ops.base import (
+    ENUMS,
+    ActKind,
+    MaskKind,
+    Op,
+    ReduceOp,
+    TensorType,
+    check_axis,
+    need,
+    need_static,
+)
+from rlxpy.ir.ops.conv import AdaptivePool, Pool
 from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
 from rlxpy.ir.ops.scan import SelectiveScan
@@ -275,3 +286,48 @@ class SelectiveScanBackward(Op):
         need(dy == x, f"dy {dy} must have x's type {x}")
         need_static(x.shape + a.shape, "selective scan backward")
         return TensorType((2 * math.prod(x.shape) + math.prod(a.shape) + 2 * math.prod(bm.shape),), x.dtype)
+
+
+@dataclass(frozen=True)
+class PoolBackward(Op):
+    """dx of a Pool (``output_size`` empty: the window attributes are Pool's) or an AdaptivePool
+    (``output_size`` set: its bins); inputs x, y (the pool's output), dy; dx has x's type.
+
+    Every input element sums, over the windows (bins) it lies in, ``dy / divisor`` for MEAN (the
+    forward's divisor of that window), ``dy`` for SUM, and for MAX / MIN ``dy`` of the windows it
+    wins only: the winner is the first tap in window order (the forward's loop order) whose value is
+    the window's output y, a NaN winning over numbers (torch's max_pool takes the first maximum
+    too). A tap in the padding never wins. PROD has no backward."""
+
+    kind: ReduceOp
+    kernel_size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    padding_end: tuple[int, ...] = ()
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor: int = 0
+    output_size: tuple[int, ...] = ()
+    arity = (3, 3)
+
+    @classmethod
+    def of(cls, pool: Pool | AdaptivePool) -> PoolBackward:
+        """The backward of a forward pool op."""
+        if isinstance(pool, AdaptivePool):
+            return cls(pool.kind, output_size=pool.output_size)
+        return cls(pool.kind, pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.padding_end,
+                   pool.ceil_mode, pool.count_include_pad, pool.divisor)
+
+    def forward(self) -> Pool | AdaptivePool:
+        if self.output_size:
+            return AdaptivePool(self.kind, self.output_size)
+        return Pool(self.kind, self.kernel_size, self.stride, self.padding, self.dilation, self.padding_end,
+                    self.ceil_mode, self.count_include_pad, self.divisor)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        x, y, dy = ins
+        need(self.kind is not ReduceOp.PROD, "product pooling has no backward")
+        want = self.forward().infer([x])
+        need(y == want and dy == want, f"y {y} and dy {dy} must be the pool's output {want} (x {x})")
+        return x

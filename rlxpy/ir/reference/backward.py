@@ -17,14 +17,17 @@ from rlxpy.ir.ops.backward import (
     GatherBackward,
     LayerNormBackwardGamma,
     LayerNormBackwardInput,
+    PoolBackward,
     RmsNormBackwardBeta,
     RmsNormBackwardGamma,
     RmsNormBackwardInput,
     RopeBackward,
     SelectiveScanBackward,
 )
-from rlxpy.ir.ops.base import ActKind, MaskKind
+from rlxpy.ir.ops.base import ActKind, MaskKind, ReduceOp
+from rlxpy.ir.ops.conv import adaptive_bin
 from rlxpy.ir.reference.attention import attention_mask, from_bhsd, mask_bhqk, to_bhsd
+from rlxpy.ir.reference.conv import pool_divisor
 from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.loss import log_softmax, target_rows
 from rlxpy.ir.reference.rope import ref_rope
@@ -244,3 +247,63 @@ def ref_selective_scan_backward(op: SelectiveScanBackward, args, node):
         dcm = np.einsum("btc,btcn->btn", dy, h[:, 1:])
     flat = np.concatenate([part.ravel() for part in (dx, ddelta, da, dbm, dcm)])
     return flat.astype(args[0].dtype)
+
+
+def _pool_taps(op: PoolBackward, in_sizes, out_sizes) -> tuple[np.ndarray, np.ndarray]:
+    """[P_out, T] flat input index of every tap of every output position (taps in the forward's loop
+    order) and whether the tap lies inside the input."""
+    spatial = len(in_sizes)
+    geo = None if op.output_size else op.forward().geometry(spatial)
+    index = np.zeros((1,) * (2 * spatial), np.int64)
+    valid = np.ones((1,) * (2 * spatial), bool)
+    for i, (size, out) in enumerate(zip(in_sizes, out_sizes)):
+        if geo is None:
+            bins = np.array([adaptive_bin(j, size, out) for j in range(out)])
+            pos = bins[:, :1] + np.arange(int((bins[:, 1] - bins[:, 0]).max()))[None, :]
+            ok = pos < bins[:, 1:]
+        else:
+            pos = (np.arange(out) * geo.stride[i] - geo.begin[i])[:, None] \
+                + np.arange(geo.kernel[i])[None, :] * geo.dilation[i]
+            ok = (pos >= 0) & (pos < size)
+        shape = [1] * (2 * spatial)
+        shape[i], shape[spatial + i] = pos.shape
+        index = index * size + np.clip(pos, 0, size - 1).reshape(shape)
+        valid = valid & ok.reshape(shape)
+    positions = int(np.prod(out_sizes))
+    full = tuple(out_sizes) + index.shape[spatial:]
+    return (np.broadcast_to(index, full).reshape(positions, -1),
+            np.broadcast_to(valid, tuple(out_sizes) + valid.shape[spatial:]).reshape(positions, -1))
+
+
+@reference(PoolBackward)
+def ref_pool_backward(op: PoolBackward, args, node):
+    x, y, dy = args
+    rows = x.shape[0] * x.shape[1]
+    in_sizes, out_sizes = x.shape[2:], y.shape[2:]
+    index, valid = _pool_taps(op, in_sizes, out_sizes)
+    xf = x.astype(np.float64).reshape(rows, -1)
+    yf = y.astype(np.float64).reshape(rows, -1)
+    g = dy.astype(np.float64).reshape(rows, -1)
+    dx = np.zeros_like(xf)
+    row_ids = np.arange(rows)[:, None]
+    if op.kind in (ReduceOp.MAX, ReduceOp.MIN):
+        vals = xf[:, index]  # [rows, P_out, T]
+        target = yf[:, :, None]
+        hit = valid[None] & ((vals == target) | (np.isnan(vals) & np.isnan(target)))
+        first = hit.argmax(-1)
+        won = np.take_along_axis(index[None].repeat(rows, 0), first[..., None], -1)[..., 0]
+        np.add.at(dx, (np.broadcast_to(row_ids, won.shape), won), np.where(hit.any(-1), g, 0.0))
+    else:
+        if op.kind is ReduceOp.MEAN:
+            if op.output_size:
+                divisor = valid.sum(-1).astype(np.float64)
+            else:
+                forward = op.forward()
+                per_position = pool_divisor(forward, in_sizes, out_sizes, forward.geometry(len(in_sizes)))
+                divisor = np.broadcast_to(per_position, out_sizes).reshape(-1)
+            with np.errstate(all="ignore"):
+                g = g / divisor[None, :]
+        share = np.where(valid[None], g[:, :, None], 0.0)
+        np.add.at(dx, (np.broadcast_to(row_ids[:, :, None], share.shape),
+                       np.broadcast_to(index[None], share.shape)), share)
+    return dx.reshape(x.shape).astype(x.dtype)

@@ -13,6 +13,7 @@
 * ActivationBackward: backward_activation, dy * fn'(t), one thread per element.
 * AttentionBackward: backward_attention.py (flash-attention-2 style kernels with recomputation).
 * SelectiveScanBackward: backward_scan.py (states recomputed, the adjoint walked back per channel).
+* PoolBackward: backward_pool.py (per input element, the windows that hold it).
 
 A node whose scratch lies outside its bind window (an arena bigger than one binding) runs its
 reference as a host step instead.
@@ -34,6 +35,7 @@ from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, I32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering import (
     backward_attention,  # noqa: F401  (registers AttentionBackward)
+    backward_pool,  # noqa: F401  (registers PoolBackward)
     backward_scan,  # noqa: F401  (registers SelectiveScanBackward)
 )
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
