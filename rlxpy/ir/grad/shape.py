@@ -1,18 +1,24 @@
-"""Gradient rules of the shape family: Reshape, Transpose, Narrow, Concat, Expand, Gather and
-ScatterAdd. Indices carry no gradient.
+"""Gradient rules of the shape family: Reshape, Transpose, Narrow, Concat, Expand, Gather,
+ScatterAdd and Resize. Indices carry no gradient.
 
 Narrow's gradient is a Slice (dy in the narrowed range; the traversal merges the slices of one tensor
 into one zero-padded Concat); Expand's sums the broadcast axes;
 Gather's is the backward family's GatherBackward (a scatter-add that clamps indices like the
-forward); ScatterAdd's gathers dy at each update's row and zeroes updates whose row was skipped.
+forward); ScatterAdd's gathers dy at each update's row and zeroes updates whose row was skipped;
+Resize's multiplies dy by the transposed sampling matrix of each resized dim.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
 
 from rlxpy.ir import ops
 from rlxpy.ir.grad.core import Grad, GradContext, Slice, vjp
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import CmpOp
+from rlxpy.ir.reference.shape import ref_resize
 from rlxpy.ir.shape import normalize_axis
 
 
@@ -76,3 +82,34 @@ def grad_scatter_add(ctx: GradContext, node: Node, dy: Node) -> list[Node | None
     keep = ctx.mul(inside, below)
     keep = ctx.g.reshape(keep, (keep.shape[0],) + (1,) * (updates.rank - 1))
     return [ctx.mul(picked, keep, ctx.name(node, "updates")), None]
+
+
+def resize_matrix(op: ops.Resize, dim: int, size_in: int) -> np.ndarray:
+    """[out, in]: resized dim ``dim`` of Resize as a matrix (row o holds the weights output o gives its
+    source elements), taken from the reference itself by resampling the identity, in float64."""
+    steps = (op.steps[dim],) if op.steps else ()
+    single = replace(op, sizes=(op.sizes[dim],), steps=steps)
+    return np.asarray(ref_resize(single, [np.eye(size_in)], None)).T
+
+
+@vjp(ops.Resize)
+def grad_resize(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    """Resize samples one resized dim after the other, each a fixed linear map (nearest: one 1 per
+    row; linear: two weights), so dx applies their transposes: per dim a MatMul of dy with the
+    [out, in] matrix of that dim, the dim moved last and back."""
+    op: ops.Resize = node.op  # type: ignore[assignment]
+    x = ctx.input(node, 0)
+    first = x.rank - len(op.sizes)
+    grad = dy
+    for dim in reversed(range(len(op.sizes))):
+        axis = first + dim
+        matrix = ctx.g.constant(resize_matrix(op, dim, x.shape[axis]), dtype=dy.dtype)
+        perm = [a for a in range(x.rank) if a != axis] + [axis]
+        moved = grad if axis == x.rank - 1 else ctx.g.transpose(grad, perm)
+        grad = ctx.g.matmul(moved, matrix)
+        if axis != x.rank - 1:
+            back = [0] * x.rank
+            for i, p in enumerate(perm):
+                back[p] = i
+            grad = ctx.g.transpose(grad, back)
+    return [ctx.g.reshape(grad, x.shape, ctx.name(node, "x"))]
