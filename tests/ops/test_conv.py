@@ -146,6 +146,25 @@ def test_gemm_tile_of_128_positions(device, monkeypatch):
     check_op(_build_conv(case), _conv_inputs(case, seed=4), _torch_conv(case), tol=CONV_TOL)
 
 
+#: (case, forced BK, forced BM, forced BN): conv_gemm's K steps of 16 k (channel runs of 16, and a
+#: 3-channel stem decoding each element's tap), and its 8-channel threads (BN = 128, two vec4s per k)
+GEMM_STEPS = [
+    ((3, 32, 70, (13, 11), (3, 3), 1, 1, None, 1, 1, True, "relu"), 16, 128, None),
+    ((1, 3, 17, (31, 31), (7, 7), 2, 3, None, 1, 1, True, None), 16, 64, None),
+    ((2, 17, 130, (9, 7), (3, 3), 2, 1, None, 1, 1, True, "gelu"), 8, 128, 128),
+    ((2, 48, 200, (7, 5), (3, 3), 1, 1, None, 1, 1, False, None), 16, 64, 128),
+]
+
+
+@pytest.mark.parametrize("case, bk, rows, cols", GEMM_STEPS,
+                         ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_gemm_k_steps_of_16_and_8_channels_per_thread(device, monkeypatch, case, bk, rows, cols):
+    monkeypatch.setattr(conv_gemm, "FORCE_BK", bk)
+    monkeypatch.setattr(conv_gemm, "FORCE_ROWS", rows)
+    monkeypatch.setattr(conv_gemm, "FORCE_COLS", cols)
+    check_op(_build_conv(case), _conv_inputs(case, seed=7), _torch_conv(case), tol=CONV_TOL)
+
+
 #: (case, forced BM, forced BN, forced splits): conv_gemm_taps' tiles (1 to 8 channels per thread,
 #: 4 or 8 positions), K steps of 8 channels (1x1) with a short last one, of 2 channels (1x3), of one
 #: channel (3x3), channel tails in a split's last step, a 3-D window, groups and a transposed conv
@@ -193,6 +212,25 @@ def test_deep_convs_take_the_taps_kernel_with_a_split_filling_one_wave(device, m
     inputs = _conv_inputs(case, seed=8)
     check_op(_build_conv(case), inputs, _torch_conv(case), tol=CONV_TOL)
     assert _steps(_build_conv(case), inputs) == [("gpu", "conv_gemm_taps"), ("gpu", "conv_split_sum")]
+
+
+def test_wide_convs_take_128_by_128_gemm_tiles_with_a_split_filling_one_wave(device, monkeypatch):
+    """The wide-conv route (ResNet-18's third stage at batch 32): conv_gemm, 8 x 8 outputs per thread,
+    WAVE // tiles splits; layer2-like (128 channels) and batch-1 convs keep their tiles."""
+    dims = {"m": 6272, "kdim": 2304, "kvol": 9, "c_in_g": 256, "c_out_g": 256, "groups": 1, "total": 1605632}
+    pl = conv_gemm.plan(dims, 49152)
+    assert (pl.taps, pl.wide, pl.bm, pl.bn, pl.workgroups) == (False, True, 128, 128, 98)
+    assert conv_gemm.wanted_splits(dims, 49152) == 2
+    for narrow in ({**dims, "c_out_g": 128}, {**dims, "m": 196}, {**dims, "kdim": 256, "kvol": 1}):
+        assert not conv_gemm.plan(narrow, 49152).wide
+    monkeypatch.setattr(conv_gemm, "DEEP_MIN_ROWS", 64)
+    monkeypatch.setattr(conv_gemm, "WIDE_MIN_K", 64)
+    monkeypatch.setattr(conv_gemm, "WIDE_MIN_COLS", 128)
+    monkeypatch.setattr(conv_gemm, "WAVE", 6)
+    case = (2, 64, 150, (9, 7), (3, 3), 1, 1, None, 1, 1, True, "relu")  # K = 576: 2 splits of >= 256
+    inputs = _conv_inputs(case, seed=9)
+    check_op(_build_conv(case), inputs, _torch_conv(case), tol=CONV_TOL)
+    assert _steps(_build_conv(case), inputs) == [("gpu", "conv_gemm"), ("gpu", "conv_split_sum")]
 
 
 @pytest.mark.parametrize("kernel", ["taps", "gather"])

@@ -6,11 +6,13 @@ columns o = the group's output channels and K = (input channel, window tap); A i
 the tile loads it, so no im2col buffer exists. A tile is BM x BN on 16 x 16 threads: BM = 64 or 128
 positions (4 or 8 per thread, read as vec4s). conv_gemm: BN = 16, 32 or 64 channels (1, 2 or 4 per
 thread), the smallest holding the group's channels; the larger BM wins while the grid still has
-``MIN_GROUPS`` workgroups. The per-thread statement blocks below are unrolled here so the
+``MIN_GROUPS`` workgroups; wide convs over few positions take 128 x 128 (8 channels per thread as two
+vec4s, ``is_wide``). The per-thread statement blocks below are unrolled here so the
 accumulators are indexed by constants only (a dynamically indexed register array spills).
 
-conv_gemm walks K in steps of 8 k (tap-major when the group's channels come in runs of 8, one tap
-decode per step; else each element decodes its own k). conv_gemm_taps walks K in steps of CB whole
+conv_gemm walks K in steps of 8 k (16 when forced: no ResNet layer gained on the H200; tap-major when
+the group's channels come in runs of the step, one tap decode per step; else each element decodes its
+own k). conv_gemm_taps walks K in steps of CB whole
 input channels (BK = CB * taps k, windows of at most ``TAPS_MAX`` taps): a conv's weights of one output
 channel in a step are BK consecutive words, and a thread's A elements are the same (channel of the
 step, tap) pairs in every step, so their window offsets are decoded once before the K loop; its tiles
@@ -38,13 +40,13 @@ from rlxpy.wgpu_backend.lowering.conv_geometry import CONV_PARAMS
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step
 
-BK = 8  # K per step (kernel constant)
+BK = 8  # conv_gemm's K per step by default (``gemm_bk``)
 THREADS = 256
 CONV_GEMM = kernel(
     "conv_gemm", CONV_PARAMS, dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # x, w, bias
     # the double-buffered tiles: [2][BK][BM] of A and [2][BK][BN] of w (BM = 128, BN = 64: 12 KiB)
-    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["TN"]) * int(s["W_VECS"]),
-    sizes={"A_VECS": 2 * BK * 128 // 4, "W_VECS": 2 * BK * 64 // 4, "TN": 4})
+    workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * int(s["A_VECS"]) + 4 * int(s["WL"]) * int(s["W_VECS"]),
+    sizes={"A_VECS": 2 * BK * 128 // 4, "W_VECS": 2 * BK * 64 // 4, "TN": 4, "WL": 4})
 #: conv_gemm_taps takes windows of at most this many taps (its per-thread offsets live in registers)
 TAPS_MAX = 16
 CONV_GEMM_TAPS = kernel(
@@ -76,6 +78,14 @@ SPLIT_MIN_K = 256  # k per split at least
 DEEP_MIN_COLS = 128
 DEEP_MIN_K = 2048
 DEEP_MIN_ROWS = 1024
+#: Wide convs over few positions that the deep route leaves (at least WIDE_MIN_COLS output channels, K >=
+#: WIDE_MIN_K, at least DEEP_MIN_ROWS positions and a grid of 128 x 128 tiles below SPLIT_BELOW:
+#: ResNet-18's third stage at batch 32, 6272 positions x 256 channels) take conv_gemm on 128 x 128
+#: tiles (8 x 8 outputs per thread) with a split filling one wave. Measured on the H200 (2026-11-26,
+#: benches/RESULTS.md): layer3's 3x3 256 -> 256 conv 0.389 -> 0.337 ms, its stride-2 128 -> 256 conv
+#: 0.205 -> 0.188; without the split, or on layer1/layer2 (64 / 128 channels), the tile was slower.
+WIDE_MIN_COLS = 256
+WIDE_MIN_K = 1024
 #: one wave on the H100: 132 SMs x 2 resident workgroups of the 128 x 128 tile (264; 300 took 30%
 #: longer than 200 on the 64 x 128 tile, two waves against one)
 WAVE = 264
@@ -84,6 +94,7 @@ FORCE_ROWS: int | None = None
 FORCE_COLS: int | None = None
 FORCE_SPLITS: int | None = None
 FORCE_KERNEL: str | None = None
+FORCE_BK: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class Plan:
 
     taps: bool  # conv_gemm_taps (else conv_gemm)
     deep: bool  # the deep-conv route: splits fill one wave
+    wide: bool  # the wide-conv route (conv_gemm on 128 x 128 tiles): splits fill one wave
     bm: int
     bn: int
     cb: int  # conv_gemm_taps: input channels per K step (0 for conv_gemm)
@@ -131,45 +143,55 @@ def is_deep(dims: dict[str, int]) -> bool:
             and dims["m"] >= DEEP_MIN_ROWS and grid < SPLIT_BELOW)
 
 
+def is_wide(dims: dict[str, int]) -> bool:
+    """The wide-conv route (see WIDE_MIN_COLS); the deep route comes first."""
+    channels = dims["c_out_g"]
+    grid = math.ceil(dims["m"] / 128) * math.ceil(channels / 128) * dims["groups"]
+    return (channels >= WIDE_MIN_COLS and dims["kdim"] >= WIDE_MIN_K and dims["m"] >= DEEP_MIN_ROWS
+            and grid < SPLIT_BELOW and not is_deep(dims))
+
+
 def plan(dims: dict[str, int], shared_limit: int = SHARED_BYTES) -> Plan:
     """The kernel, tile and K steps for the ConvParams sizes ``dims`` on a device offering
     ``shared_limit`` bytes of workgroup memory."""
     kvol, channels, groups = dims["kvol"], dims["c_out_g"], dims["groups"]
     deep = FORCE_KERNEL is None and is_deep(dims)
+    wide = FORCE_KERNEL is None and is_wide(dims)
     taps = deep or FORCE_KERNEL == "taps"
     if taps:
         cb = max(1, BK // kvol)
         bk, steps = cb * kvol, math.ceil(dims["c_in_g"] / cb)
     else:
-        cb, bk, steps = 0, BK, math.ceil(dims["kdim"] / BK)
-    if deep:
+        cb, bk = 0, FORCE_BK or BK
+        steps = math.ceil(dims["kdim"] / bk)
+    if deep or wide:
         bn = FORCE_COLS or 128
         bm = FORCE_ROWS or (128 if _shared(128, bn, bk) <= shared_limit else 64)
     else:
         bn = FORCE_COLS or tile_cols(channels, taps)
-        bn = bn if taps else min(bn, 64)  # conv_gemm's threads hold 4 channels at most
+        bn = bn if taps or FORCE_COLS else min(bn, 64)  # 8 channels per conv_gemm thread only when forced
         bm = tile_rows(dims["m"], math.ceil(channels / bn), groups)
     while _shared(bm, bn, bk) > shared_limit and FORCE_ROWS is None and bm > 64:
         bm //= 2
     while _shared(bm, bn, bk) > shared_limit and FORCE_COLS is None and bn > 16:
         bn //= 2
     workgroups = math.ceil(dims["m"] / bm) * math.ceil(channels / bn) * groups
-    return Plan(taps, deep, bm, bn, cb, bk, steps, workgroups)
+    return Plan(taps, deep, wide, bm, bn, cb, bk, steps, workgroups)
 
 
 #: tile_w's element type by channels per thread: a thread reads its channels of one k as one value
 W_TYPES = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
 
 
-def loads(bm: int, bn: int, runs: bool) -> list[str]:
-    """The loads of one K step into registers. With channel runs the step's 8 k share one window
+def loads(bm: int, bn: int, runs: bool, bk: int = BK) -> list[str]:
+    """The loads of one K step into registers. With channel runs the step's ``bk`` k share one window
     tap: it is decoded once (and where it reads, for A), else every element decodes its own k."""
-    count, rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
-    w_count = -(-bn * BK // THREADS)
+    count, rows = bm * bk // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    w_count, w_rows = -(-bn * bk // THREADS), THREADS // bk  # w elements per thread, channels between them
     if not runs:
         lines = [f"    na{r} = gather_a(t, k0 + t.ak + {r * rows}u, in_size);"
                  for r in range(count)]
-        w_load = [f"nw{r} = gather_w(g, o0 + wo + {32 * r}u, k0 + wk);" for r in range(w_count)]
+        w_load = [f"nw{r} = gather_w(g, o0 + wo + {w_rows * r}u, k0 + wk);" for r in range(w_count)]
         indent = "    "
     else:
         lines = ["    {",
@@ -182,45 +204,48 @@ def loads(bm: int, bn: int, runs: bool) -> list[str]:
                  "        } else {",
                  *(f"            na{r} = 0.0;" for r in range(count)),
                  "        }"]
-        w_load = [f"nw{r} = load_w(g, o0 + wo + {32 * r}u, c0 + wk, tap);" for r in range(w_count)]
+        w_load = [f"nw{r} = load_w(g, o0 + wo + {w_rows * r}u, c0 + wk, tap);" for r in range(w_count)]
         indent = "        "
     for r, text in enumerate(w_load):
-        guarded = 32 * (r + 1) > bn  # BN = 16: half the threads load no w
-        lines.append(f"{indent}if (wo + {32 * r}u < BN) {{ {text} }}" if guarded else f"{indent}{text}")
+        guarded = w_rows * (r + 1) > bn  # BN = 16: half the threads load no w
+        lines.append(f"{indent}if (wo + {w_rows * r}u < BN) {{ {text} }}" if guarded else f"{indent}{text}")
     return lines + (["    }"] if runs else [])
 
 
-def blocks(bm: int, bn: int, runs: bool) -> dict[str, object]:
-    """The placeholders of conv_gemm.wgsl for one tile shape: register declarations, the loads of one
-    K step (``runs``: the group's channels come in runs of BK), their staging into buffer ``b``, the
-    sums of one step and the stores."""
+def blocks(bm: int, bn: int, runs: bool, bk: int = BK) -> dict[str, object]:
+    """The placeholders of conv_gemm.wgsl for one tile shape and K step: register declarations, the
+    loads of one K step (``runs``: the group's channels come in runs of ``bk``), their staging into
+    buffer ``b``, the sums of one step and the stores. A thread holds TN = BN/16 channels as WV
+    vectors of WL (TN = 8: two vec4s)."""
     hs, tn = bm // 64, bn // 16
-    a_count, a_rows = bm * BK // THREADS, THREADS // bm  # A elements per thread, k rows between them
-    w_count = -(-bn * BK // THREADS)
+    wl = min(tn, 4)
+    a_count, a_rows = bm * bk // THREADS, THREADS // bm  # A elements per thread, k rows between them
+    w_count, w_rows = -(-bn * bk // THREADS), THREADS // bk
     regs = [f"    var na{r} = 0.0;" for r in range(a_count)]
     regs += [f"    var nw{r} = 0.0;" for r in range(w_count)]
     stage = [f"    tile_a[b * A_STEP + (t.ak + {r * a_rows}u) * (BM / 4u) + t.am / 4u][t.am % 4u] = na{r};"
              for r in range(a_count)]
     for r in range(w_count):
-        channel = f"(wo + {32 * r}u)"
-        slot = f"tile_w[b * W_STEP + wk * (BN / TN) + {channel} / TN]"
-        slot += f"[{channel} % TN]" if tn > 1 else ""
+        channel = f"(wo + {w_rows * r}u)"
+        slot = f"tile_w[b * W_STEP + wk * (BN / WL) + {channel} / WL]"
+        slot += f"[{channel} % WL]" if wl > 1 else ""
         text = f"{slot} = nw{r};"
-        stage.append(f"    if (wo + {32 * r}u < BN) {{ {text} }}" if 32 * (r + 1) > bn else f"    {text}")
-    lanes = ["w"] if tn == 1 else [f"w.{lane}" for lane in "xyzw"[:tn]]
+        guarded = w_rows * (r + 1) > bn
+        stage.append(f"    if (wo + {w_rows * r}u < BN) {{ {text} }}" if guarded else f"    {text}")
+    lanes = ["" if wl == 1 else f".{lane}" for lane in "xyzw"[:wl]]
     fma = []
-    for kk in range(BK):
+    for kk in range(bk):
         fma.append("        {")
         fma += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
-        fma.append(f"            let w = tile_w[tb + {kk * bn // tn}u];")
-        fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * {lanes[j]};"
+        fma += [f"            let w{v} = tile_w[tb + {kk * bn // wl + v}u];" for v in range(tn // wl)]
+        fma += [f"            acc[{h * tn + j}] = acc[{h * tn + j}] + a{h} * w{j // wl}{lanes[j % wl]};"
                 for h in range(hs) for j in range(tn)]
         fma.append("        }")
     store = [f"    store4(g, split, t.m0 + tx * 4u + {64 * h}u, o0 + ty * TN + {j}u, acc[{h * tn + j}]);"
              for h in range(hs) for j in range(tn)]
-    return {"BM": bm, "BN": bn, "TN": tn, "W_TYPE": W_TYPES[tn], "A_VECS": 2 * BK * bm // 4,
-            "W_VECS": 2 * BK * bn // tn, "ACC": hs * tn, "REGS": "\n".join(regs),
-            "LOAD": "\n".join(loads(bm, bn, runs)), "STAGE": "\n".join(stage), "FMA": "\n".join(fma),
+    return {"BM": bm, "BN": bn, "BK": bk, "TN": tn, "WL": wl, "W_TYPE": W_TYPES[wl],
+            "A_VECS": 2 * bk * bm // 4, "W_VECS": 2 * bk * bn // wl, "ACC": hs * tn, "REGS": "\n".join(regs),
+            "LOAD": "\n".join(loads(bm, bn, runs, bk)), "STAGE": "\n".join(stage), "FMA": "\n".join(fma),
             "STORE": "\n".join(store), "NEXT": "k0 = k_begin + (s + 1u) * BK;"}
 
 
@@ -287,7 +312,7 @@ def wanted_splits(dims: dict[str, int], shared_limit: int = SHARED_BYTES) -> int
     if FORCE_SPLITS is not None:
         return max(1, min(FORCE_SPLITS, pl.steps))
     most = pl.steps // math.ceil(SPLIT_MIN_K / pl.bk)
-    if pl.deep:
+    if pl.deep or pl.wide:
         return max(1, min(WAVE // pl.workgroups, most, SPLIT_MAX))
     if pl.workgroups >= SPLIT_BELOW:
         return 1
@@ -326,9 +351,10 @@ def gemm_steps(node: Node, ctx: LowerCtx, fields: dict[str, int], subs: dict[str
     if pl.taps:
         gemm, subs = CONV_GEMM_TAPS, {**subs, **taps_blocks(pl)}
     else:
-        runs = fields["c_in_g"] % BK == 0
+        runs = fields["c_in_g"] % pl.bk == 0
         gemm = CONV_GEMM
-        subs = {**subs, **blocks(pl.bm, pl.bn, runs), "CIN_G": "p.c_in_g" if runs else f"{fields['c_in_g']}u"}
+        cin_g = "p.c_in_g" if runs else f"{fields['c_in_g']}u"
+        subs = {**subs, **blocks(pl.bm, pl.bn, runs, pl.bk), "CIN_G": cin_g}
     row_tiles = math.ceil(fields["m"] / pl.bm)
     n_tiles = math.ceil(fields["c_out_g"] / pl.bn)
     groups = fields["groups"]
