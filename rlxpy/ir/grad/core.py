@@ -21,6 +21,7 @@ import numpy as np
 
 from rlxpy.errors import GraphError, RegistryError, UnsupportedOpError, where
 from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.base import BinaryOp, CmpOp, ReduceOp
 from rlxpy.ir.shape import Shape
@@ -71,8 +72,9 @@ def vjp_of(node: Node) -> VjpFn:
 
 
 def differentiable(node: Node) -> bool:
-    """Only float tensors carry gradients (indices, masks and booleans do not)."""
-    return node.dtype.is_float
+    """Only float and complex tensors carry gradients (indices, masks and booleans do not); a complex
+    tensor's gradient is complex, ``dL/d re + i dL/d im``."""
+    return node.dtype.is_float or node.dtype is DType.C64
 
 
 class GradContext:

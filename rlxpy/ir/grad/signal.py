@@ -1,0 +1,128 @@
+"""Gradient rules of the signal family: Fft (complex, rfft, irfft; every norm) and ComplexView.
+
+A complex tensor's gradient is complex, ``dL/d re + i dL/d im`` (torch's convention for a real
+loss), so a C-linear map ``y = c A z`` has the adjoint ``dz = c A^H dy``. The DFT matrix is
+symmetric, so A^H is the DFT of the other direction: every gradient is an Fft again, unscaled
+(BACKWARD) with the forward's scale c folded into a multiply (c: 1, 1/N for FORWARD's inverse,
+1/sqrt(N) for ORTHO). The real transforms weight the one-sided bins:
+
+* rfft's adjoint is ``Re(R^H dy)`` over the one-sided rows R of the DFT: irfft of dy with bins
+  1 .. ceil(N/2)-1 halved (irfft counts each of them twice, as the bin and its mirror; DC and the
+  Nyquist bin once);
+* irfft's is ``a_k rfft(dy)_k``, a_k = 2 for the bins irfft mirrors and 1 for DC and (even n) the
+  Nyquist bin, whose imaginary parts irfft ignores (gradient 0); bins past n//2 get 0.
+
+The weighting runs on the F32 view of the spectrum (view_as_real), which the element-wise ops take.
+A spectrum that fans out would need a C64 sum, which no kernel does: that is an error at the sum.
+Stft, WelchPeaks and LogMel have no rules (LogMelBackward exists for a hand-built backward).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rlxpy.ir import ops
+from rlxpy.ir.dtype import DType
+from rlxpy.ir.grad.core import GradContext, vjp
+from rlxpy.ir.graph import Node
+from rlxpy.ir.ops.base import FftNorm
+from rlxpy.ir.shape import normalize_axis
+
+
+def scale_of(norm: FftNorm, inverse: bool, n: int) -> float:
+    """The factor an Fft of length n applies in that direction."""
+    if norm is FftNorm.ORTHO:
+        return 1.0 / math.sqrt(n)
+    if norm is FftNorm.FORWARD and inverse:
+        return 1.0 / n
+    return 1.0
+
+
+def _transform(ctx: GradContext, node: Node, x: Node, op: ops.Fft) -> Node:
+    """``op`` applied to x, with the forward's plan table when it has one (same length N)."""
+    table = ctx.inputs(node)[1:]
+    return ctx.g.apply(op, [x, *table])
+
+
+def _weighted(ctx: GradContext, spectrum: Node, axis: int, weights: np.ndarray, name: str | None) -> Node:
+    """A C64 spectrum times real per-bin (re, im) weights [bins, 2] along ``axis``: on its F32 view."""
+    pairs = ctx.g.view_as_real(spectrum)
+    shape = [1] * pairs.rank
+    shape[axis], shape[-1] = weights.shape
+    scaled = ctx.mul(pairs, ctx.g.constant(weights.reshape(shape), dtype=DType.F32))
+    return ctx.g.view_as_complex(scaled, name)
+
+
+def _fit_bins(ctx: GradContext, pairs: Node, axis: int, bins: int) -> Node:
+    """The F32 view of a spectrum cut or zero-padded to ``bins`` along ``axis``."""
+    have = pairs.shape[axis]
+    if have > bins:
+        return ctx.g.narrow(pairs, axis, 0, bins)
+    if have < bins:
+        return ctx.g.concat([pairs, ctx.zeros_shaped(pairs, axis, bins - have)], axis)
+    return pairs
+
+
+def _complex_grad(ctx: GradContext, node: Node, dy: Node, axis: int, scale: float, name: str) -> Node:
+    op: ops.Fft = node.op  # type: ignore[assignment]
+    dx = _transform(ctx, node, dy, ops.Fft(not op.inverse, FftNorm.BACKWARD, op.axis))
+    if scale == 1.0:
+        return dx
+    if dx.dtype is DType.C64:
+        return _weighted(ctx, dx, axis, np.full((dx.shape[axis], 2), scale), name)
+    return ctx.mul(dx, scale, name)
+
+
+def _rfft_grad(ctx: GradContext, node: Node, dy: Node, axis: int, scale: float, name: str) -> Node:
+    op: ops.Fft = node.op  # type: ignore[assignment]
+    x = ctx.input(node, 0)
+    n = x.shape[axis]
+    if not op.onesided:  # Re(W^H dy): the real part of the unscaled inverse
+        full = ctx.g.view_as_real(_transform(ctx, node, dy, ops.Fft(True, FftNorm.BACKWARD, op.axis)))
+        dx = ctx.g.reshape(ctx.g.narrow(full, full.rank - 1, 0, 1), x.shape)
+        return ctx.mul(dx, scale, name) if scale != 1.0 else dx
+    halve = np.full((dy.shape[axis], 2), 0.5 * scale)
+    halve[0] = scale
+    if n % 2 == 0:
+        halve[n // 2] = scale
+    weighted = _weighted(ctx, dy, axis, halve, None)
+    back = ops.Fft(True, FftNorm.BACKWARD, op.axis, real=True, n=n)
+    return ctx.g.reshape(_transform(ctx, node, weighted, back), x.shape, name)
+
+
+def _irfft_grad(ctx: GradContext, node: Node, dy: Node, axis: int, scale: float, name: str) -> Node:
+    """x has M bins, the output n samples: a_k rfft(dy)_k, cut or zero-padded to M bins."""
+    op: ops.Fft = node.op  # type: ignore[assignment]
+    x = ctx.input(node, 0)
+    n, bins = op.length(x.type), x.shape[axis]
+    spectrum = _transform(ctx, node, dy, ops.Fft(False, FftNorm.BACKWARD, op.axis, real=True))
+    pairs = _fit_bins(ctx, ctx.g.view_as_real(spectrum), axis, bins)
+    weights = np.zeros((bins, 2))
+    used = min(bins, n // 2 + 1)
+    weights[:used] = 2.0 * scale
+    weights[0] = (scale, 0.0)
+    if n % 2 == 0 and n // 2 < used:
+        weights[n // 2] = (scale, 0.0)
+    shape = [1] * pairs.rank
+    shape[axis], shape[-1] = weights.shape
+    scaled = ctx.mul(pairs, ctx.g.constant(weights.reshape(shape), dtype=DType.F32))
+    return ctx.g.view_as_complex(scaled, name)
+
+
+@vjp(ops.Fft)
+def grad_fft(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    op: ops.Fft = node.op  # type: ignore[assignment]
+    x = ctx.input(node, 0)
+    scale = scale_of(op.norm, op.inverse, op.length(x.type))
+    axis = normalize_axis(op.axis, x.rank)
+    rule = _complex_grad if not op.real else _irfft_grad if op.inverse else _rfft_grad
+    return [rule(ctx, node, dy, axis, scale, ctx.name(node, "x"))] + [None] * (len(node.inputs) - 1)
+
+
+@vjp(ops.ComplexView)
+def grad_complex_view(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    """The views are each other's inverse, and re/im pairs are the complex gradient's layout."""
+    name = ctx.name(node, "x")
+    return [ctx.g.view_as_real(dy, name) if node.op.to_complex else ctx.g.view_as_complex(dy, name)]

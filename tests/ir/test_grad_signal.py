@@ -1,0 +1,167 @@
+"""Gradient rules of the signal family (Fft: complex in C64 and in the f32/f64 block layout, rfft
+one-sided and full, irfft with every output length; each norm; ComplexView) vs torch.autograd of
+torch.fft in float64 (f32 graph within FFT_TOL: rtol 1e-4, atol 2e-5, an FFT sums N products per bin).
+
+Finite differences: the block-layout transform runs in f64 through the numpy reference
+(grad_helpers.FD_TOL). rfft takes and irfft gives f32 only and view_as_complex takes f32, so those
+graphs have no f64 form: their f32 gradients are held to central differences (step 1e-6) of the same
+loss written with numpy.fft in float64, within FFT_TOL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from grad_helpers import autodiff_grads, check_grads, rand
+
+import rlxpy
+from rlxpy.ir import Graph
+from rlxpy.ir.ops.base import FftNorm
+from rlxpy.ir.passes.autodiff import grad
+
+FFT_TOL = (1e-4, 2e-5)
+#: (rlxpy's norm, forward?) -> torch's norm name
+_TORCH_NORM = {(FftNorm.BACKWARD, True): "backward", (FftNorm.BACKWARD, False): "forward",
+               (FftNorm.FORWARD, True): "backward", (FftNorm.FORWARD, False): "backward",
+               (FftNorm.ORTHO, True): "ortho", (FftNorm.ORTHO, False): "ortho"}
+NORMS = list(FftNorm)
+
+
+def numpy_fd_check(loss64, x: np.ndarray, got: np.ndarray, points: int = 8) -> None:
+    """``got`` (d loss / d x from the f32 graph) vs central differences of ``loss64`` in float64."""
+    base = x.astype(np.float64)
+    rng = np.random.default_rng(7)
+    for index in rng.choice(base.size, size=min(points, base.size), replace=False):
+        values = []
+        for sign in (1.0, -1.0):
+            moved = base.copy().reshape(-1)
+            moved[index] += sign * 1e-6
+            values.append(loss64(moved.reshape(base.shape)))
+        estimate = (values[0] - values[1]) / 2e-6
+        value = float(got.reshape(-1)[index])
+        assert abs(value - estimate) <= FFT_TOL[1] + FFT_TOL[0] * abs(estimate), (index, value, estimate)
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=lambda n: n.name)
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("shape", [(1, 2), (3, 6), (2, 34)], ids=str)  # N = 1, 3, 17
+def test_block_layout_fft_gradients(shape, inverse, norm):
+    n = shape[-1] // 2
+    torch_norm = _TORCH_NORM[(norm, not inverse)]
+
+    def reference(x):
+        z = torch.complex(x[..., :n], x[..., n:])
+        y = (torch.fft.ifft if inverse else torch.fft.fft)(z, norm=torch_norm)
+        return torch.cat([y.real, y.imag], -1)
+
+    check_grads(lambda g, x: g.fft(x, inverse, norm), reference, {"x": rand(shape, 0)}, tol=FFT_TOL)
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=lambda n: n.name)
+@pytest.mark.parametrize("inverse", [False, True])
+def test_c64_fft_gradients_along_a_leading_axis(inverse, norm):
+    torch_norm = _TORCH_NORM[(norm, not inverse)]
+
+    def build(g, x):
+        return g.view_as_real(g.fft(g.view_as_complex(x), inverse, norm, axis=0))
+
+    def reference(x):
+        y = (torch.fft.ifft if inverse else torch.fft.fft)(torch.view_as_complex(x), dim=0, norm=torch_norm)
+        return torch.view_as_real(y)
+
+    check_grads(build, reference, {"x": rand((5, 3, 2), 1)}, tol=FFT_TOL, fd=False)
+    # the same transform along axis 0 in float64 numpy: the block-layout test covers the f64 graph
+    got, cot = autodiff_grads(build, {"x": rand((5, 3, 2), 1)})
+    fn = np.fft.ifft if inverse else np.fft.fft
+
+    def loss64(x):
+        y = fn(x[..., 0] + 1j * x[..., 1], axis=0, norm=torch_norm)
+        return float((np.stack([y.real, y.imag], -1) * cot).sum())
+
+    numpy_fd_check(loss64, rand((5, 3, 2), 1), got["x"])
+
+
+# (shape, axis, onesided)
+RFFT_CASES = [((1,), -1, True), ((3, 17), -1, True), ((2, 16), -1, True), ((4, 3), 0, True),
+              ((17, 2), 0, True), ((2, 7), -1, False), ((6, 2), 0, False)]
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=lambda n: n.name)
+@pytest.mark.parametrize("case", RFFT_CASES, ids=str)
+def test_rfft_gradients(case, norm):
+    shape, axis, onesided = case
+    torch_norm = _TORCH_NORM[(norm, True)]
+
+    def build(g, x):
+        return g.view_as_real(g.rfft(x, norm, axis, onesided))
+
+    def reference(x):
+        transform = torch.fft.rfft if onesided else torch.fft.fft
+        return torch.view_as_real(transform(x, dim=axis, norm=torch_norm))
+
+    x = rand(shape, 2)
+    check_grads(build, reference, {"x": x}, tol=FFT_TOL, fd=False)
+    got, cot = autodiff_grads(build, {"x": x})
+    fn = np.fft.rfft if onesided else np.fft.fft
+
+    def loss64(v):
+        y = fn(v, axis=axis, norm=torch_norm)
+        return float((np.stack([y.real, y.imag], -1) * cot).sum())
+
+    numpy_fd_check(loss64, x, got["x"])
+
+
+# (bins M, n (0: 2(M-1)), axis): even and odd n, missing bins (n > 2(M-1)) and ignored ones (n < 2(M-1))
+IRFFT_CASES = [(2, 0, -1), (9, 0, -1), (9, 17, -1), (9, 30, -1), (9, 5, -1), (1, 1, -1), (5, 0, 0), (4, 7, 0)]
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=lambda n: n.name)
+@pytest.mark.parametrize("case", IRFFT_CASES, ids=str)
+def test_irfft_gradients(case, norm):
+    bins, n, axis = case
+    shape = (2, bins, 2) if axis == -1 else (bins, 3, 2)
+    torch_norm = _TORCH_NORM[(norm, False)]
+    length = n or 2 * (bins - 1)
+
+    def build(g, x):
+        return g.irfft(g.view_as_complex(x), n, norm, axis)
+
+    def reference(x):
+        return torch.fft.irfft(torch.view_as_complex(x), length, dim=axis, norm=torch_norm)
+
+    x = rand(shape, 3)
+    check_grads(build, reference, {"x": x}, tol=FFT_TOL, fd=False)
+    got, cot = autodiff_grads(build, {"x": x})
+
+    def loss64(v):
+        y = np.fft.irfft(v[..., 0] + 1j * v[..., 1], length, axis=axis, norm=torch_norm)
+        return float((y * cot).sum())
+
+    numpy_fd_check(loss64, x, got["x"])
+
+
+def test_spectral_gradients_run_on_the_gpu(device):
+    """rfft -> per-bin complex weights -> irfft (a spectral filter) and a C64 FFT along axis 0:
+    the differentiated graph compiles with no host step and matches torch.autograd."""
+    x, w = rand((3, 17), 4), rand((9, 2), 5)
+    g = Graph("spectral_filter")
+    xn, wn = g.input("x", x.shape), g.input("w", w.shape)
+    spectrum = g.view_as_real(g.rfft(xn, FftNorm.ORTHO))
+    filtered = g.irfft(g.view_as_complex(g.mul(spectrum, wn)), 17, FftNorm.FORWARD)
+    mixed = g.view_as_real(g.fft(g.view_as_complex(g.reshape(g.concat([filtered, filtered], 1), (3, 17, 2))),
+                                 axis=0))
+    g.output(g.sum(g.reshape(g.mul(mixed, mixed), (3 * 17 * 2,)), 0, name="loss"))
+    result = grad(g, "loss", ["x", "w"])
+    exe = rlxpy.compile(result.graph)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    out = exe.run({"x": x, "w": w})
+
+    tx, tw = (torch.from_numpy(a).double().requires_grad_() for a in (x, w))
+    spec = torch.view_as_real(torch.fft.rfft(tx, norm="ortho")) * tw
+    filt = torch.fft.irfft(torch.view_as_complex(spec), 17, norm="backward")
+    pairs = torch.cat([filt, filt], 1).reshape(3, 17, 2)
+    mix = torch.view_as_real(torch.fft.fft(torch.view_as_complex(pairs), dim=0))
+    (mix * mix).sum().backward()
+    for name, want in (("x", tx.grad), ("w", tw.grad)):
+        np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=FFT_TOL[0], atol=1e-4,
+                                   err_msg=f"d loss / d {name} on the GPU vs torch.autograd")
