@@ -46,7 +46,9 @@ def _matmul(g: rlxpy.Graph) -> None:
     few = g.input("few", [3, 16])
     g.output(g.linear(a, w, bias, "relu"), g.matmul(odd, w_odd), g.matmul(few, w), g.matmul(few, half))
     g.output(g.matmul(g.input("wide", [24, 1024]), g.input("tokens", [1024, 20])))  # split K
-    g.output(g.grouped_matmul(a, g.param("experts", [3, 16, 24]), g.input("expert_ids", [70], "i32")))
+    experts = g.param("experts", [3, 16, 24])
+    g.output(g.grouped_matmul(a, experts, g.input("expert_ids", [70], "i32")))
+    g.output(g.grouped_matmul(few, experts, g.input("few_ids", [3], "i32")))  # the few-rows kernel
 
 
 def _norm_reduce(g: rlxpy.Graph) -> None:

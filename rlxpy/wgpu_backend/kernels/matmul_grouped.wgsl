@@ -7,18 +7,14 @@
 #include "matmul_access_{{ACCESS}}.wgsl"
 #include "matmul_y_index.wgsl"
 
-const BM: u32 = 64u;
+const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
+const SLOTS: u32 = BM;
 #include "matmul_register_tiles.wgsl"
+#include "matmul_grouped_tile.wgsl"
 
-var<workgroup> rows: array<u32, BM>;
-var<workgroup> job: vec3<u32>;  // (expert, first position in perm, rows)
 var<private> tile_rows: u32;
 var<private> expert_w: u32;  // the expert's weight matrix
-
-fn word(i: u32) -> u32 {  // one u32 of the arena (the table and perm)
-    return {{WORD}};
-}
 
 fn rt_load_a(r: u32, k: u32) -> vec4<f32> {
     var row = p.m;  // a slot past the tile's rows loads zeros
@@ -34,23 +30,11 @@ fn rt_load_w(k: u32, c: u32) -> vec4<f32> {
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    if (lane == 0u) {
-        var found = vec3<u32>(0u, 0u, 0u);
-        if (wid.y < word(p.table)) {
-            let entry = p.table + 1u + 3u * wid.y;
-            found = vec3<u32>(word(entry), word(entry + 1u), word(entry + 2u));
-        }
-        job = found;
-    }
-    let task = workgroupUniformLoad(&job);
+    let task = grouped_tile(lane, wid.y);
     if (task.z == 0u) {
         return;
     }
     tile_rows = task.z;
-    if (lane < tile_rows) {
-        rows[lane] = word(p.perm + task.y + lane);
-    }
-    workgroupBarrier();
     let tx = lane % 16u;
     let ty = lane / 16u;
     let col0 = wid.x * BN;
@@ -59,8 +43,8 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         expert_w = p.w + task.x * p.k * p.n;
         acc = rt_sums(lane, tx, ty, col0, p.k);
     }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = 4u * ty + i;
+    for (var i = 0u; i < BM / 16u; i = i + 1u) {  // rows 4 ty + 64 h + j for i = 4 h + j
+        let r = 4u * ty + 64u * (i / 4u) + i % 4u;
         if (r < tile_rows) {
             for (var g = 0u; g < BN / 64u; g = g + 1u) {
                 let col = col0 + 4u * tx + 64u * g;

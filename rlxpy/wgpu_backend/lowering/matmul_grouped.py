@@ -4,18 +4,25 @@
 Two dispatches, no host step:
 
 1. matmul_grouped_route (one workgroup): counts each expert's rows (workgroup atomics), lays them out
-   expert after expert in a permutation, and writes a table of tiles of <= 64 rows of one expert;
-2. matmul_grouped: one workgroup per (BN-column block, tile), the register-tiled GEMM core
-   (include/matmul_register_tiles.wgsl, matmul_tiled's double-buffered 4 x 4-per-thread technique) on
-   the tile's rows (gathered through the permutation) and their expert's weight, each weight tile read
-   once per 64 rows. BN = 128 while that still gives MIN_GROUPS workgroups (the dense GEMM's rule),
-   else 64. The grid is sized for the most tiles any routing can give (ceil(M / 64) + E + 1);
-   workgroups past the table's count return at once. The arena is read as vec4 words where x, w, y,
-   K and N sit on 4-element boundaries (matmul_tiled's access includes), else word by word.
+   expert after expert in a permutation, and writes a table of tiles of <= BM rows of one expert;
+2. the GEMM over that table, one workgroup per (column block, tile); the grid is sized for the most
+   tiles any routing can give (ceil(M / BM) + E + 1), workgroups past the table's count return at once:
 
-Scratch: the tile table and the permutation. Without room for them, with more than ``MAX_EXPERTS``
-experts (the routing keeps two words per expert in workgroup memory) or a K too long for one
-invocation's loop budget, the op runs as a host step.
+   * matmul_grouped (many rows, compute-bound): the register-tiled GEMM core
+     (include/matmul_register_tiles.wgsl, matmul_tiled's technique: double-buffered 8-deep K steps
+     with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows, gathered through the
+     permutation, and their expert's weight; each weight tile is read once per BM rows. The tile
+     (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups; 128-row tiles only
+     where experts average at least FULL_128 rows (else the tiles would be mostly padding).
+   * matmul_grouped_rows (at most FEW_ROWS rows, decode: memory-bound): 64 columns a workgroup,
+     16 slices of K each streaming the expert's weight with no barrier between k steps.
+
+   Both read the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
+   (matmul_tiled's access includes), else word by word.
+
+Scratch: the tile table and the permutation (sized for 64-row tiles, the most tiles). Without room for
+them, with more than ``MAX_EXPERTS`` experts (the routing keeps two words per expert in workgroup
+memory) or a K too long for one invocation's loop budget, the op runs as a host step.
 """
 
 from __future__ import annotations
@@ -27,37 +34,57 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
-from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.params import U32, Layout, kernel, params
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 #: index dtypes the routing reads (include/matmul_expert_index.wgsl)
 INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 ROUTE_LANES = 256
-TILE_ROWS = 64  # rows of one tile (the routing's BM; the GEMM kernel's BM is the same constant)
+MIN_TILE_ROWS = 64  # the smallest BM: the most tiles, which the scratch is sized for
 TILE_K = 8  # K per step of the register-tiled core
-TILE_COLS = (128, 64)  # BN, the first whose grid reaches MIN_GROUPS workgroups
+#: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring
+TILES = ((128, 128), (64, 128), (64, 64))
 MIN_GROUPS = 256
+FULL_128 = 512
+#: the few-rows kernel: at most this many rows, K staged KC at a time, 64 columns a workgroup
+FEW_ROWS, ROWS_KC, ROWS_COLS = 16, 128, 64
 MAX_EXPERTS = 1024
+#: Benches and tests only: force a (BM, BN) of the tiled kernel. Not a user flag.
+FORCE_TILE: tuple[int, int] | None = None
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
     dtypes=accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32), workgroup=(ROUTE_LANES, 1, 1),
     # counts and starts per bucket (experts + the out-of-range bucket), a (rows, tiles) pair per lane
-    shared_bytes=lambda s: 8 * int(s["BUCKETS"]) + 8 * int(s["WG"]), sizes={"BUCKETS": 9, "BM": TILE_ROWS})
-# m, k_len, bias, split1, split2 and block_rows are the fields matmul_tiled's access includes read
-# (m = rows of x, k_len = k, split1 = split2 = n, no bias)
-MATMUL_GROUPED = kernel("matmul_grouped", params(
-    "MatmulGroupedParams", k=U32, n=U32, experts=U32, x=U32, w=U32, y=U32, table=U32, perm=U32, m=U32,
-    k_len=U32, bias=U32, split1=U32, split2=U32, block_rows=U32),
-    dtypes=accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32), workgroup=(16, 16, 1),
+    shared_bytes=lambda s: 8 * int(s["BUCKETS"]) + 8 * int(s["WG"]), sizes={"BUCKETS": 9, "BM": 64})
+
+
+def _gemm_params(name: str) -> Layout:
+    """The GEMM kernels' uniform record. m, k_len, bias, split1, split2 and block_rows are the fields
+    matmul_tiled's access includes read (m = the rows of x, k_len = k, split1 = split2 = n, no bias)."""
+    return params(name, k=U32, n=U32, experts=U32, x=U32, w=U32, y=U32, table=U32, perm=U32, m=U32,
+                  k_len=U32, bias=U32, split1=U32, split2=U32, block_rows=U32)
+
+
+_GEMM_DTYPES = accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32)
+MATMUL_GROUPED = kernel(
+    "matmul_grouped", _gemm_params("MatmulGroupedParams"), dtypes=_GEMM_DTYPES, workgroup=(16, 16, 1),
     # the double-buffered x and w tiles, the tile's row ids and its job
-    shared_bytes=lambda s: 4 * (2 * TILE_K * (TILE_ROWS + int(s["BN"])) + TILE_ROWS + 4), sizes={"BN": 128})
+    shared_bytes=lambda s: 4 * (2 * TILE_K * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
+    sizes={"BM": 64, "BN": 128})
+MATMUL_GROUPED_ROWS = kernel(
+    "matmul_grouped_rows", _gemm_params("MatmulGroupedRowsParams"), dtypes=_GEMM_DTYPES,
+    workgroup=(256, 1, 1),
+    # the staged x rows, one row's partial sums of the 16 K slices, the row ids (16-byte aligned: the
+    # job that follows is a vec3) and the job
+    shared_bytes=lambda s: 4 * (int(s["ROWS"]) * ROWS_KC + 4 * 256 + -(-int(s["ROWS"]) // 4) * 4 + 4),
+    sizes={"ROWS": 16})
 
 
-def max_tiles(rows: int, experts: int) -> int:
-    """Tiles the routing can give: each bucket's rows in tiles of TILE_ROWS, one partial per bucket."""
-    return math.ceil(rows / TILE_ROWS) + experts + 1
+def max_tiles(rows: int, experts: int, bm: int = MIN_TILE_ROWS) -> int:
+    """Tiles the routing can give: each bucket's rows in tiles of bm, one partial per bucket."""
+    return math.ceil(rows / bm) + experts + 1
 
 
 def scratch_words(rows: int, experts: int) -> int:
@@ -69,11 +96,34 @@ def grouped_scratch(node: Node, graph: Graph) -> int:
     return 4 * scratch_words(x.shape[0], w.shape[0])
 
 
+def few_rows(rows: int) -> bool:
+    return rows <= FEW_ROWS
+
+
+def choose_tile(rows: int, experts: int, n: int) -> tuple[int, int]:
+    if FORCE_TILE is not None:
+        return FORCE_TILE
+    for bm, bn in TILES:
+        if bm > 64 and rows < FULL_128 * experts:
+            continue
+        if math.ceil(n / bn) * max_tiles(rows, experts, bm) >= MIN_GROUPS:
+            return bm, bn
+    return TILES[-1]
+
+
+def _loop_steps(rows: int, k: int) -> int:
+    """Loop iterations one invocation of the GEMM kernel runs (lavapipe counts them)."""
+    if few_rows(rows):
+        r = max(rows, 1)
+        return math.ceil(k / ROWS_KC) * (ROWS_KC // 16 * (r + 1) + 4 * r + 2) + 17 * r
+    return math.ceil(k / TILE_K) * 6 + 16  # the steps, rt_put's 4-step loop, the stores
+
+
 def _host_reason(node: Node, ctx: LowerCtx, rows: int, experts: int, k: int) -> str:
     """Why this node cannot run on the kernels ("" when it can)."""
     if experts > MAX_EXPERTS:
         return f"{experts} experts (the routing pass holds at most {MAX_EXPERTS})"
-    if math.ceil(k / TILE_K) * 6 > LOOP_BUDGET:  # the steps and rt_put's 4-step loop
+    if _loop_steps(rows, k) > LOOP_BUDGET:
         return f"K = {k} exceeds one invocation's loop budget"
     base, size = ctx.scratch
     inside = ctx.window_base <= base and base + size <= ctx.window_base + ctx.window_size
@@ -93,18 +143,22 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
         return host_steps(node, ctx)
     table = (ctx.scratch[0] - ctx.window_base) // 4
     perm = table + 1 + 3 * max_tiles(rows, experts)
-    route_subs = {"BUCKETS": experts + 1, "BM": TILE_ROWS, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
     offsets = {"x": ctx.offset(x), "w": ctx.offset(w), "y": ctx.offset(node)}
-    tiles = max_tiles(rows, experts)
-    bn = next((c for c in TILE_COLS if math.ceil(n / c) * tiles >= MIN_GROUPS), TILE_COLS[-1])
     vec4 = all(v % 4 == 0 for v in (k, n, *offsets.values()))
-    subs = {"BN": bn, "ACCESS": "vec4" if vec4 else "words", **register_tiles(TILE_ROWS, bn),
-            "WORD": "buf[i >> 2u][i & 3u]" if vec4 else "buf[i]"}
-    grid = (math.ceil(n / bn), tiles, 1)
+    subs: dict[str, object] = {"ACCESS": "vec4" if vec4 else "words",
+                               "WORD": "buf[i >> 2u][i & 3u]" if vec4 else "buf[i]"}
+    if few_rows(rows):
+        bm, gemm, cols = MIN_TILE_ROWS, MATMUL_GROUPED_ROWS, ROWS_COLS
+        subs["ROWS"] = min(rows, FEW_ROWS)
+    else:
+        (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
+        subs |= {"BM": bm, "BN": cols, **register_tiles(bm, cols)}
+    route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
+    grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
     return [ctx.dispatch(MATMUL_GROUPED_ROUTE, node, (1, 1, 1), route_subs, False, rows=rows, experts=experts,
                          idx=ctx.offset(idx), table=table, perm=perm),
-            ctx.dispatch(MATMUL_GROUPED, node, grid, subs, False, k=k, n=n, experts=experts, table=table,
-                         perm=perm, m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
+            ctx.dispatch(gemm, node, grid, subs, False, k=k, n=n, experts=experts, table=table, perm=perm,
+                         m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
 def register_tiles(bm: int, bn: int) -> dict[str, object]:
