@@ -11,7 +11,8 @@ Conv and ConvTranspose take one of two kernels, both reading x in place (no im2c
   few channels), where a GEMM tile of 16 channels would mostly idle: one invocation per output.
 
 A transposed conv is the same gather with another tap map (include/conv_window_transpose.wgsl: output
-o reads input (o + pad - t*dil)/s where that divides). Non-f32 convs run as host steps.
+o reads input (o + pad - t*dil)/s where that divides). f16 / bf16 convs, pools and im2col run the same
+kernels on f32 copies (conv_half.py); other dtypes run as host steps.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlxpy.ir.ops.conv import Geometry
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool
 from rlxpy.wgpu_backend.lowering.conv_geometry import epilogue_expr, window_fields
+from rlxpy.wgpu_backend.lowering.conv_half import half_scratch, half_steps, is_half
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 #: Groups with fewer output channels than this run the direct kernel.
@@ -56,7 +58,10 @@ def use_direct(dims: dict[str, int]) -> bool:
 
 
 def conv_scratch(node: Node, graph: Graph) -> int:
-    """Bytes of split-K partial sums the node's GEMM wants (0 for f32-less, direct or unsplit convs)."""
+    """Bytes of split-K partial sums the node's GEMM wants (0 for direct or unsplit convs), plus a half
+    node's f32 copies (conv_half.py)."""
+    if is_half(node) and node.numel:
+        return half_scratch(node, graph, conv_scratch)
     if node.dtype is not DType.F32 or node.numel == 0:
         return 0
     dims = conv_dims(node, graph.nodes[node.inputs[0]])
@@ -66,8 +71,10 @@ def conv_scratch(node: Node, graph: Graph) -> int:
 @lowers(ops.Conv, ops.ConvTranspose, scratch=conv_scratch)
 def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     """act(conv(x, w) + bias), forward or transposed, on the implicit GEMM or the direct kernel."""
+    if is_half(node):
+        return half_steps(node, ctx, lower_conv)
     if node.dtype is not DType.F32:
-        return host_steps(node, ctx)  # f16/bf16 convs: the reference, until the kernels take them
+        return host_steps(node, ctx)
     if node.numel == 0:
         return []
     x, w, *bias = ctx.inputs(node)
@@ -81,17 +88,26 @@ def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     return conv_gemm.gemm_steps(node, ctx, fields, subs)
 
 
-@lowers(ops.Pool, ops.AdaptivePool)
+def half_only_scratch(node: Node, graph: Graph) -> int:
+    """Scratch of a pool or im2col: a half node's f32 copies only."""
+    return half_scratch(node, graph) if is_half(node) and node.numel else 0
+
+
+@lowers(ops.Pool, ops.AdaptivePool, scratch=half_only_scratch)
 def lower_pool(node: Node, ctx: LowerCtx) -> list[Step]:
     """Windowed and adaptive pooling (max/min propagate NaN; mean's divisor as the IR defines it)."""
+    if is_half(node):
+        return half_steps(node, ctx, lower_pool)
     if node.dtype is not DType.F32:
         return host_steps(node, ctx)
     return conv_pool.pool_steps(node, ctx)
 
 
-@lowers(ops.Im2Col)
+@lowers(ops.Im2Col, scratch=half_only_scratch)
 def lower_im2col(node: Node, ctx: LowerCtx) -> list[Step]:
     """Patch rows of x, zero padding: one invocation per output element."""
+    if is_half(node):
+        return half_steps(node, ctx, lower_im2col)
     if node.dtype is not DType.F32:
         return host_steps(node, ctx)
     if node.numel == 0:
