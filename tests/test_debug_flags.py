@@ -187,12 +187,13 @@ def test_fed_runs_are_explained_with_the_fed_values(device, capsys):
 
 def test_host_steps_are_timed_and_traced(device, tmp_path, capsys):
     g = rlxpy.Graph("host_step")
-    x, w = g.input("x", [1, 2, 5, 5]), g.input("w", [3, 2, 3, 3], "f16")
-    # an f16 conv is a host step (the conv kernels take f32), between GPU casts
-    half = g.cast(g.relu(x, name="l0.relu"), "f16", name="l0.half")
-    conv = g.cast(g.conv(half, w, padding=1, name="l0.conv"), "f32", name="l0.back")
-    g.output(g.add(conv, 1.0, name="l0.out"))
-    feeds = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((3, 2, 3, 3), np.float16)}
+    x = g.input("x", [3, 16])
+    # llada2.group_limited_gate is a host step (no kernel), between GPU activations
+    sig = g.relu(x, name="l0.relu")
+    route = g.activation(x, "sigmoid", name="l0.route")
+    gate = g.group_limited_gate(sig, route, n_group=4, topk_group=2, top_k=2, name="l0.gate")
+    g.output(g.activation(gate, "abs", name="l0.out"))
+    feeds = {"x": np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)}
     with env.override(RLX_WGPU_NAN_TRACE=1, RLX_WGPU_PROFILE=1):  # copied when the executable is built
         exe = rlxpy.compile(g)
         exe.run(feeds)
