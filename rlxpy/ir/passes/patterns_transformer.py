@@ -183,6 +183,8 @@ def match_split_qkv(graph: Graph) -> list[SplitQkv]:
     for mm in graph.nodes:
         if not isinstance(mm.op, (ops.MatMul, ops.FusedMatMulBiasAct)) or mm.id in outputs:
             continue
+        if getattr(mm.op, "transpose_a", False) or getattr(mm.op, "transpose_b", False):
+            continue  # SplitMatMul reads its operands untransposed
         x, w = (graph.nodes[i] for i in mm.inputs[:2])
         readers = [graph.nodes[i] for i in users[mm.id]]
         rows = math.prod(x.shape[:-1])
