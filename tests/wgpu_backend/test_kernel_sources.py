@@ -16,7 +16,7 @@ import pytest
 
 import rlxpy
 from rlxpy.ir.dtype import DType
-from rlxpy.ir.ops.backward import PoolBackward, SelectiveScanBackward
+from rlxpy.ir.ops.backward import GatedDeltaNetBackward, PoolBackward, SelectiveScanBackward
 from rlxpy.ir.ops.base import ActKind, BinaryOp, CmpOp
 from rlxpy.ir.ops.region import ChainStep, chain_input, chain_step
 from rlxpy.wgpu_backend import lowering  # noqa: F401  (registers every kernel)
@@ -126,6 +126,8 @@ def _loss_backward(g: rlxpy.Graph) -> None:
     px = g.input("px", [1, 2, 5, 5])
     pooled = g.max_pool(px, 2)
     g.output(g.apply(PoolBackward.of(pooled.op), [px, pooled, pooled]))
+    dq, dgate = g.input("dq", [1, 3, 2, 4]), g.input("dgate", [1, 3, 2])
+    g.output(g.apply(GatedDeltaNetBackward(4), [dq, dq, dq, dgate, dgate, dq]))
     q = g.input("aq", [1, 2, 20, 8])
     g.output(*(g.attention_backward(q, q, q, q, wrt, 2, 8, mask_kind="causal") for wrt in ("query", "value")))
     w, hyper = g.param("ow", [20]), g.input("hyper", [3])

@@ -29,7 +29,7 @@ from rlxpy.ir.ops.base import (
 from rlxpy.ir.ops.conv import AdaptivePool, Pool
 from rlxpy.ir.ops.loss import CrossEntropy
 from rlxpy.ir.ops.rope import Rope
-from rlxpy.ir.ops.scan import SelectiveScan
+from rlxpy.ir.ops.scan import GatedDeltaNet, SelectiveScan
 from rlxpy.ir.shape import format_shape
 
 
@@ -331,3 +331,30 @@ class PoolBackward(Op):
         want = self.forward().infer([x])
         need(y == want and dy == want, f"y {y} and dy {dy} must be the pool's output {want} (x {x})")
         return x
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetBackward(Op):
+    """The five gradients of GatedDeltaNet (without a carried state) as one 1-D tensor
+    [dq, dk, dv, dg, dbeta], each flat in its input's layout; inputs q, k, v, g, beta, dy (dy with q's
+    shape).
+
+    With S'_t = exp(g_t) S_{t-1}, r_t = S'_t^T k_t, d_t = (v_t - r_t) beta_t, S_t = S'_t + k_t d_t^T and
+    o_t = c S_t^T q_t (c = 1/sqrt(N)), the states are recomputed from 0, then the adjoint G = dL/dS_t
+    is walked back from 0: ``G += c q_t dy_t^T``; ``dq_t = c S_t dy_t``; ``e = G^T k_t``;
+    ``dv_t = beta_t e``; ``dbeta_t = e . (v_t - r_t)``; ``u = -beta_t e``;
+    ``dk_t = G d_t + S'_t u``; ``dS' = G + k_t u^T``; ``dg_t = sum(dS' * S'_t)``;
+    ``G = exp(g_t) dS'``."""
+
+    state_size: int
+    arity = (6, 6)
+
+    def forward(self) -> GatedDeltaNet:
+        return GatedDeltaNet(self.state_size)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        q, k, v, g, beta, dy = ins
+        self.forward().infer([q, k, v, g, beta])
+        need(dy == q, f"dy {dy} must have q's type {q}")
+        need_static(q.shape, "gated delta net backward")
+        return TensorType((3 * math.prod(q.shape) + 2 * math.prod(g.shape),), q.dtype)

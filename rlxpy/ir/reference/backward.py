@@ -14,6 +14,7 @@ from rlxpy.ir.ops.backward import (
     AttentionWrt,
     CrossEntropyBackward,
     CumsumBackward,
+    GatedDeltaNetBackward,
     GatherBackward,
     LayerNormBackwardGamma,
     LayerNormBackwardInput,
@@ -31,6 +32,7 @@ from rlxpy.ir.reference.conv import pool_divisor
 from rlxpy.ir.reference.core import reference
 from rlxpy.ir.reference.loss import log_softmax, target_rows
 from rlxpy.ir.reference.rope import ref_rope
+from rlxpy.ir.reference.scan import gated_delta_rule
 from rlxpy.ir.reference.shape import clamp_indices
 from rlxpy.ir.shape import normalize_axis
 
@@ -307,3 +309,43 @@ def ref_pool_backward(op: PoolBackward, args, node):
         np.add.at(dx, (np.broadcast_to(row_ids[:, :, None], share.shape),
                        np.broadcast_to(index[None], share.shape)), share)
     return dx.reshape(x.shape).astype(x.dtype)
+
+
+def gated_delta_rule_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                              dy: np.ndarray) -> list[np.ndarray]:
+    """[dq, dk, dv, dg, dbeta] of the gated delta rule from a zero state (GatedDeltaNetBackward), f64."""
+    q64, k64, v64, g64, b64, dy64 = (t.astype(np.float64) for t in (q, k, v, g, beta, dy))
+    batch, steps, heads, n = q.shape
+    scale = 1.0 / np.sqrt(n)
+    states = [np.zeros((batch, heads, n, n))]
+    for t in range(steps):  # S_t for t = 0 .. S-1 (S_{-1} = 0), one step of the forward each
+        _, final = gated_delta_rule(q64[:, t:t + 1], k64[:, t:t + 1], v64[:, t:t + 1], g64[:, t:t + 1],
+                                    b64[:, t:t + 1], states[-1])
+        states.append(final)
+    grads = [np.zeros_like(t) for t in (q64, q64, q64, g64, g64)]
+    dq, dk, dv, dg, dbeta = grads
+    adj = np.zeros((batch, heads, n, n))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in reversed(range(steps)):
+            decay = np.exp(g64[:, t])[:, :, None, None]
+            before = decay * states[t]  # S'_t
+            kt, qt, dyt = k64[:, t], q64[:, t], dy64[:, t]
+            recalled = np.einsum("bhij,bhi->bhj", before, kt)
+            d = (v64[:, t] - recalled) * b64[:, t, :, None]
+            adj = adj + scale * qt[..., :, None] * dyt[..., None, :]
+            dq[:, t] = scale * np.einsum("bhij,bhj->bhi", states[t + 1], dyt)
+            e = np.einsum("bhij,bhi->bhj", adj, kt)
+            dv[:, t] = b64[:, t, :, None] * e
+            dbeta[:, t] = (e * (v64[:, t] - recalled)).sum(-1)
+            u = -b64[:, t, :, None] * e
+            dk[:, t] = np.einsum("bhij,bhj->bhi", adj, d) + np.einsum("bhij,bhj->bhi", before, u)
+            d_before = adj + kt[..., :, None] * u[..., None, :]
+            dg[:, t] = (d_before * before).sum((-1, -2))
+            adj = decay * d_before
+    return grads
+
+
+@reference(GatedDeltaNetBackward)
+def ref_gated_delta_net_backward(op: GatedDeltaNetBackward, args, node):
+    grads = gated_delta_rule_backward(*args)
+    return np.concatenate([t.reshape(-1) for t in grads]).astype(args[0].dtype)

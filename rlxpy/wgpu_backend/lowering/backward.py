@@ -14,6 +14,7 @@
 * AttentionBackward: backward_attention.py (flash-attention-2 style kernels with recomputation).
 * SelectiveScanBackward: backward_scan.py (states recomputed, the adjoint walked back per channel).
 * PoolBackward: backward_pool.py (per input element, the windows that hold it).
+* GatedDeltaNetBackward: backward_scan_delta.py (states stored, the adjoint walked back per column).
 
 A node whose scratch lies outside its bind window (an arena bigger than one binding) runs its
 reference as a host step instead.
@@ -37,6 +38,7 @@ from rlxpy.wgpu_backend.lowering import (
     backward_attention,  # noqa: F401  (registers AttentionBackward)
     backward_pool,  # noqa: F401  (registers PoolBackward)
     backward_scan,  # noqa: F401  (registers SelectiveScanBackward)
+    backward_scan_delta,  # noqa: F401  (registers GatedDeltaNetBackward)
 )
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.lowering.loss import row_passes, target_type
