@@ -1,8 +1,9 @@
 // Grouped matmul for few rows (every tile holds <= ROWS of them: decode): memory-bound, so each
 // workgroup streams its expert's weight once for 64 columns with many loads in flight. Workgroup
-// (column block x, tile y): 16 lanes of 4 adjacent columns (vec4) x 16 slices of K; a slice sums
-// k = slice, slice + 16, ... for all ROWS rows at once (rows past the tile's count are zero in the
-// staged x), with no barrier between its k steps; then the 16 slices are added in order per row.
+// (column block x, tile y): 16 lanes of 4 adjacent columns (vec4) x 16 slices of K; per chunk of KC
+// k, a slice loads its KC / 16 weight rows (k = slice, slice + 16, ...) at once, then sums them for
+// all ROWS rows (rows past the tile's count are zero in the staged x); at the end the 16 slices are
+// added in order per row.
 // x is staged in workgroup memory KC columns of K at a time. Tiles past the table's count return at
 // once, the out-of-range bucket writes zero rows. Arena access as matmul_grouped's.
 // Bindings: 0 = arena window, 1 = MatmulGroupedParams.
@@ -32,6 +33,13 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     if (task.x < p.experts) {  // else the out-of-range bucket: zero rows
         let w = p.w + task.x * p.k * p.n;
         for (var k0 = 0u; k0 < p.k; k0 = k0 + KC) {
+            // this slice's weight rows of the chunk first: KC / SLICES loads in flight per lane, their
+            // latency hidden behind the staging of x
+            let steps = min(KC, p.k - k0);
+            var wv: array<vec4<f32>, KC / SLICES>;
+            for (var j = 0u; j < KC / SLICES; j = j + 1u) {
+                wv[j] = load_w(w, select(p.k, k0 + slice + SLICES * j, slice + SLICES * j < steps), col);
+            }
             for (var e = lane; e < ROWS * KC / 4u; e = e + 256u) {
                 let r = e / (KC / 4u);
                 var row = p.m;  // zeros past the tile's rows
@@ -41,11 +49,10 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
                 xs[e] = load_a(p.x, row, k0 + 4u * (e % (KC / 4u)));
             }
             workgroupBarrier();
-            let steps = min(KC, p.k - k0);
-            for (var kk = slice; kk < steps; kk = kk + SLICES) {
-                let wv = load_w(w, k0 + kk, col);
+            for (var j = 0u; j < KC / SLICES; j = j + 1u) {
+                let kk = slice + SLICES * j;
                 for (var r = 0u; r < ROWS; r = r + 1u) {
-                    acc[r] = acc[r] + xs[r * (KC / 4u) + kk / 4u][kk % 4u] * wv;
+                    acc[r] = acc[r] + xs[r * (KC / 4u) + kk / 4u][kk % 4u] * wv[j];
                 }
             }
             workgroupBarrier();
