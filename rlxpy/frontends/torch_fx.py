@@ -46,6 +46,7 @@ from rlxpy.frontends import (  # noqa: F401  (they fill TRANSLATORS)
     torch_fx_ops_cnn,
     torch_fx_ops_grad,
     torch_fx_ops_nn,
+    torch_fx_ops_resize,
     torch_fx_ops_signal,
 )
 from rlxpy.frontends.torch_fx_stitch import split_graph
@@ -111,6 +112,8 @@ def rlxpy_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: di
     static = [i for i, x in enumerate(example_inputs)
               if isinstance(x, torch.nn.Parameter) or getattr(x, "_dynamo_static_input_type", None)]
     from torch._dynamo.backends.common import aot_autograd
+
+    torch_fx_ops_resize.keep_interpolate(gm, example_inputs)  # Resize whole where no gradient is needed
 
     def compiler(role: str) -> Callable:
         return functools.partial(_compile_graph, role=role, policy=policy, dynamo_static=static,

@@ -147,6 +147,52 @@ def test_interpolate_pad_and_channel_shuffle_run_without_host_steps(device):
     assert _host_steps(compiled) == 0
 
 
+class Interpolations(nn.Module):
+    """nearest / nearest-exact / (bi/tri)linear, align_corners both ways, sizes and scales (integer,
+    fractional, per dim, recomputed), odd sizes, 1-D to 3-D."""
+
+    def forward(self, x1, x2, x3):
+        parts = [F.interpolate(x2, scale_factor=2, mode="nearest"),
+                 F.interpolate(x2, size=(9, 4), mode="nearest"),
+                 F.interpolate(x2, scale_factor=1.7, mode="nearest-exact"),
+                 F.interpolate(x2, scale_factor=1.7, mode="bilinear"),
+                 F.interpolate(x2, size=(17, 3), mode="bilinear", align_corners=True),
+                 F.interpolate(x2, scale_factor=(1.5, 0.6), mode="bilinear", align_corners=True),
+                 F.interpolate(x2, scale_factor=2.5, mode="bilinear", recompute_scale_factor=True),
+                 F.interpolate(x2, size=(1, 1), mode="bilinear"),
+                 F.interpolate(x1, scale_factor=1.3, mode="linear"),
+                 F.interpolate(x1, size=31, mode="nearest"),
+                 F.interpolate(x3, scale_factor=2, mode="trilinear"),
+                 F.interpolate(x3, size=(4, 5, 6), mode="trilinear", align_corners=True)]
+        return torch.cat([p.flatten(1) for p in parts], 1)
+
+
+def test_interpolate_stays_one_resize_op(device):
+    x1, x2, x3 = torch.randn(3, 2, 17), torch.randn(3, 2, 5, 7), torch.randn(3, 2, 3, 4, 5)
+    compiled = _run(Interpolations(), x1, x2, x3)
+    kinds = _op_types(compiled)
+    assert kinds.count(ops.Resize) == 12 and ops.Gather not in kinds
+    assert _host_steps(compiled) == 0
+
+
+def test_interpolate_in_a_training_graph_keeps_torchs_decomposition(device):
+    """With a gradient to compute the call is not rewritten: aot_autograd decomposes it (and derives
+    its backward, whose two-index index_put runs in eager torch); values and gradients match eager."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 3, 5, 7, requires_grad=True)
+    fn = lambda t: F.interpolate(t, scale_factor=1.5, mode="bilinear").square().sum()  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlxpyFallbackWarning)
+        got = torch.compile(fn, backend=make_backend("fallback"))(x)
+        (grad,) = torch.autograd.grad(got, x)
+    want = fn(x)
+    (want_grad,) = torch.autograd.grad(want, x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-5, atol=1e-5)
+    forward = [g for g in compiled_graphs() if g.role == "forward"][-1]
+    assert ops.Resize not in _op_types(forward) and ops.Gather in _op_types(forward)
+
+
 def test_an_aten_op_rlxpy_cannot_take_falls_back_with_a_warning_naming_it(device):
     class Unsupported(nn.Module):
         def forward(self, x):
