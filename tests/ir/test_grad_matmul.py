@@ -22,6 +22,29 @@ def test_matmul_gradients(shapes):
     check_grads(lambda g, x, y: g.matmul(x, y), torch.matmul, {"a": a, "b": b})
 
 
+@pytest.mark.parametrize("flags", [(True, False), (False, True), (True, True)], ids=str)
+@pytest.mark.parametrize("mkn,batch", [((3, 17, 5), ()), ((1, 3, 1), ()), ((3, 5, 2), (4,))], ids=str)
+def test_transposed_matmul_gradients(flags, mkn, batch):
+    """MatMul(transpose_a, transpose_b): a stored [.., K, M], b stored [.., N, K]."""
+    m, k, n = mkn
+    a = rand((*batch, k, m) if flags[0] else (*batch, m, k), seed=12)
+    b = rand((*batch, n, k) if flags[1] else (*batch, k, n), seed=13)
+    check_grads(lambda g, x, y: g.apply(ops.MatMul(*flags), [x, y]),
+                lambda x, y: (x.mT if flags[0] else x) @ (y.mT if flags[1] else y), {"a": a, "b": b})
+
+
+def test_matmul_gradients_read_transposes_in_place():
+    """The rules' products take their transposes as MatMul flags: no Transpose node in the backward."""
+    g = Graph("flags")
+    y = g.matmul(g.input("a", (2, 3, 5)), g.param("b", (5, 4)))
+    g.output(g.sum(y, (0, 1, 2), name="loss"))
+    backward = grad(g, "loss", ["a", "b"]).graph
+    kinds = [type(node.op).__name__ for node in backward.nodes]
+    assert "Transpose" not in kinds
+    flagged = {(n.op.transpose_a, n.op.transpose_b) for n in backward.nodes if isinstance(n.op, ops.MatMul)}
+    assert flagged >= {(False, True), (True, False)}
+
+
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_approx", "silu", "tanh", "sigmoid"])
 @pytest.mark.parametrize("shape", [(1, 3), (17, 5), (2, 3, 33)], ids=str)
 def test_fused_matmul_bias_activation_gradients(shape, activation):

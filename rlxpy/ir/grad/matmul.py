@@ -1,8 +1,10 @@
 """Gradient rules of the matmul family: MatMul and FusedMatMulBiasAct (the composites DotGeneral,
 LoraMatMul and FusedSwiGLU are differentiated through their unfused primitives).
 
-``a [..., M, K] @ b [K, N]``: ``da = dy b^T``, ``db = a^T dy`` with a's leading dims folded into M;
-batched ``a [L..., M, K] @ b [L..., K, N]``: the same per batch. Transposes are explicit nodes.
+``y = A B`` with ``A = a`` or ``a^T`` (MatMul's transpose_a) and ``B = b`` or ``b^T`` (transpose_b):
+``dA = dy B^T`` and ``dB = A^T dy``, so ``da = dy B^T`` (or ``B dy^T`` for a transposed a) and
+``db = A^T dy`` (or ``dy^T A``). Every transpose there is a MatMul flag, read in place by the GEMM,
+never a Transpose node; a 2-D ``b`` folds a's leading dims into its rows for ``db``.
 """
 
 from __future__ import annotations
@@ -16,26 +18,33 @@ from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.backward import FROM_OUTPUT
 
 
-def _swap_last(ctx: GradContext, x: Node) -> Node:
-    perm = list(range(x.rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return ctx.g.transpose(x, perm)
+def _product(ctx: GradContext, x: Node, y: Node, name: str, transpose_x: bool = False,
+             transpose_y: bool = False) -> Node:
+    """``op(x) @ op(y)``, op transposing the last two dims where asked."""
+    return ctx.g.apply(ops.MatMul(transpose_x, transpose_y), [x, y], name)
 
 
 def matmul_grads(ctx: GradContext, node: Node, a: Node, b: Node, dy: Node, want_a: bool, want_b: bool,
                  parts: tuple[str, str] = ("a", "b")) -> tuple[Node | None, Node | None]:
-    """(da, db) of ``dy = d(a @ b)`` on the shapes MatMul accepts; ``parts`` name the two gradients."""
+    """(da, db) of ``dy = d(A @ B)`` on the shapes MatMul accepts; ``parts`` name the two gradients."""
+    trans_a, trans_b = getattr(node.op, "transpose_a", False), getattr(node.op, "transpose_b", False)
     da = db = None
     if want_a:
-        da = ctx.g.matmul(dy, _swap_last(ctx, b), ctx.name(node, parts[0]))
+        name = ctx.name(node, parts[0])
+        if trans_a:  # da = B dy^T
+            da = _product(ctx, b, dy, name, trans_b, True)
+        else:  # da = dy B^T
+            da = _product(ctx, dy, b, name, False, not trans_b)
     if want_b:
-        if b.rank == 2 and a.rank > 2:  # fold a's leading dims into its rows
+        name = ctx.name(node, parts[1])
+        if b.rank == 2 and a.rank > 2:  # fold a's leading dims into its rows (a is not transposed)
             rows = math.prod(a.shape[:-1])
-            a2 = ctx.g.reshape(a, (rows, a.shape[-1]))
-            dy2 = ctx.g.reshape(dy, (rows, dy.shape[-1]))
-            db = ctx.g.matmul(_swap_last(ctx, a2), dy2, ctx.name(node, parts[1]))
-        else:
-            db = ctx.g.matmul(_swap_last(ctx, a), dy, ctx.name(node, parts[1]))
+            a = ctx.g.reshape(a, (rows, a.shape[-1]))
+            dy = ctx.g.reshape(dy, (rows, dy.shape[-1]))
+        if trans_b:  # db = dy^T A
+            db = _product(ctx, dy, a, name, True, trans_a)
+        else:  # db = A^T dy
+            db = _product(ctx, a, dy, name, not trans_a, False)
     return da, db
 
 

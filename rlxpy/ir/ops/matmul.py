@@ -27,14 +27,31 @@ def matmul_shape(a: TensorType, b: TensorType) -> Shape:
     return tuple(a.shape[:-1]) + (b.shape[-1],)
 
 
+def swap_last(t: TensorType) -> TensorType:
+    """``t`` with its last two dims swapped (a matrix transposed)."""
+    return TensorType(tuple(t.shape[:-2]) + (t.shape[-1], t.shape[-2]), t.dtype)
+
+
 @dataclass(frozen=True)
 class MatMul(Op):
-    """``a @ b`` in f32 accumulation, like torch.matmul on the accepted shape combos."""
+    """``a @ b`` in f32 accumulation, like torch.matmul on the accepted shape combos. ``transpose_a`` /
+    ``transpose_b``: the operand's last two dims are swapped first (``a.mT @ b``, ``a @ b.mT``), read in
+    place without a transposed copy (the gradients' ``x^T dy`` and ``dy w^T``); a transposed ``a`` needs
+    ``b`` of the same rank (its rows are not folded)."""
 
+    transpose_a: bool = False
+    transpose_b: bool = False
     arity = (2, 2)
 
+    def operand_types(self, ins: Sequence[TensorType]) -> tuple[TensorType, TensorType]:
+        """The types of the two matrices multiplied (after the transposes)."""
+        a, b = ins
+        need(a.rank >= 2 and b.rank >= 2, f"matmul needs rank >= 2, got {a} x {b}")
+        need(not self.transpose_a or a.rank == b.rank, f"a transposed a needs b of its rank, got {a} x {b}")
+        return swap_last(a) if self.transpose_a else a, swap_last(b) if self.transpose_b else b
+
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
-        return TensorType(matmul_shape(*ins), ins[0].dtype)
+        return TensorType(matmul_shape(*self.operand_types(ins)), ins[0].dtype)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ def _f64(x: np.ndarray) -> np.ndarray:
 @reference(ops.MatMul)
 def ref_matmul(op, args, node):
     a, b = args
-    return np.matmul(_f64(a), _f64(b)).astype(a.dtype)
+    x = np.swapaxes(a, -1, -2) if op.transpose_a else a
+    y = np.swapaxes(b, -1, -2) if op.transpose_b else b
+    return np.matmul(_f64(x), _f64(y)).astype(a.dtype)
 
 
 @reference(ops.FusedMatMulBiasAct)

@@ -12,6 +12,9 @@ Split K: a plain MatMul whose grid stays under MIN_GROUPS workgroups while K is 
 gradient, X^T dY over every token: M and N are model widths, K the tokens) cuts K into equal chunks
 (grid z = the chunk); each stores its partial product in the arena's scratch (``@lowers(scratch=)``)
 and matmul_split_sum adds them in order (deterministic).
+
+Transposed operands (MatMul's transpose_a / transpose_b, which the gradient rules use for X^T dY and
+dY W^T) are read in place by the tiled GEMM (TRANS_A / TRANS_B), never through the skinny one.
 """
 
 from __future__ import annotations
@@ -80,14 +83,34 @@ def k_splits(m: int, n: int, k: int, batch: int) -> int:
     return min((s for s in fits if s >= want), default=max(fits))
 
 
+def transposes(node: Node) -> tuple[bool, bool]:
+    """(transpose_a, transpose_b) of a MatMul; (False, False) for the other matmul ops."""
+    op = node.op
+    return getattr(op, "transpose_a", False), getattr(op, "transpose_b", False)
+
+
+def _dims(node: Node, a: Node, w: Node) -> tuple[int, int, int, int]:
+    """(m, n, k, batch) of the tiled GEMM: a 2-D weight folds a's leading dims into the rows (a transposed
+    a is 2-D then), else the leading dims are the batch."""
+    trans_a, trans_b = transposes(node)
+    k, n = (w.shape[-1], w.shape[-2]) if trans_b else (w.shape[-2], w.shape[-1])
+    if w.rank == 2:
+        return (a.shape[-1] if trans_a else matmul_skinny.rows_of(a, w)), n, k, 1
+    return a.shape[-1 if trans_a else -2], n, k, math.prod(a.shape[:-2])
+
+
+def _skinny(node: Node, a: Node, w: Node, bias: Node | None) -> bool:
+    return not any(transposes(node)) and matmul_skinny.applies(a, w, bias)
+
+
 def _plain_dims(node: Node, a: Node, w: Node) -> tuple[int, int, int, int] | None:
     """(m, n, k, batch) of a MatMul the tiled kernel takes with a 2-D weight; None otherwise."""
-    if not isinstance(node.op, ops.MatMul) or w.rank != 2 or matmul_skinny.applies(a, w, None):
+    if not isinstance(node.op, ops.MatMul) or w.rank != 2 or _skinny(node, a, w, None):
         return None
-    m = matmul_skinny.rows_of(a, w)
-    if not all(isinstance(d, int) for d in (m, w.shape[0], w.shape[1])):
+    dims = _dims(node, a, w)
+    if not all(isinstance(d, int) for d in dims):
         return None
-    return m, w.shape[1], w.shape[0], 1
+    return dims
 
 
 def split_scratch_bytes(node: Node, graph) -> int:
@@ -124,21 +147,28 @@ def store_block(bm: int, bn: int) -> str:
                      for h in range(hs) for i in range(4) for g in range(gs))
 
 
-def tiled_source(bm: int, bn: int, vec4: bool, expr: str) -> dict[str, object]:
-    """The placeholders of matmul_tiled.wgsl for one tile shape and access mode (include/matmul_access_*)."""
+def tiled_source(bm: int, bn: int, vec4: bool, expr: str, trans: tuple[bool, bool] = (False, False)
+                 ) -> dict[str, object]:
+    """The placeholders of matmul_tiled.wgsl for one tile shape, access mode (include/matmul_access_*)
+    and operand layout (``trans``: a stored [K, M], w stored [N, K])."""
     return {"ACCESS": "vec4" if vec4 else "words", "EXPR": expr, "BM": bm, "BN": bn,
             "A_VECS": 2 * BK * bm // 4, "W_VECS": 2 * BK * bn // 4, "ACC": bm * bn // 64,
-            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn)}
+            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn),
+            "TRANS_A": str(trans[0]).lower(), "TRANS_B": str(trans[1]).lower()}
+
+
+def _vec4(fields: dict[str, int], trans_a: bool) -> bool:
+    """16-byte accesses need every start and row length on a 4-element boundary (a transposed a's rows
+    are m long)."""
+    names = ("n", "k", "a", "w", "y", "bias", "split1", "split2") + (("m",) if trans_a else ())
+    return VEC4 and all(fields[f] % 4 == 0 for f in names)
 
 
 def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
                splits: tuple[int, int] | None = None) -> list[Step]:
     """The tiled GEMM; ``splits`` = (split1, split2) stores the columns as three blocks (SplitMatMul)."""
-    k, n = w.shape[-2], w.shape[-1]
-    if w.rank == 2:  # [..., M, K] x [K, N]: one GEMM over all leading rows
-        m, batch = matmul_skinny.rows_of(a, w), 1
-    else:
-        m, batch = a.shape[-2], math.prod(a.shape[:-2])
+    m, n, k, batch = _dims(node, a, w)  # a 2-D weight: one GEMM over all of a's leading rows
+    trans = transposes(node)
     if batch > 65535:
         raise UnsupportedOpError(f"{where(node)}: batch {batch} exceeds 65535 workgroups")
     split1, split2 = splits if splits else (n, n)
@@ -149,14 +179,12 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     chunks = _k_chunks(node, ctx, a, w, bias, act, splits)
     if chunks > 1:
         return _split_gemm(node, ctx, fields, chunks)
-    # 16-byte accesses need every start and row length on a 4-element boundary (bias, y, splits too)
-    vec4 = VEC4 and all(fields[f] % 4 == 0 for f in ("n", "k", "a", "w", "y", "bias", "split1", "split2"))
     bm, bn = choose_tile(m, n, batch)
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
     grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), batch)
     # rows scale with the active extent only when they are the flattened leading dims
-    return [ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, expr), scalable=w.rank == 2,
-                         **fields)]
+    return [ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, _vec4(fields, trans[0]), expr, trans),
+                         scalable=w.rank == 2 and not trans[0], **fields)]
 
 
 def _k_chunks(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
@@ -178,13 +206,15 @@ def _split_gemm(node: Node, ctx: LowerCtx, fields: dict[str, int], chunks: int) 
     m, n, k = fields["m"], fields["n"], fields["k"]
     part = (ctx.scratch[0] - ctx.window_base) // 4
     k_len = k // chunks
-    fields = {**fields, "y": part, "k_len": k_len, "stride_a": k_len, "stride_w": k_len * n,
-              "stride_y": m * n}
-    vec4 = VEC4 and all(fields[f] % 4 == 0 for f in ("n", "k", "a", "w", "y"))
+    trans_a, trans_b = transposes(node)
+    # the chunk's first k: k_len columns on in a's rows (k_len rows down a transposed a), k_len rows down w
+    fields = {**fields, "y": part, "k_len": k_len, "stride_a": k_len * m if trans_a else k_len,
+              "stride_w": k_len if trans_b else k_len * n, "stride_y": m * n}
     bm, bn = choose_tile(m, n, 1)
     grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), chunks)
-    gemm_step = ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, "v"), scalable=False,
-                             **fields)
+    gemm_step = ctx.dispatch(MATMUL_TILED, node, grid,
+                             tiled_source(bm, bn, _vec4(fields, trans_a), "v", (trans_a, trans_b)),
+                             scalable=False, **fields)
     total = m * n
     return [gemm_step, ctx.dispatch(MATMUL_SPLIT_SUM, node, ctx.grid_1d(total), scalable=False,
                                     operands=[node], total=total, splits=chunks, part=part,
@@ -195,7 +225,7 @@ def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
          splits: tuple[int, int] | None = None) -> list[Step]:
     """Few rows on a 2-D weight (or an f16 weight): the skinny GEMM; otherwise the tiled one. ``splits``
     = (split1, split2) stores the columns as three blocks (SplitMatMul, lowered below)."""
-    if matmul_skinny.applies(a, w, bias):
+    if _skinny(node, a, w, bias):
         return matmul_skinny.skinny_gemm(node, ctx, a, w, bias, act, splits)
     return tiled_gemm(node, ctx, a, w, bias, act, splits)
 
