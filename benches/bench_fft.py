@@ -18,11 +18,14 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 ``gb_s`` = moved_mb / GPU time; ``step_ms`` = each pass's GPU time.
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
-[--shape-cap P,I] [--max-radix R]``; ``--quick`` uses small batches and a 5 s clip (lavapipe);
+[--shape-cap P,I] [--max-radix R] [--pass-radix R]``; ``--quick`` uses small batches and a 5 s clip
+(lavapipe);
 ``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
 log-mel rows); ``--shape-cap P,I`` shapes the FFT variants for at most P points of workgroup memory
 and I invocations (default 2048,256, lowering/signal_fft.py; a large pair means the device's limits);
-``--max-radix R`` caps the stages' power-of-two radix (default 8, lowering/signal_fft_code.py).
+``--max-radix R`` caps the stages' power-of-two radix (default 4, lowering/signal_fft_code.py);
+``--pass-radix R`` fixes it for the four-step passes (default: chosen per line length,
+lowering/signal_fft.py ``PASS_MIN_LINES``).
 """
 
 from __future__ import annotations
@@ -235,6 +238,9 @@ def main() -> None:
     radix = take_option("--max-radix")
     if radix:  # the largest power-of-two radix of a stage (lowering/signal_fft_code.py MAX_RADIX)
         signal_fft_code.MAX_RADIX = int(radix[0])
+    pass_radix = take_option("--pass-radix")
+    if pass_radix:  # the four-step passes' radix (lowering/signal_fft.py PASS_MAX_RADIX)
+        signal_fft.PASS_MAX_RADIX = int(pass_radix[0])
     args = parse_args("FFT and log-mel throughput, rlxpy vs torch (cuFFT)")
     side = Torch()
     repeat = QUICK_REPEAT if args.quick else REPEAT
@@ -255,7 +261,8 @@ def main() -> None:
             results.append(bench_log_mel(side, seconds, batch, repeat))
             print(results[-1], flush=True)
     emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "shape_cap": cap or None,
-          "max_radix": signal_fft_code.MAX_RADIX, "results": results}, args.json)
+          "max_radix": signal_fft_code.MAX_RADIX, "pass_radix": signal_fft.PASS_MAX_RADIX,
+          "results": results}, args.json)
     print(table(results))
 
 

@@ -6,9 +6,10 @@
 
 var<workgroup> sh: array<vec2<f32>, {{SHARED}}>;
 
-// bank swizzle: index bits 0-3 XOR the bit-reversed bits 4-7 (a bijection on every 16 points)
-fn sw(i: u32) -> u32 {
-    return i ^ (reverseBits(i >> 4u) >> 28u);
+// bank swizzle: index bits 0-3 XOR the bit-reversed bits 4-7, and XOR lx, the line's key (lines side by
+// side: their slots are whole blocks of 16 points); a bijection on every 16 points
+fn sw(i: u32, lx: u32) -> u32 {
+    return i ^ ((reverseBits(i >> 4u) >> 28u) ^ lx);
 }
 
 @compute @workgroup_size({{WG}})
@@ -25,5 +26,6 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     let io = line_io(first + line);
     let slot = (line % {{GROUP}}u) * {{LEN}}u;
     let turn = line / {{GROUP}}u;  // the exchange round of this line
+    let lx = {{LINE_XOR}};
 {{BODY}}
 }

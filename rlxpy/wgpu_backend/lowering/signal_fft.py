@@ -31,6 +31,7 @@ from rlxpy.ir.ops.base import FftNorm
 from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import signal_fft_code
 from rlxpy.wgpu_backend.lowering.signal_fft_code import Shape, body, line_threads, shape_for
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step
 
@@ -60,6 +61,14 @@ STORES = {"complex": "store_complex", "real": "store_real", "complex_words": "st
 #: MAX_RADIX 8: 2^10 x 4096 0.084 -> 0.059 ms, benches/RESULTS.md).
 SHAPE_POINTS: int | None = 2048
 SHAPE_INVOCATIONS: int | None = 256
+#: Lines side by side a four-step pass wants at least (32-byte runs of adjacent columns in its strided
+#: reads and writes): its stages take the smallest power-of-two radix from MAX_RADIX up to 16 that leaves
+#: room for them in the workgroup (a 1024-point line: radix 16, 64 invocations per line, 4 lines);
+#: PASS_MAX_RADIX, when set, instead.
+PASS_MIN_LINES = 4
+PASS_MAX_RADIX: int | None = None
+#: Invocations per workgroup of a four-step pass (None: SHAPE_INVOCATIONS).
+PASS_INVOCATIONS: int | None = None
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
 #: single pass (0: as many as the workgroup memory holds).
 PASS_LINES, SINGLE_LINES = 16, 0
@@ -194,8 +203,10 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     second = first + 2 * length * chunk
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
-    column_shape = shape_for(n1, *_budget(ctx.facts), PASS_LINES, COLUMN_FAST)
-    row_shape = shape_for(n2, *_budget(ctx.facts), PASS_LINES, ROW_FAST)
+    points, invocations = _budget(ctx.facts)
+    budget = points, min(ctx.facts.max_invocations, PASS_INVOCATIONS or invocations)
+    column_shape = shape_for(n1, *budget, PASS_LINES, COLUMN_FAST, max_radix=_pass_radix(n1, budget[1]))
+    row_shape = shape_for(n2, *budget, PASS_LINES, ROW_FAST, max_radix=_pass_radix(n2, budget[1]))
     twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
              if length > TWIST_DIRECT and length & (length - 1) == 0 else 0}
 
@@ -232,6 +243,16 @@ def _budget(facts: DeviceFacts) -> tuple[int, int]:
     """(points, invocations) a workgroup of a variant may use: the device's, or SHAPE_* below them."""
     points, invocations = capacity(facts), facts.max_invocations
     return min(points, SHAPE_POINTS or points), min(invocations, SHAPE_INVOCATIONS or invocations)
+
+
+def _pass_radix(length: int, invocations: int) -> int:
+    """The largest radix of a four-step pass's stages (PASS_MIN_LINES)."""
+    if PASS_MAX_RADIX:
+        return PASS_MAX_RADIX
+    radix = signal_fft_code.MAX_RADIX
+    while radix < 16 and line_threads(length, radix) * PASS_MIN_LINES > invocations:
+        radix *= 2
+    return radix
 
 
 def _pairs(lines: Lines) -> bool:

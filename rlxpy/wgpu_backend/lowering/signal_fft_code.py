@@ -9,7 +9,10 @@ stage reads and the last stage writes points t + i * threads of global memory (c
 points between two stages go through workgroup memory: written, barrier, read, barrier. When the
 workgroup memory holds fewer lines than the workgroup (``group`` < ``lines``), the exchange runs in
 rounds of ``group`` lines. Points in workgroup memory are swizzled (the low 4 bits of the index XOR
-the bit-reversed next 4) so that the strided writes of the early stages hit distinct banks.
+the bit-reversed next 4) so that the strided writes of the early stages hit distinct banks; when lines
+sit side by side among the invocations (``fast`` > 1, as in the four-step passes) their slots are one
+line length apart, which the swizzle does not tell apart, so the low 4 bits also XOR the line
+(``line_xor``).
 
 Everything here is straight-line code with constant indices (no arrays that the driver could move to
 local memory); the r-point DFTs are built recursively: 2, 4 by hand, 3, 5, 7 by the symmetric direct
@@ -23,21 +26,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Largest power-of-two radix of a stage (the registers of one butterfly): 8 measured faster than 16 on
-#: the H200 for most lengths (fewer registers, more resident invocations; benches/RESULTS.md).
-MAX_RADIX = 8
+#: Largest power-of-two radix of a stage (the registers of one butterfly): 4 measured faster than 8 and
+#: 16 on the H200 for lines in one pass (fewer registers and workgroup memory per workgroup, more of them
+#: resident; benches/RESULTS.md); the four-step passes may take more (signal_fft.PASS_MIN_LINES).
+MAX_RADIX = 4
+#: Spread the slots of side-by-side lines over the banks (``Shape.line_xor``); a switch for A/B runs.
+LINE_XOR = True
 
 
-def stage_radices(length: int) -> tuple[int, ...]:
-    """Radices of a 7-smooth length: MAX_RADIX (a power of two) as often as it divides, 9s, then 2^k, 3,
-    5, 7, the smallest pairs merged while their product is <= MAX_RADIX; largest first."""
+def stage_radices(length: int, max_radix: int | None = None) -> tuple[int, ...]:
+    """Radices of a 7-smooth length: ``max_radix`` (a power of two; default MAX_RADIX) as often as it
+    divides, 9s, then 2^k, 3, 5, 7, the smallest pairs merged while their product is <= max_radix;
+    largest first."""
+    max_radix = max_radix or MAX_RADIX
     rest, out = length, []
     twos = 0
     while rest % 2 == 0:
         rest //= 2
         twos += 1
-    bits = MAX_RADIX.bit_length() - 1
-    out += [MAX_RADIX] * (twos // bits) + ([1 << (twos % bits)] if twos % bits else [])
+    bits = max_radix.bit_length() - 1
+    out += [max_radix] * (twos // bits) + ([1 << (twos % bits)] if twos % bits else [])
     threes = 0
     while rest % 3 == 0:
         rest //= 3
@@ -49,7 +57,7 @@ def stage_radices(length: int) -> tuple[int, ...]:
             out.append(prime)
     assert rest == 1, f"{length} is not 7-smooth"
     out.sort()
-    while len(out) >= 2 and out[0] * out[1] <= MAX_RADIX:
+    while len(out) >= 2 and out[0] * out[1] <= max_radix:
         out = sorted([out[0] * out[1], *out[2:]])
     return tuple(sorted(out, reverse=True))
 
@@ -78,25 +86,33 @@ class Shape:
         """Points of workgroup memory (rounded up to the swizzle's 16; at least 16)."""
         return max(16, -(-self.group * self.length // 16) * 16)
 
+    @property
+    def line_xor(self) -> bool:
+        """Do the slots of lines side by side XOR their line into the swizzle? Where several share the
+        exchange and each slot is whole blocks of 16 points (the XOR then stays inside the slot)."""
+        return LINE_XOR and self.fast > 1 and self.group > 1 and self.length % 16 == 0
+
     def subs(self, body: str) -> dict[str, object]:
         return {"WG": self.invocations, "SHARED": self.shared_points, "LINES": self.lines,
+                "LINE_XOR": f"(line % {self.group}u) & 15u" if self.line_xor else "0u",
                 "THREADS": self.threads, "GROUP": self.group, "FAST": self.fast, "LEN": self.length,
                 "BODY": body}
 
 
-def line_threads(length: int) -> int:
+def line_threads(length: int, max_radix: int | None = None) -> int:
     """Invocations per line: one butterfly each in the largest-radix stage."""
-    radices = stage_radices(length)
+    radices = stage_radices(length, max_radix)
     return length // max(radices) if radices else 1
 
 
 def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, fast: int,
-              bluestein: bool = False) -> Shape:
+              bluestein: bool = False, max_radix: int | None = None) -> Shape:
     """A variant for lines of ``length`` points: ``capacity`` points of workgroup memory, at most
     ``invocations`` per workgroup, about ``lines_wanted`` lines per workgroup (more than the memory
-    holds: exchanges in rounds), up to ``fast`` of them adjacent among the invocations."""
-    radices = stage_radices(length)
-    threads = line_threads(length)
+    holds: exchanges in rounds), up to ``fast`` of them adjacent among the invocations; stages of radix
+    at most ``max_radix`` (default MAX_RADIX)."""
+    radices = stage_radices(length, max_radix)
+    threads = line_threads(length, max_radix)
     group = max(1, min(capacity // length, invocations // threads))
     lines = max(1, min(invocations // threads, max(group, lines_wanted)))
     lines = lines // group * group if lines >= group else lines
@@ -273,7 +289,8 @@ class _Stages:
                 k = w.let(f"{j} & {ns - 1}u" if ns & (ns - 1) == 0 else f"{j} % {ns}u")
                 start = w.let(f"({j} - {k}) * {r}u + {k}")
                 step = w.let(f"{k} * {length // (ns * r)}u * p.tw_scale")  # w_{ns r}^k = roots[k M / (ns r)]
-                twisted = [row[0]] + [w.let(f"cmul({row[q]}, root({q}u * {step}))") for q in range(1, r)]
+                twisted = [row[0]] + [w.let(f"cmul({row[q]}, {root})") for q, root in enumerate(
+                    self.twiddles(step, r), 1)]
             values = []
             for q, value in enumerate(w.dft(twisted)):
                 position = start if q == 0 else f"{start} + {q * ns}u"
@@ -282,6 +299,15 @@ class _Stages:
                 values.append((position, value))
             outputs.append(values)
         return outputs
+
+    def twiddles(self, step: str, r: int) -> list[str]:
+        """w^1 .. w^(r-1) of the stage's root w = roots[step]: w^1 from the table, the others its products
+        w^q = w^(q // 2) w^(q - q // 2) (one load per butterfly instead of r - 1, measured faster; at
+        most log2(r) + 1 roundings, within the tolerance's log2(M) eps)."""
+        powers = {1: self.w.let(f"root({step})")}
+        for q in range(2, r):
+            powers[q] = self.w.let(f"cmul({powers[q // 2]}, {powers[q - q // 2]})")
+        return [powers[q] for q in range(1, r)]
 
     def exchange(self, s: int, r: int, outputs: list[list[tuple[str, str]]]) -> list[list[str]]:
         """Stage s's outputs into workgroup memory and stage s + 1's inputs out of it, in rounds."""
@@ -295,7 +321,8 @@ class _Stages:
                 self.w.raw(f"    if (turn == {g}u) {{")
             for b, values in enumerate(outputs):
                 self.block(self.guard(r, b),
-                           [f"sh[sw(slot + {position})] = {value};" for position, value in values], indent)
+                           [f"sh[sw(slot + {position}, lx)] = {value};" for position, value in values],
+                           indent)
             if rounds > 1:
                 self.w.raw("    }")
             self.w.raw("    workgroupBarrier();")
@@ -303,7 +330,7 @@ class _Stages:
                 self.w.raw(f"    if (turn == {g}u) {{")
             for b, row in enumerate(inputs):
                 self.block(self.guard(r_next, b),
-                           [f"{name} = sh[sw(slot + t + {b * threads + q * (length // r_next)}u)];"
+                           [f"{name} = sh[sw(slot + t + {b * threads + q * (length // r_next)}u, lx)];"
                             for q, name in enumerate(row)], indent)
             if rounds > 1:
                 self.w.raw("    }")
