@@ -8,7 +8,10 @@
 2. Timing: one training step (forward, backward, clipping, AdamW; batch in, loss out) of a 6-layer
    GPT (d=384, 6 heads) at batch 16 x 256: the median wall time of rlxpy's Trainer.step and of torch
    CUDA eager (when present), and torch / rlxpy (> 1: rlxpy is faster); plus rlxpy's GPU time by
-   kernel (timestamp queries) for the top kernels; and torch.compile's (inductor's) step time.
+   kernel (timestamp queries) for the top kernels; and torch.compile's (inductor's) step time. Memory:
+   rlxpy's arena bytes (parameters, optimizer state, activations, gradients and scratch, all of the
+   step) beside torch's peak allocated bytes over its eager steps (torch.cuda.max_memory_allocated:
+   the same parameters, AdamW state, activations and gradients, excluding the CUDA context).
 
     python benches/bench_train.py [--quick] [--json results.json] [--steps 50]
 
@@ -86,6 +89,7 @@ def timing(cfg: GptConfig, repeat: int) -> dict:
     kernels = sorted(profile.by_kernel(), key=lambda group: -group["ms"])[:12]
     out = {"config": cfg.__dict__, "steps_in_schedule": len(trainer.exe.schedule.steps),
            "compile_s": round(compile_s, 2), "rlxpy_step_ms": round(ours * 1e3, 3),
+           "rlxpy_arena_bytes": trainer.exe.arena.size,
            "rlxpy_profiled_gpu_ms_by_kernel": {g["key"]: round(g["ms"], 3) for g in kernels}}
     torch = torch_cuda()
     if torch is not None:
@@ -104,8 +108,12 @@ def timing(cfg: GptConfig, repeat: int) -> dict:
             opt.step()
             return loss.item()
 
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         theirs = timeit(torch_step, repeat=repeat, warmup=3)
-        out |= {"torch_cuda_step_ms": round(theirs * 1e3, 3), "torch_over_rlxpy": round(theirs / ours, 3)}
+        peak = torch.cuda.max_memory_allocated()
+        out |= {"torch_cuda_step_ms": round(theirs * 1e3, 3), "torch_over_rlxpy": round(theirs / ours, 3),
+                "torch_peak_bytes": peak, "arena_over_torch_peak": round(trainer.exe.arena.size / peak, 3)}
         out |= torch_compiled_timing(torch, p, opt, tokens, targets, cfg, repeat)
     return out
 
