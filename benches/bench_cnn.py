@@ -17,7 +17,9 @@ convolutions (``torch.backends.cudnn.allow_tf32`` is True unless changed; the ro
 
 The same-footing columns (``--resident``): torch's input is already on the GPU, so rlxpy is also
 timed with its input already in the arena (``exe.run(feeds={"x": exe.handle("x")})``: a GPU copy,
-no host upload and no host-side comparison with the last input), logits still read back.
+no host upload and no host-side comparison with the last input), logits still read back; the host
+input path is then split into the run's input checks, wgpu's write_buffer alone, and the write waited
+for on the GPU (``upload_breakdown``).
 ``--profile`` adds rlxpy's GPU time by kernel and its slowest steps (one timestamped pass per step,
 ``exe.profile``: ranks steps, slightly overcounts a run) for the ONNX path.
 """
@@ -140,6 +142,7 @@ def rlxpy_resident(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: i
     feeds = {"x": exe.handle("x")}
     out["rlxpy_resident_ms"] = median_ms(lambda: exe.run(feeds=feeds), repeat, warmup)
     out["rlxpy_host_input_ms"] = median_ms(lambda: exe.run({"x": x}), repeat, warmup)  # same input each call
+    out.update(upload_breakdown(exe, x, repeat, warmup))
     if profile:
         prof = exe.profile({"x": x})
         kernels = prof.by_kernel()
@@ -150,6 +153,21 @@ def rlxpy_resident(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: i
                                        round(r.get("gpu_ms", 0.0), 4)] for r in rows]
     exe.destroy()
     return out
+
+
+def upload_breakdown(exe: Any, x: np.ndarray, repeat: int, warmup: int) -> dict[str, float]:
+    """Where the host input path's time goes: the input checks and storage conversion a run does
+    (``_validate_inputs``), wgpu's write_buffer of the bytes alone (its host copy into staging), and
+    the write waited for on the GPU (staging copy into the arena, then a 4-byte read)."""
+    flat = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+    offset = exe.schedule.node_offset(exe.graph["x"].id)
+
+    def write() -> None:
+        exe.arena.write(offset, memoryview(flat))
+
+    return {"rlxpy_input_checks_ms": median_ms(lambda: exe._validate_inputs({"x": x}), repeat, warmup),
+            "rlxpy_write_buffer_ms": median_ms(write, repeat, warmup),
+            "rlxpy_write_buffer_synced_ms": median_ms(write, repeat, warmup, exe.sync)}
 
 
 def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int,
