@@ -67,13 +67,13 @@ SHAPE_INVOCATIONS: int | None = 256
 #: PASS_MAX_RADIX, when set, instead.
 PASS_MIN_LINES = 4
 PASS_MAX_RADIX: int | None = None
-#: Invocations per workgroup of a four-step pass (None: SHAPE_INVOCATIONS).
-PASS_INVOCATIONS: int | None = None
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
 #: single pass (0: as many as the workgroup memory holds).
 PASS_LINES, SINGLE_LINES = 16, 0
-#: Adjacent lines among the invocations: columns (reads and writes strided), rows stored transposed.
-COLUMN_FAST, ROW_FAST = 16, 4
+#: Adjacent lines among the invocations (at most the workgroup's lines): columns (reads and writes
+#: strided), rows stored transposed. Rows: 16 measured faster than 4 and 8 on the H200 (longer runs of the
+#: transposed stores outweigh shorter runs of the reads; 2^14 x 256: 0.099 -> 0.092 ms, benches/RESULTS.md).
+COLUMN_FAST, ROW_FAST = 16, 16
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
@@ -203,8 +203,7 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     second = first + 2 * length * chunk
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
-    points, invocations = _budget(ctx.facts)
-    budget = points, min(ctx.facts.max_invocations, PASS_INVOCATIONS or invocations)
+    budget = _budget(ctx.facts)
     column_shape = shape_for(n1, *budget, PASS_LINES, COLUMN_FAST, max_radix=_pass_radix(n1, budget[1]))
     row_shape = shape_for(n2, *budget, PASS_LINES, ROW_FAST, max_radix=_pass_radix(n2, budget[1]))
     twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
