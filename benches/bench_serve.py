@@ -10,8 +10,11 @@ prompt) two ways with the official ``openai`` client, streaming:
 
 Reports completion tokens per second over the wall time of each phase, the time to the first token
 (mean, max), the whole-request latency (mean, max) and the server's time running each request (its
-scheduler's busy seconds per request). The server runs one request at a time (its
-SerialScheduler): the aggregate rate stays that of one stream, and concurrency shows as waiting.
+scheduler's busy seconds per request). ``--slots`` (default: one per client) is the server's: the
+concurrent requests decode together (continuous batching, BatchScheduler); ``--slots 0`` runs them
+one at a time (SerialScheduler), where the aggregate rate stays that of one stream.
+``--skeleton`` / ``--total-bytes`` make the model from a GGUF's metadata with random tensor data (as
+bench_batched_decode.py does); the answers are then meaningless, but still compared.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def start_server(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen,
 
     port = free_port()
     command = [sys.executable, "-m", "rlxpy.cli", "serve", "--port", str(port), "--context",
-               str(args.context), "--chunk", str(args.chunk), "--no-embeddings"]
+               str(args.context), "--chunk", str(args.chunk), "--no-embeddings",
+               "--slots", str(args.clients if args.slots is None else args.slots)]
     if args.model:
         command += ["--model", args.model]
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -108,8 +112,15 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=8)
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (and requests per phase)")
+    parser.add_argument("--slots", type=int, help="the server's decode slots (default: --clients; 0: serial)")
+    parser.add_argument("--skeleton", help="a GGUF's first data_offset bytes; tensor data made up")
+    parser.add_argument("--total-bytes", type=int, help="the whole file's size (with --skeleton)")
     parser.add_argument("--json", help="write the results here as JSON")
     args = parser.parse_args()
+    if args.skeleton:
+        from bench_batched_decode import fill_skeleton
+
+        args.model = fill_skeleton(args.skeleton, args.total_bytes)
     import openai
 
     log = Path(tempfile.mkdtemp()) / "serve.log"
@@ -121,12 +132,14 @@ def main() -> None:
         machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
         results = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
                    "max_tokens": args.max_tokens, "chunk": args.chunk,
+                   "slots": args.clients if args.slots is None else args.slots,
                    "one_client": phase(client, url, model, args.max_tokens, 1, args.clients),
                    "concurrent": phase(client, url, model, args.max_tokens, args.clients, args.clients)}
         pairs = zip(results["one_client"]["texts"], results["concurrent"]["texts"])
         lost = [i for i, (alone, together) in enumerate(pairs) if alone != together]
         results["concurrent"]["clients"] = args.clients
         results["mismatched_requests"] = lost
+        results["speedup"] = results["concurrent"]["tok_per_s"] / results["one_client"]["tok_per_s"]
     finally:
         process.terminate()
         process.wait(30)

@@ -250,6 +250,12 @@ class Builder(GraphCore):
         ins = [logits] + ([seed_input] if seed_input is not None else [])
         return self.apply(ops.Sample(temperature, top_k, top_p, seed), ins, name)
 
+    def sample_per_row(self, logits: NodeRef, settings: NodeRef, seeds: NodeRef,
+                       name: str | None = None) -> Node:
+        """One token per row of logits [R, V], row r sampled with settings[r] = (temperature, top_k,
+        top_p) and seed seeds[r] (ops.Sample with per_row)."""
+        return self.apply(ops.Sample(per_row=True), [logits, settings, seeds], name)
+
     # -- data movement ------------------------------------------------------------------------
     def transpose(self, x: NodeRef, perm: Sequence[int], name: str | None = None) -> Node:
         return self.apply(ops.Transpose(tuple(perm)), [x], name)

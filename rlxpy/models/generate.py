@@ -1,4 +1,9 @@
-"""Text generation with a compiled transformer graph: chunked prefill, then one decode step per token."""
+"""Text generation with a compiled transformer graph: chunked prefill, then one decode step per token.
+
+:class:`Generator` decodes one sequence; :class:`BatchGenerator` decodes up to ``slots`` sequences
+in one step (continuous batching: a sequence joins a free slot between steps and leaves when done),
+each with its own sampling settings.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import numpy as np
 
 import rlxpy
 from rlxpy.errors import InputError, NumericsError
-from rlxpy.models.transformer import TransformerConfig, build_transformer
+from rlxpy.models.transformer import TransformerConfig, build_batched_decoder, build_transformer
 from rlxpy.wgpu_backend.debug import describe
 
 
@@ -21,6 +26,12 @@ def weight_cap() -> int:
     from rlxpy.wgpu_backend.device import get_device  # the device only once a Generator is built
 
     return get_device().max_binding * 3 // 4
+
+
+def step_seed(seed: int, step: int) -> np.ndarray:
+    """The u32[2] sampling seed of the token at position ``step`` of a generation seeded ``seed``."""
+    mixed = (seed * 0x9E3779B1 + step) & 0xFFFFFFFFFFFFFFFF
+    return np.array([mixed & 0xFFFFFFFF, mixed >> 32], np.uint32)
 
 
 @dataclass
@@ -55,17 +66,19 @@ class Generator:
         self.chunk = chunk
         self.sampling = bool(sampler and sampler.get("temperature", 0) > 0)
         self.seed = seed
-        self.graph = build_transformer(config, chunk, sampler)
+        self.graph = self._build(config, chunk, sampler)
         self.exe = rlxpy.compile(self.graph)
         self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
         #: called after each prefill chunk with (tokens done, tokens to do): a progress display
         self.progress: Callable[[int, int], None] | None = None
 
+    def _build(self, config: TransformerConfig, chunk: int, sampler: dict | None) -> rlxpy.Graph:
+        return build_transformer(config, chunk, sampler)
+
     def _seed_input(self, prefix: str, step: int) -> dict[str, np.ndarray]:
         if not self.sampling:
             return {}
-        mixed = (self.seed * 0x9E3779B1 + step) & 0xFFFFFFFFFFFFFFFF
-        return {f"{prefix}_seed": np.array([mixed & 0xFFFFFFFF, mixed >> 32], np.uint32)}
+        return {f"{prefix}_seed": step_seed(self.seed, step)}
 
     def prefill(self, ids: Sequence[int], start: int = 0) -> int:
         """Run ``ids[start:]`` through the model at positions ``start, start + 1, ...``; returns the
@@ -203,3 +216,146 @@ class Generator:
                                  **self._seed_input("prefill", start)}, outputs=["prefill_logits"])
         self.position = len(ids)
         return last["prefill_logits"].reshape(-1)  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One request's token choice: temperature 0 is greedy (argmax); else softmax(logits / T), top-k
+    (0 = off) and top-p filtering, a draw seeded by ``seed`` and the token's position."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def row(self) -> list[float]:
+        return [max(float(self.temperature), 0.0), float(max(self.top_k, 0)), float(self.top_p)]
+
+
+GREEDY = Sampling()
+
+
+class BatchGenerator(Generator):
+    """Decodes up to ``slots`` sequences together (continuous batching).
+
+    Each slot owns a ``context``-row region of the KV caches. :meth:`admit` prefills a prompt
+    (one sequence at a time, through the same prefill branch as :class:`Generator`, into its own
+    caches; a prompt that starts like the last one prefills only the rest), copies those rows into
+    a free slot and returns the first token; :meth:`step` runs one decode step for every active
+    slot (one token each, at its own position, sampled with its own :class:`Sampling`);
+    :meth:`release` frees a slot between steps. Greedy slots pick the tokens :class:`Generator`
+    picks: the per-slot arithmetic is the one-sequence decode's, batched (see the tests)."""
+
+    def __init__(self, config: TransformerConfig, slots: int, chunk: int = 32) -> None:
+        self.slots = slots
+        super().__init__(config, chunk)
+        self.sampling = True  # prefill feeds its per-row settings through _seed_input
+        self.positions = [0] * slots  # the next token's position (= KV rows held) per slot
+        self.active = [False] * slots
+        self.tokens = np.zeros(slots, np.int32)  # the token each active slot feeds next
+        self.settings = [GREEDY] * slots
+        self.scratch: list[int] = []  # the tokens the one-sequence caches hold (prefix reuse)
+        self._admitting = GREEDY
+        self._first_step = 0
+        self.last_reused = 0  # prompt tokens the last admit found in the one-sequence caches
+        self.steps = 0
+
+    @classmethod
+    def from_gguf(cls, path: str, slots: int, context: int = 2048, chunk: int = 32) -> BatchGenerator:
+        """Load a GGUF decoder (any family ``load_gguf`` reads) into a batched generator."""
+        from rlxpy.frontends.gguf import load_gguf, upload_weights
+
+        model = load_gguf(path, context)
+        gen = cls(model.config, slots, chunk)
+        started = time.perf_counter()
+        upload_weights(gen.exe, model)
+        gen.stats.upload_seconds = time.perf_counter() - started
+        return gen
+
+    def _build(self, config: TransformerConfig, chunk: int, sampler: dict | None) -> rlxpy.Graph:
+        return build_batched_decoder(config, self.slots, chunk)
+
+    def _seed_input(self, prefix: str, step: int) -> dict[str, np.ndarray]:
+        # the first token's seed: that of the last chunk of a prefill from position 0 (Generator's),
+        # whatever part of the prompt the caches held already
+        want = self._admitting
+        return {"prefill_settings": np.array([want.row()], np.float32),
+                "prefill_seeds": step_seed(want.seed, self._first_step)[None, :]}
+
+    def free_slots(self) -> list[int]:
+        return [slot for slot in range(self.slots) if not self.active[slot]]
+
+    @property
+    def busy(self) -> int:
+        return sum(self.active)
+
+    def admit(self, ids: Sequence[int], sampling: Sampling = GREEDY,
+              slot: int | None = None) -> tuple[int, int]:
+        """Prefill ``ids`` and give the sequence a free slot: (slot, first new token). The slot then
+        holds ``len(ids)`` KV rows and feeds the first token at the next :meth:`step`."""
+        free = self.free_slots()
+        if slot is None:
+            if not free:
+                raise InputError(f"all {self.slots} decode slots are busy")
+            slot = free[0]
+        elif slot not in free:
+            raise InputError(f"decode slot {slot} is not free (free: {free})")
+        ids = [int(token) for token in ids]
+        reuse = 0
+        limit = min(len(self.scratch), len(ids) - 1)
+        while reuse < limit and self.scratch[reuse] == ids[reuse]:
+            reuse += 1
+        self._admitting = sampling
+        self._first_step = (len(ids) - 1) // self.chunk * self.chunk
+        self.last_reused = reuse
+        self.scratch = []  # unknown until the prefill finished
+        first = self.prefill(ids, reuse)
+        self.scratch = ids
+        self.exe.run({"admit_pos": np.array([slot * self.config.context], np.int32)}, outputs=["admit_done"])
+        self.positions[slot] = len(ids)
+        self.tokens[slot] = first
+        self.settings[slot] = sampling
+        self.active[slot] = True
+        return slot, first
+
+    def release(self, slot: int) -> None:
+        """Free ``slot``: its sequence leaves the batch (its cache rows are overwritten by the next)."""
+        self.active[slot] = False
+        self.positions[slot] = 0
+        self.tokens[slot] = 0
+
+    def room(self, slot: int) -> int:
+        """How many more steps ``slot`` can take before its cache region is full."""
+        return self.config.context - self.positions[slot]
+
+    def step(self) -> dict[int, int]:
+        """One decode step of every active slot: {slot: its next token}. Each slot's position
+        advances by one; a slot whose cache region is full must be released first."""
+        live = [slot for slot in range(self.slots) if self.active[slot]]
+        if not live:
+            return {}
+        full = [slot for slot in live if self.positions[slot] >= self.config.context]
+        if full:
+            raise InputError(f"decode slots {full}: the KV cache region is full "
+                             f"({self.config.context} tokens)")
+        started = time.perf_counter()
+        pos = np.zeros(self.slots, np.int32)  # free slots decode a dummy token at row 0 of their region
+        seeds = np.zeros((self.slots, 2), np.uint32)
+        settings = np.zeros((self.slots, 3), np.float32)
+        tokens = np.zeros(self.slots, np.int32)
+        for slot in live:
+            pos[slot] = self.positions[slot]
+            tokens[slot] = self.tokens[slot]
+            settings[slot] = self.settings[slot].row()
+            seeds[slot] = step_seed(self.settings[slot].seed, self.positions[slot])
+        out = self.exe.run({"batch_tokens": tokens, "batch_pos": pos, "batch_settings": settings,
+                            "batch_seeds": seeds}, outputs=["batch_next"])["batch_next"].reshape(-1)
+        self._stop_on_nan("batch", int(pos[live[0]]), 1)
+        result = {}
+        for slot in live:
+            self.positions[slot] += 1
+            self.tokens[slot] = int(out[slot])
+            result[slot] = int(out[slot])
+        self.steps += 1
+        self._count_step(time.perf_counter() - started)
+        return result

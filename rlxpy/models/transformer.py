@@ -198,10 +198,15 @@ class _Weights:
             self.cache[name] = self.g.param(name, [size], DType.F32)
         return self.cache[name]
 
-    def kv_cache(self, name: str) -> Node:
+    def kv_cache(self, name: str, slots: int = 0) -> Node:
+        """A layer's K or V cache: [context, kv width], or ``slots`` caches of ``context`` rows each
+        stacked (the batched decode's: slot b is rows [b * context, (b + 1) * context))."""
+        if slots:  # blk.{i}.slots.k_cache: still a *k_cache / *v_cache name (zeroed, not loaded)
+            block, _, kind = name.rpartition(".")
+            name = f"{block}.slots.{kind}"
         if name not in self.cache:
             self.cache[name] = self.g.param(
-                name, [self.cfg.context, self.cfg.kv_heads * self.cfg.dim], DType.F32
+                name, [max(slots, 1) * self.cfg.context, self.cfg.kv_heads * self.cfg.dim], DType.F32
             )
         return self.cache[name]
 
@@ -214,7 +219,9 @@ class _Rope:
 
 @dataclass(frozen=True)
 class _Step:
-    """One branch's run-time inputs and shape: ``seq`` tokens at position ``pos``."""
+    """One branch's run-time inputs and shape: ``seq`` tokens at position ``pos``; with ``slots``
+    (batched decode) ``seq`` = ``slots`` rows, one token of each slot's sequence, ``pos`` i32[slots]
+    their positions, and the KV caches one ``context``-row region per slot."""
 
     g: Graph
     w: _Weights
@@ -222,6 +229,7 @@ class _Step:
     prefix: str
     seq: int
     pos: Node
+    slots: int = 0
 
 
 def _linear(s: _Step, x: Node, name: str, n: int, k: int, out: str) -> Node:
@@ -263,12 +271,25 @@ def _head_norm(s: _Step, x: Node, weight: str, heads: int, out: str) -> Node:
     return g.reshape(normed, [s.seq, heads * dim], name=f"{out}_flat")
 
 
+def _rope(s: _Step, x: Node, rope: _Rope, out: str) -> Node:
+    """RoPE of [seq, width] rows at the branch's positions (batched: row b at pos[b])."""
+    g, cfg = s.g, s.cfg
+    if not s.slots:
+        return g.rope(x, rope.cos, rope.sin, cfg.dim, interleaved=cfg.rope_interleaved, position=s.pos,
+                      name=out)
+    width = x.shape[-1]
+    rows = g.reshape(x, [s.slots, 1, width], name=f"{out}_in")  # one [1, width] block per slot
+    rotated = g.rope(rows, rope.cos, rope.sin, cfg.dim, interleaved=cfg.rope_interleaved, position=s.pos,
+                     name=f"{out}_rows")
+    return g.reshape(rotated, [s.slots, width], name=out)
+
+
 def _attention(s: _Step, h: Node, layer: int, rope: _Rope) -> Node:
     """The attention block's output (before the output projection), [seq, heads * head_dim]."""
     g, w, cfg, f = s.g, s.w, s.cfg, s.cfg.features
     blk, at = f"blk.{layer}", f"{s.prefix}.{layer}"
     q_width, kv_width = cfg.heads * cfg.dim, cfg.kv_heads * cfg.dim
-    k_cache, v_cache = w.kv_cache(f"{blk}.k_cache"), w.kv_cache(f"{blk}.v_cache")
+    k_cache, v_cache = w.kv_cache(f"{blk}.k_cache", s.slots), w.kv_cache(f"{blk}.v_cache", s.slots)
     if _qkv_fusable(cfg, layer):
         # one GEMV for q|k|v, then one kernel rotates q, k and appends k, v to the caches
         qkv = _linear(s, h, f"{blk}.attn_qkv.weight", q_width + 2 * kv_width, cfg.hidden, f"{at}.qkv")
@@ -288,17 +309,16 @@ def _attention(s: _Step, h: Node, layer: int, rope: _Rope) -> Node:
         if f.qk_norm:
             q = _head_norm(s, q, f"{blk}.attn_q_norm.weight", cfg.heads, f"{at}.q_norm")
             k = _head_norm(s, k, f"{blk}.attn_k_norm.weight", cfg.kv_heads, f"{at}.k_norm")
-        q = g.rope(q, rope.cos, rope.sin, cfg.dim, interleaved=cfg.rope_interleaved, position=s.pos,
-                   name=f"{at}.q_rope")
-        k = g.rope(k, rope.cos, rope.sin, cfg.dim, interleaved=cfg.rope_interleaved, position=s.pos,
-                   name=f"{at}.k_rope")
+        q, k = _rope(s, q, rope, f"{at}.q_rope"), _rope(s, k, rope, f"{at}.k_rope")
         k_all = g.cache_write(k_cache, k, s.pos, name=f"{at}.k_cache")
         v_all = g.cache_write(v_cache, v, s.pos, name=f"{at}.v_cache")
     sliding = f.sliding(layer)
+    # batched decode: batch b is slot b's one query over its own cache region, at its own length
+    batch, queries = (s.slots, 1) if s.slots else (1, s.seq)
     attn = g.attention(
-        g.reshape(q, [1, s.seq, q_width], name=f"{at}.q3"),
-        g.reshape(k_all, [1, cfg.context, kv_width], name=f"{at}.k3"),
-        g.reshape(v_all, [1, cfg.context, kv_width], name=f"{at}.v3"),
+        g.reshape(q, [batch, queries, q_width], name=f"{at}.q3"),
+        g.reshape(k_all, [batch, cfg.context, kv_width], name=f"{at}.k3"),
+        g.reshape(v_all, [batch, cfg.context, kv_width], name=f"{at}.v3"),
         cfg.heads,
         cfg.dim,
         num_kv_heads=cfg.kv_heads,
@@ -346,17 +366,20 @@ def _layer(s: _Step, x: Node, layer: int, rope: _Rope) -> Node:
 
 
 def _branch(g: Graph, w: _Weights, cfg: TransformerConfig, prefix: str, seq: int, ropes: tuple[_Rope, _Rope],
-            sampler: dict | None) -> None:
+            sampler: dict | None, slots: int = 0, per_row: bool = False) -> None:
+    """A branch: ``seq`` tokens of one sequence, or (``slots``) one token of each of ``slots``
+    sequences. ``per_row``: the next token is sampled with run-time settings per row
+    (``{prefix}_settings`` f32[rows, 3], ``{prefix}_seeds`` u32[rows, 2]) instead of ``sampler``."""
     f = cfg.features
     tokens = g.input(f"{prefix}_tokens", [seq], DType.I32)
-    pos = g.input(f"{prefix}_pos", [1], DType.I32)
-    s = _Step(g, w, cfg, prefix, seq, pos)
+    pos = g.input(f"{prefix}_pos", [slots or 1], DType.I32)
+    s = _Step(g, w, cfg, prefix, seq, pos, slots)
     x = _embed(s, tokens)
     if f.embed_scale != 1.0:
         x = g.mul(x, f.embed_scale, name=f"{prefix}.embd_scaled")
     for layer in range(cfg.layers):
         x = _layer(s, x, layer, ropes[1] if f.sliding(layer) else ropes[0])
-    if seq > 1:  # only the last real token's logits are needed
+    if seq > 1 and not slots:  # only the last real token's logits are needed
         last = g.input(f"{prefix}_last", [1], DType.I32)
         x = g.gather(x, last, axis=0, name=f"{prefix}.last_row")
     x = g.rms_norm(x, w.vector("output_norm.weight", cfg.hidden), eps=cfg.eps, name=f"{prefix}.out_norm")
@@ -368,7 +391,12 @@ def _branch(g: Graph, w: _Weights, cfg: TransformerConfig, prefix: str, seq: int
     else:
         logits = _linear(s, x, head, cfg.vocab_size, cfg.hidden, f"{prefix}_logits")
     g.output(logits)
-    if sampler and sampler.get("temperature", 0) > 0:
+    if per_row:
+        rows = slots or 1
+        settings = g.input(f"{prefix}_settings", [rows, 3], DType.F32)
+        seeds = g.input(f"{prefix}_seeds", [rows, 2], DType.U32)
+        nxt = g.sample_per_row(logits, settings, seeds, name=f"{prefix}_next")
+    elif sampler and sampler.get("temperature", 0) > 0:
         seed = g.input(f"{prefix}_seed", [2], DType.U32)
         nxt = g.sample(logits, sampler["temperature"], sampler.get("top_k", 0), sampler.get("top_p", 1.0),
                        seed_input=seed, name=f"{prefix}_next")
@@ -377,10 +405,8 @@ def _branch(g: Graph, w: _Weights, cfg: TransformerConfig, prefix: str, seq: int
     g.output(nxt)
 
 
-def build_transformer(cfg: TransformerConfig, chunk: int = 32, sampler: dict | None = None) -> Graph:
-    """The prefill (``chunk`` tokens) + decode (1 token) graph; see the module docstring."""
-    cfg.check()
-    g = Graph("transformer")
+def _ropes(g: Graph, cfg: TransformerConfig) -> tuple[_Rope, _Rope]:
+    """The (global, sliding-window) RoPE tables; the same pair when the bases agree."""
     cos, sin = rope_tables(cfg)
     ropes = [_Rope(g.constant(cos, name="rope_cos"), g.constant(sin, name="rope_sin"))]
     local = cfg.features.rope_theta_local
@@ -389,7 +415,47 @@ def build_transformer(cfg: TransformerConfig, chunk: int = 32, sampler: dict | N
         ropes.append(_Rope(g.constant(cos, name="rope_cos_local"), g.constant(sin, name="rope_sin_local")))
     else:
         ropes.append(ropes[0])
+    return ropes[0], ropes[1]
+
+
+def build_batched_decoder(cfg: TransformerConfig, slots: int, chunk: int = 32) -> Graph:
+    """The continuous-batching graph: ``slots`` sequences decode together, each in its own region of
+    the KV caches (``blk.{i}.slots.{k,v}_cache``, ``context`` rows per slot).
+
+    Branches: ``prefill`` (``chunk`` tokens of one sequence into the one-sequence caches
+    ``blk.{i}.{k,v}_cache``, as in :func:`build_transformer`); ``admit`` (copies those caches into
+    slot ``admit_pos / context``: input ``admit_pos`` = slot * context, output ``admit_done``); ``batch``
+    (one token per slot: ``batch_tokens`` / ``batch_pos`` i32[slots], outputs ``batch_logits``
+    [slots, vocab] and ``batch_next``). Both token-picking branches sample per row
+    (``{branch}_settings`` = (temperature, top_k, top_p) rows, ``{branch}_seeds``); temperature 0 is
+    argmax, the token :func:`build_transformer`'s greedy graph picks."""
+    cfg.check()
+    if slots < 1:
+        raise GraphError(f"batched decoder: {slots} slots (give at least 1)")
+    g = Graph("transformer_batched")
+    ropes = _ropes(g, cfg)
     weights = _Weights(g, cfg)
-    _branch(g, weights, cfg, "prefill", chunk, (ropes[0], ropes[1]), sampler)
-    _branch(g, weights, cfg, "decode", 1, (ropes[0], ropes[1]), sampler)
+    _branch(g, weights, cfg, "prefill", chunk, ropes, None, per_row=True)
+    _branch(g, weights, cfg, "batch", slots, ropes, None, slots=slots, per_row=True)
+    at = g.input("admit_pos", [1], DType.I32)
+    firsts = []
+    for layer in range(cfg.layers):
+        for kind in ("k", "v"):
+            name = f"blk.{layer}.{kind}_cache"
+            copied = g.cache_write(weights.kv_cache(name, slots), weights.kv_cache(name), at,
+                                   name=f"admit.{layer}.{kind}")
+            # a one-row read of each copy makes the admit run (and wait for) all of them
+            firsts.append(g.narrow(copied, 0, 0, 1, name=f"admit.{layer}.{kind}_row"))
+    g.output(g.concat(firsts, axis=0, name="admit_done"))
+    return g
+
+
+def build_transformer(cfg: TransformerConfig, chunk: int = 32, sampler: dict | None = None) -> Graph:
+    """The prefill (``chunk`` tokens) + decode (1 token) graph; see the module docstring."""
+    cfg.check()
+    g = Graph("transformer")
+    ropes = _ropes(g, cfg)
+    weights = _Weights(g, cfg)
+    _branch(g, weights, cfg, "prefill", chunk, ropes, sampler)
+    _branch(g, weights, cfg, "decode", 1, ropes, sampler)
     return g

@@ -110,6 +110,7 @@ async def health(request: Request) -> dict[str, Any]:
     engine = _engine(request)
     scheduler = engine.scheduler
     return {"status": "ok", "model": engine.model_id, "waiting": scheduler.waiting,
+            "slots": getattr(engine.generator, "slots", 1), "peak_batch": getattr(scheduler, "peak", 1),
             "running": scheduler.running is not None, "completed": scheduler.completed,
             "cancelled": scheduler.cancelled, "busy_seconds": round(scheduler.busy_seconds, 3)}
 
@@ -130,12 +131,12 @@ async def chat_completions(request: Request) -> Response:
     body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
     engine.check_model(body.model)
     body.refuse_unsupported()
-    engine.check_sampling(body)
+    sampling = engine.check_sampling(body)
     stops = body.stop_strings()
     ids = engine.chat_prompt(body)
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = engine.budget(len(ids), body.limit(), param)
-    job = engine.submit_generation(ids, max_tokens, body.seed)
+    job = engine.submit_generation(ids, max_tokens, body.seed, sampling)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": engine.model_id}
     if body.stream:
         chunks = _Chunks(head, chat=True)
@@ -153,11 +154,11 @@ async def completions(request: Request) -> Response:
     body: CompletionRequest = await _parse(request, CompletionRequest)
     engine.check_model(body.model)
     body.refuse_unsupported()
-    engine.check_sampling(body)
+    sampling = engine.check_sampling(body)
     stops = body.stop_strings()
     ids, prompt_text = engine.completion_prompt(body)
     max_tokens = engine.budget(len(ids), body.max_tokens)
-    job = engine.submit_generation(ids, max_tokens, body.seed)
+    job = engine.submit_generation(ids, max_tokens, body.seed, sampling)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": engine.model_id}
     if body.stream:
         chunks = _Chunks(head, chat=False)

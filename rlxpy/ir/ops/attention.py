@@ -46,6 +46,7 @@ class Attention(Op):
     window: int = 0
     #: KV-cache mode: the last input is pos (i32[1]) and only keys [0, pos + S_q) exist; with
     #: CAUSAL, query i sits at pos + i. Work is proportional to pos + S_q, not to k's length.
+    #: pos i32[B] (one per batch entry, B > 1: batched decode) gives batch b its own pos[b].
     dynamic_kv: bool = False
     arity = (3, 5)
 
@@ -56,8 +57,9 @@ class Attention(Op):
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         q, k, v = ins[:3]
         if self.dynamic_kv:
-            need(ins[-1].shape == (1,) and ins[-1].dtype in (DType.I32, DType.U32),
-                 f"dynamic_kv needs a last input pos i32[1], got {ins[-1]}")
+            pos = ins[-1]
+            need(pos.rank == 1 and pos.shape[0] in (1, q.shape[0]) and pos.dtype in (DType.I32, DType.U32),
+                 f"dynamic_kv needs a last input pos i32[1] or i32[batch {q.shape[0]}], got {ins[-1]}")
             ins = ins[:-1]
         need(self.num_heads % self.kv_heads == 0,
              f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.kv_heads}")

@@ -155,7 +155,8 @@ def _fold_ropes(plan: _Plan) -> None:
             continue
         mm = node.inputs[0]
         fusion = plan.fused.get(mm)
-        if fusion is not None and mm in plan.single and fusion.plain:
+        per_row = plan.graph.nodes[node.inputs[5]].shape != (1,)  # batched decode: its own slots
+        if fusion is not None and mm in plan.single and fusion.plain and not per_row:
             plan.refold(mm, node, rope=node.op, rope_inputs=tuple(node.inputs[1:]))
 
 

@@ -53,6 +53,11 @@ def attention_mask(kind: MaskKind, s_q: int, s_k: int, window: int) -> np.ndarra
 @reference(ops.Attention)
 def ref_attention(op: ops.Attention, args, node):
     q, k, v = args[:3]
+    if op.dynamic_kv and args[-1].shape[0] > 1:  # one pos per batch entry: each alone
+        pos = args[-1]
+        return np.concatenate([ref_attention(op, [q[b: b + 1], k[b: b + 1], v[b: b + 1],
+                                                  *(a[b: b + 1] for a in args[3:-1]), pos[b: b + 1]], node)
+                               for b in range(q.shape[0])], axis=0)
     if op.dynamic_kv:  # keys [0, pos + S_q) exist; causal alignment uses that length
         q_layout = attention_layout(ops.TensorType(q.shape, node.dtype), op.num_heads, op.head_dim)
         kv_layout = attention_layout(ops.TensorType(k.shape, node.dtype), op.kv_heads, op.head_dim)

@@ -16,6 +16,10 @@ def _f64(x: np.ndarray) -> np.ndarray:
 @reference(ops.Rope)
 def ref_rope(op: ops.Rope, args, node):
     x, cos, sin = args[:3]
+    if len(args) > 3 and args[3].shape[0] > 1:  # one offset per [S, L] block: each block alone
+        blocks = x.reshape((-1,) + x.shape[-2:])
+        return np.stack([ref_rope(op, [block, cos, sin, args[3][i: i + 1]], node)
+                         for i, block in enumerate(blocks)]).reshape(x.shape)
     offset = op.position_offset + (int(args[3][0]) if len(args) > 3 else 0)
     seq = x.shape[-2]
     if offset < 0 or offset + seq > cos.shape[0]:  # the position input is only known now
@@ -48,6 +52,17 @@ def ref_rope_kv_append(op: ops.RopeKvAppend, args, node):
     q = qkv[:, : op.q_width]
     k = qkv[:, op.q_width: op.q_width + op.kv_width]
     v = qkv[:, op.q_width + op.kv_width:]
+    rows = qkv.shape[0]
+    if rows > 1 and pos.shape == (rows,):  # batched decode: row s at pos[s], in slot s of the caches
+        slot = k_cache.shape[0] // rows
+        q_out = np.empty_like(q)
+        for s in range(rows):
+            at = pos[s: s + 1]
+            q_out[s: s + 1] = ref_rope(rope, [q[s: s + 1], cos, sin, at], node)
+            if int(at[0]) < slot:
+                k_cache[s * slot + int(at[0])] = ref_rope(rope, [k[s: s + 1], cos, sin, at], node)[0]
+                v_cache[s * slot + int(at[0])] = v[s]
+        return q_out
     q_rot = ref_rope(rope, [q, cos, sin, pos], node)
     k_rot = ref_rope(rope, [k, cos, sin, pos], node)
     start = int(pos[0])

@@ -69,8 +69,22 @@ def sample_rows(logits: np.ndarray, temperature: float, top_k: int, top_p: float
 
 @reference(ops.Sample)
 def ref_sample(op: ops.Sample, args, node):
+    if op.per_row:  # each row alone, with its own settings and seed
+        logits, settings, seeds = args
+        return np.array([sample_rows(logits[r: r + 1], float(settings[r, 0]), _top_k(settings[r, 1]),
+                                     float(settings[r, 2]), _seed(seeds[r]))[0]
+                         for r in range(logits.shape[0])], np.int32).reshape(node.shape)
     seed = op.seed
     if len(args) > 1:
         lo, hi = (int(v) & 0xFFFFFFFF for v in args[1])
         seed = lo | hi << 32
     return sample_rows(args[0], op.temperature, op.top_k, op.top_p, seed).reshape(node.shape)
+
+
+def _top_k(value: float) -> int:
+    return max(0, int(value))
+
+
+def _seed(pair: np.ndarray) -> int:
+    lo, hi = (int(v) & 0xFFFFFFFF for v in pair)
+    return lo | hi << 32

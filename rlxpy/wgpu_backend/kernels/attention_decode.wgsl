@@ -53,7 +53,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         qs[d * RQ + r / 4u][r % 4u] = x;
     }
     // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos]) + p.s_q, p.kv_dyn == 1u);
+    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
+                        p.kv_dyn >= 1u);
     let kv_total = min(kv_len, p.s_k);
     let shift = i32(kv_total) - i32(p.s_q);
     let chunk = (kv_total + p.splits - 1u) / p.splits;

@@ -30,7 +30,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         acc[d] = 0.0;
     }
     // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos]) + p.s_q, p.kv_dyn == 1u);
+    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
+                        p.kv_dyn >= 1u);
     let kv_total = min(kv_len, p.s_k);
     let pos = i32(kv_total) - i32(p.s_q) + i32(i);
     var k_begin = 0u;

@@ -1,5 +1,6 @@
 // Split a fused QKV row block; rotate q and k (RoPE at positions pos + row); write q to the output
-// and append k, v to the KV caches at row pos + row. One thread per element of a qkv row block.
+// and append k, v to the KV caches at row pos + row (slot > 0: row r at position pos[r], appended to
+// row r * slot + pos[r]). One thread per element of a qkv row block.
 // Bindings: 0 = arena window (u32 words), 1 = RopeKvAppendParams (word offsets in the window).
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
@@ -38,15 +39,17 @@ fn run_item(i: u32) {
     let width = p.q_width + 2u * p.kv_width;
     let r = i / width;
     let c = i % width;
-    let row = buf[p.pos] + r;
-    let t = min(row, p.max_pos - 1u);  // a kernel cannot raise: positions past the tables clamp
+    // slot > 0 (batched decode): row r has its own position pos[r] and cache slot r of `slot` rows
+    let position = select(buf[p.pos] + r, buf[p.pos + r], p.slot > 0u);
+    let row = select(position, r * p.slot + position, p.slot > 0u);
+    let t = min(position, p.max_pos - 1u);  // a kernel cannot raise: positions past the tables clamp
     let base = p.qkv + r * width;
     if (c < p.q_width) {
         let d = c % p.head_dim;
         buf[p.q_out + r * p.q_width + c] = bitcast<u32>(rotate(base + c - d, d, t));
         return;
     }
-    if (row >= p.capacity) {
+    if (row >= p.capacity || (p.slot > 0u && position >= p.slot)) {
         return;  // rows past the cache capacity are dropped, as CacheWrite does
     }
     if (c < p.q_width + p.kv_width) {

@@ -1,6 +1,8 @@
 // Token sampling, f32 logits -> i32 id per row: argmax (temperature 0) or softmax/top-k/top-p + Gumbel-max.
 // One workgroup per row (grid folded into y past 65535); thread t reads tokens t + WG n, eight per batch.
 // Bindings: 0 = arena window (u32 words), 1 = SampleRowsParams (seed from the uniforms or a u32[2] input).
+// per_row: each row's temperature/top_k/top_p (f32 [rows, 3] at p.settings) and seed (u32 [rows, 2] at
+// p.seed_input) come from the arena, and its Threefry counters are those of row 0 (slot-independent).
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "reduce_order.wgsl"
@@ -15,6 +17,43 @@ var<workgroup> red_c: array<u32, {{WG}}>;
 var<workgroup> out_f: f32;
 var<workgroup> out_u: u32;
 var<workgroup> out_c: u32;
+
+// The row's settings, from the uniforms or (per_row) read once by lane 0 and shared uniformly: the
+// filters' loops hold barriers, so what they branch on must be workgroup-uniform.
+struct RowSettings {
+    greedy: u32,
+    temperature: f32,
+    top_k: u32,
+    top_p: f32,
+    filtered: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+}
+
+var<workgroup> row_in: array<u32, 8>;  // a RowSettings as words
+
+fn load_settings(row: u32, t: u32) -> RowSettings {
+    if (p.per_row == 0u) {
+        var seed = vec2<u32>(p.seed_lo, p.seed_hi);
+        if (p.has_seed == 1u) {
+            seed = vec2<u32>(ld_u32(p.seed_input), ld_u32(p.seed_input + 1u));
+        }
+        return RowSettings(p.greedy, p.temperature, p.top_k, p.top_p, p.filtered, seed.x, seed.y);
+    }
+    if (t == 0u) {
+        let temperature = ld_f32(p.settings + 3u * row);
+        let k = ld_f32(p.settings + 3u * row + 1u);
+        let top_p = ld_f32(p.settings + 3u * row + 2u);
+        // as the lowering does for the attributes: keeping every token is no filter
+        let top_k = select(0u, u32(k), k >= 1.0 && k < f32(p.vocab));
+        let filtered = u32(top_k > 0u || (top_p > 0.0 && top_p < 1.0));
+        row_in = array<u32, 8>(u32(!(temperature > 0.0)), bitcast<u32>(max(temperature, 1e-6)), top_k,
+                               bitcast<u32>(top_p), filtered, ld_u32(p.seed_input + 2u * row),
+                               ld_u32(p.seed_input + 2u * row + 1u), 0u);
+    }
+    let w = workgroupUniformLoad(&row_in);
+    return RowSettings(w[0], bitcast<f32>(w[1]), w[2], bitcast<f32>(w[3]), w[4], w[5], w[6]);
+}
 
 struct Best {
     value: f32,
@@ -140,14 +179,15 @@ fn load8(base: u32, j0: u32) -> array<f32, 8> {
                          ld_f32(base + min(j0 + 6u * WG, last)), ld_f32(base + min(j0 + 7u * WG, last)));
 }
 
-fn prob(x: f32, x_max: f32, total: f32) -> f32 {
-    return exp((x - x_max) / p.temperature) / total;
+fn prob(x: f32, x_max: f32, total: f32, temperature: f32) -> f32 {
+    return exp((x - x_max) / temperature) / total;
 }
 
 fn run_row(row: u32, t: u32) {
     if (row >= p.rows) {
         return;
     }
+    let rs = load_settings(row, t);
     let base = p.x + row * p.vocab;
     var best = Best(bitcast<f32>(0xff800000u), 0xffffffffu);  // (-inf, no index): any token beats it
     for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
@@ -159,7 +199,7 @@ fn run_row(row: u32, t: u32) {
         }
     }
     let top = reduce_best(t, best.value, best.index);
-    if (p.greedy == 1u) {
+    if (rs.greedy == 1u) {
         if (t == 0u) {
             st_i32(p.y + row, i32(top.index));
         }
@@ -172,7 +212,7 @@ fn run_row(row: u32, t: u32) {
         }
         return;
     }
-    if (p.top_k == 1u) {  // only the first maximum survives the filter
+    if (rs.top_k == 1u) {  // only the first maximum survives the filter
         if (t == 0u) {
             st_i32(p.y + row, i32(top.index));
         }
@@ -183,19 +223,19 @@ fn run_row(row: u32, t: u32) {
     // first `keep_ties` (by index) of those with key == cut. Without filtering, cut = 0 keeps all.
     var cut = 0u;
     var last_kept = 0xffffffffu;
-    if (p.filtered == 1u) {
+    if (rs.filtered == 1u) {
         var mine = 0.0;  // the softmax denominator: only the filters need probabilities
         for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
             var xs = load8(base, j0);
             for (var c = 0u; c < 8u; c++) {
                 if (j0 + c * WG < p.vocab) {
-                    mine += exp((xs[c] - x_max) / p.temperature);
+                    mine += exp((xs[c] - x_max) / rs.temperature);
                 }
             }
         }
         let total = reduce_tally(t, Tally(0u, 0u, mine)).mass;
-        let k_limit = select(p.vocab, p.top_k, p.top_k > 0u);
-        let p_limit = select(2.0, p.top_p, p.top_p > 0.0 && p.top_p < 1.0);
+        let k_limit = select(p.vocab, rs.top_k, rs.top_k > 0u);
+        let p_limit = select(2.0, rs.top_p, rs.top_p > 0.0 && rs.top_p < 1.0);
         // smallest key c whose strictly-better tokens still leave room: count < top_k and mass < top_p
         var lo = 0u;
         var hi = 0xffffffffu;
@@ -207,7 +247,7 @@ fn run_row(row: u32, t: u32) {
                 for (var c = 0u; c < 8u; c++) {
                     if (j0 + c * WG < p.vocab && key_of(xs[c]) > mid) {
                         part.count += 1u;
-                        part.mass += prob(xs[c], x_max, total);
+                        part.mass += prob(xs[c], x_max, total, rs.temperature);
                     }
                 }
             }
@@ -226,7 +266,7 @@ fn run_row(row: u32, t: u32) {
                 let key = key_of(xs[c]);
                 if (j0 + c * WG < p.vocab && key > cut) {
                     part.count += 1u;
-                    part.mass += prob(xs[c], x_max, total);
+                    part.mass += prob(xs[c], x_max, total, rs.temperature);
                 } else if (j0 + c * WG < p.vocab && key == cut) {
                     part.ties += 1u;
                 }
@@ -235,7 +275,7 @@ fn run_row(row: u32, t: u32) {
         let above = reduce_tally(t, part);
         // tokens equal to the cut value are kept while the count and the mass before them allow
         var keep_ties = min(above.ties, k_limit - above.count);
-        let p_tie = prob(value_of(cut), x_max, total);
+        let p_tie = prob(value_of(cut), x_max, total, rs.temperature);
         if (p_limit < 1.5 && p_tie > 0.0) {
             keep_ties = min(keep_ties, u32(clamp(ceil((p_limit - above.mass) / p_tie), 1.0, 4.0e9)));
         }
@@ -261,11 +301,8 @@ fn run_row(row: u32, t: u32) {
         }
     }
     // Gumbel-max: argmax over kept tokens of log p + g, g = -log(-log(u)), u from Threefry(row, token)
-    var seed = vec2<u32>(p.seed_lo, p.seed_hi);
-    if (p.has_seed == 1u) {
-        seed = vec2<u32>(ld_u32(p.seed_input), ld_u32(p.seed_input + 1u));
-    }
-    let key = threefry(0u, 0u, seed.x, seed.y);
+    let key = threefry(0u, 0u, rs.seed_lo, rs.seed_hi);
+    let counter_row = select(row, 0u, p.per_row == 1u);
     var best_s = bitcast<f32>(0xff800000u);
     var best_j = 0xffffffffu;
     for (var j0 = t; j0 < p.vocab; j0 += 8u * WG) {
@@ -274,11 +311,11 @@ fn run_row(row: u32, t: u32) {
             let j = j0 + c * WG;
             let x = xs[c];
             let kx = key_of(x);
-            let z = (x - x_max) / p.temperature;
+            let z = (x - x_max) / rs.temperature;
             // g lies in [-4.24, 16.64] (u in [1e-30, 1 - 2^-24]) and the first maximum (z = 0) is always
             // kept, so a token with z < -21 can never win: skip its Threefry and logs (exact pruning)
             if (j < p.vocab && z > -21.0 && (kx > cut || (kx == cut && j <= last_kept))) {
-                let bits = threefry(row, j, key.x, key.y).x;
+                let bits = threefry(counter_row, j, key.x, key.y).x;
                 let u = max(f32(bits >> 8u) * (1.0 / 16777216.0), 1e-30);
                 let gumbel = -log_accurate(-log_accurate(u));
                 // log p = (x - max) / T - log(sum): the constant does not move the argmax

@@ -14,7 +14,9 @@ sum per query row, f32) and never materialise the S_q x S_k score matrix:
 ``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
 keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i. With
 ``dynamic_kv`` the kernels read kv_len = pos + S_q from the pos tensor at run time instead (KV-cache
-decoding: one compiled graph serves every position, and work grows with the position).
+decoding: one compiled graph serves every position, and work grows with the position); a pos of B
+entries gives batch b its own kv_len = pos[b] + S_q (batched decode: one slot of the cache per batch
+entry, each at its own length).
 """
 
 from __future__ import annotations
@@ -338,7 +340,8 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
         softcap=op.softcap or 0.0,
         window=op.window,
         kv_pos=ctx.offset(pos) if pos is not None else 0,
-        kv_dyn=int(pos is not None),
+        # 2: one pos per batch entry (batched decode), read at pos + b
+        kv_dyn=0 if pos is None else 2 if pos.numel > 1 else 1,
     )
     subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
     if s_q <= DECODE_MAX_Q and ctx.facts.cpu:
@@ -362,7 +365,7 @@ def _lower_decode(
     row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
-    unsplit = fields["kv_dyn"] == 1 and s_k <= UNSPLIT_CACHE_KEYS
+    unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)

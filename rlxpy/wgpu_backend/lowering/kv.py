@@ -1,4 +1,5 @@
-"""KV-cache family: CacheWrite appends rows in place at a run-time position."""
+"""KV-cache family: CacheWrite appends rows in place at a run-time position (or, with one position
+per row, each row into its own slot of the cache: batched decode)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 KV_WRITE = kernel(
-    "kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32, rows=U32, pos=U32),
+    "kv_write", params("KvWriteParams", (), n=U32, width=U32, capacity=U32, cache=U32, rows=U32, pos=U32,
+                  slot=U32),
     dtypes=accepts(),  # rows are copied word by word, whatever their dtype (checked below: whole words)
 )
 
@@ -36,5 +38,6 @@ def lower_cache_write(node: Node, ctx: LowerCtx) -> list[Step]:
             cache=ctx.offset(node),
             rows=ctx.offset(rows),
             pos=ctx.offset(pos),
+            slot=cache.shape[0] // rows.shape[0] if rows.shape[0] > 1 and pos.shape == rows.shape[:1] else 0,
         )
     ]

@@ -45,7 +45,8 @@ def lower_rope(node: Node, ctx: LowerCtx) -> list[Step]:
                          x=ctx.offset(x), cos=ctx.offset(cos), sin=ctx.offset(sin), y=ctx.offset(node),
                          max_pos=max_pos, offset=op.position_offset,
                          pos_input=ctx.offset(position) if position is not None else 0,
-                         has_pos=int(position is not None))]
+                         # 2: one position per [S, L] block (batched decode)
+                         has_pos=0 if position is None else 2 if position.numel > 1 else 1)]
 
 
 ROPE_KV_APPEND = kernel(
@@ -69,6 +70,7 @@ ROPE_KV_APPEND = kernel(
         sin=U32,
         pos=U32,
         q_out=U32,
+        slot=U32,
     ),
     # qkv, k_cache, v_cache, cos, sin f32, pos i32; the caches are appended to in place
     dtypes=accepts(*[DType.F32] * 5, out=DType.F32),
@@ -106,5 +108,7 @@ def lower_rope_kv_append(node: Node, ctx: LowerCtx) -> list[Step]:
             sin=ctx.offset(sin),
             pos=ctx.offset(pos),
             q_out=ctx.offset(node),
+            # per-row positions (batched decode): each row owns an equal slot of the caches
+            slot=k_cache.shape[0] // rows if rows > 1 and pos.shape == (rows,) else 0,
         )
     ]

@@ -6,6 +6,10 @@ softmax of logits / T, top-k / top-p keeping the crossing token, Gumbel-max
 with Threefry2x32-20 keyed by the seed attribute or the optional u32[2] seed input. The kept set
 is found by a binary search over the logits' order-preserving bit keys (no sort, no scratch), so
 the logits are only read, never overwritten.
+
+``per_row``: the kernel reads each row's settings (f32 [R, 3]) and seed (u32 [R, 2]) from the arena
+instead of the uniforms (lane 0 loads them, the workgroup shares them uniformly), so one dispatch
+samples a batched decode step whose rows belong to different requests.
 """
 
 from __future__ import annotations
@@ -23,19 +27,25 @@ SMALL_VOCAB = 2048  # below this, 64 threads per row
 LARGE_VOCAB = 16384  # from this, 1024 threads per row where the device allows them
 SAMPLE_ROWS = kernel("sample_rows", params(
     "SampleRowsParams", rows=U32, vocab=U32, x=U32, y=U32, greedy=U32, temperature=F32, top_k=U32,
-    top_p=F32, filtered=U32, seed_lo=U32, seed_hi=U32, seed_input=U32, has_seed=U32),
+    top_p=F32, filtered=U32, seed_lo=U32, seed_hi=U32, seed_input=U32, has_seed=U32, per_row=U32,
+    settings=U32),
     dtypes=accepts(DType.F32, out=DType.I32),  # the seed input is checked below (a graph error)
-    # three WG-lane reduction arrays and three scalars (1024 lanes: 12 KiB + 48 B)
-    workgroup=(SAMPLE_WG, 1, 1), shared_bytes=lambda s: 3 * 4 * int(s["WG"]) + 3 * workgroup_var_bytes(4))
+    # three WG-lane reduction arrays, three scalars and the row's settings (1024 lanes: 12 KiB + 80 B)
+    workgroup=(SAMPLE_WG, 1, 1),
+    shared_bytes=lambda s: 3 * 4 * int(s["WG"]) + 3 * workgroup_var_bytes(4) + workgroup_var_bytes(32))
 
 
 @lowers(ops.Sample)
 def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.Sample = node.op  # type: ignore[assignment]
     logits = ctx.inputs(node)[0]
-    seed_input = ctx.inputs(node)[1] if len(node.inputs) > 1 else None
+    settings = ctx.inputs(node)[1] if op.per_row else None
+    seed_input = ctx.inputs(node)[-1] if len(node.inputs) > 1 else None
+    if settings is not None and settings.dtype != DType.F32:
+        raise GraphError(f"{where(node)}: per-row settings must be f32[R, 3], got {settings.type}")
     if seed_input is not None and seed_input.dtype not in (DType.U32, DType.I32):
-        raise GraphError(f"{where(node)}: seed input must be u32[2] or i32[2], got {seed_input.type}")
+        raise GraphError(f"{where(node)}: seed input must be u32[2] or i32[2] (per row: [R, 2]), "
+                         f"got {seed_input.type}")
     vocab = logits.shape[-1]
     if vocab == 0:
         raise GraphError(f"{where(node)}: cannot sample from an empty vocabulary ({logits.type})")
@@ -56,4 +66,5 @@ def lower_sample(node: Node, ctx: LowerCtx) -> list[Step]:
                          top_k=top_k, top_p=op.top_p, filtered=int(filtering),
                          seed_lo=seed & 0xFFFFFFFF, seed_hi=seed >> 32,
                          seed_input=ctx.offset(seed_input) if seed_input is not None else 0,
-                         has_seed=int(seed_input is not None))]
+                         has_seed=int(seed_input is not None), per_row=int(op.per_row),
+                         settings=ctx.offset(settings) if settings is not None else 0)]

@@ -20,6 +20,8 @@ fn rope_pair(e: u32, d: u32) -> RopePair {
     var pos = i32((e / p.width) % p.seq) + p.offset;
     if (p.has_pos == 1u) {
         pos += ld_i32(p.pos_input);
+    } else if (p.has_pos == 2u) {  // one position per [S, L] block (batched decode)
+        pos += ld_i32(p.pos_input + e / (p.width * p.seq));
     }
     let row = u32(clamp(pos, 0, i32(p.max_pos) - 1));
     let half = p.n_rot / 2u;
