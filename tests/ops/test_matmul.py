@@ -259,7 +259,8 @@ def test_split_k_matches_torch(device, monkeypatch, tiled_only, vec4, m, k, n, s
 
 def test_split_k_only_where_the_grid_is_small_and_k_divides():
     assert matmul.k_splits(384, 384, 4096, 1) == 16, "36 tiles of 64x64: 16 chunks of 256"
-    assert matmul.k_splits(384, 1152, 4096, 1) == 8
+    assert matmul.k_splits(384, 1152, 4096, 1) == 16, "108 tiles: 16 chunks"
+    assert matmul.k_splits(1536, 384, 4096, 1) == 8, "144 tiles: 8 chunks of 512"
     assert matmul.k_splits(4096, 1152, 384, 1) == 1, "a big grid keeps K whole"
     assert matmul.k_splits(384, 384, 4096, 2) == 1, "batched GEMMs keep K whole"
     assert matmul.k_splits(40, 5, 3001, 1) == 1, "no equal chunks of 8-multiples"
