@@ -102,9 +102,10 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="compare batch-4 greedy tokens with batch 1")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    path = args.model or default_model_path()
     if args.skeleton:
         path = fill_skeleton(args.skeleton, args.total_bytes)
+    else:
+        path = args.model or default_model_path()
     model = load_gguf(path, args.context)
     first = prompts_for(1, model.config.vocab_size)[0]
     rows = [one_sequence(model, args.context, args.chunk, args.steps, first)]
