@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from rlxpy.errors import UnsupportedOpError
 from rlxpy.frontends.onnx_ops_cnn import add_channel_bias, pad_axis
+from rlxpy.frontends.torch_fx_ops_grad import batch_statistics, max_pool_indices, reads_more_than_first
 from rlxpy.frontends.torch_fx_translate import FxTranslator, Host, translator
 from rlxpy.ir import DType, Node
 from rlxpy.ir.ops.base import ReduceOp
@@ -170,18 +171,19 @@ def tr_batch_norm_batch_stats(t: T, node: fx.Node, a: Args) -> list[Any]:
     if a.get("running_mean") is not None or a.get("running_var") is not None:
         raise t.unsupported("batch norm in training mode (it updates the running statistics in place, "
                             "which a translated graph cannot): it runs in torch; model.eval() avoids it")
-    _only_first_output(t, node, "statistics")
     x = t.tensor(a["input"], DType.F32)
     batch, channels = int(x.shape[0]), int(x.shape[1])
     gamma, beta = _affine(t, a["weight"], a["bias"], channels)
+    # a training graph saves the statistics for the backward
+    stats = batch_statistics(t, x, float(a["eps"])) if reads_more_than_first(node) else (None, None)
     if batch == 1:
-        return [t.g.group_norm(x, channels, gamma, beta, eps=float(a["eps"]), name=node.name), None, None]
+        return [t.g.group_norm(x, channels, gamma, beta, eps=float(a["eps"]), name=node.name), *stats]
     spatial = math.prod(int(d) for d in x.shape[2:])
     moved = t.g.transpose(t.g.reshape(x, [batch, channels, spatial]), [1, 0, 2])
     normed = t.g.group_norm(t.g.reshape(moved, [1, channels, batch * spatial]), channels, gamma, beta,
                             eps=float(a["eps"]))
     back = t.g.transpose(t.g.reshape(normed, [channels, batch, spatial]), [1, 0, 2])
-    return [t.g.reshape(back, x.shape, name=node.name), None, None]
+    return [t.g.reshape(back, x.shape, name=node.name), *stats]
 
 
 @translator("native_group_norm")
@@ -196,12 +198,16 @@ def tr_group_norm(t: T, node: fx.Node, a: Args) -> list[Any]:
 # -- pooling ----------------------------------------------------------------------------------------
 @translator("max_pool2d_with_indices", "max_pool3d_with_indices")
 def tr_max_pool(t: T, node: fx.Node, a: Args) -> list[Any]:
-    _only_first_output(t, node, "indices")
+    """The values, and the indices where the graph reads them (a training graph saves them)."""
     kernel = _ints(a["kernel_size"], "kernel_size")
     stride = _ints(a["stride"], "stride") or kernel
-    y = t.g.pool(t.tensor(a["self"], DType.F32), ReduceOp.MAX, kernel, stride, _ints(a["padding"], "padding"),
-                 node.name, dilation=_ints(a["dilation"], "dilation"), ceil_mode=bool(a["ceil_mode"]))
-    return [y, None]
+    x = t.tensor(a["self"], DType.F32)
+    padding, dilation = _ints(a["padding"], "padding"), _ints(a["dilation"], "dilation")
+    y = t.g.pool(x, ReduceOp.MAX, kernel, stride, padding, node.name, dilation=dilation,
+                 ceil_mode=bool(a["ceil_mode"]))
+    if not reads_more_than_first(node):
+        return [y, None]
+    return [y, max_pool_indices(t, x, y, kernel, stride, padding, dilation)]
 
 
 @translator("avg_pool2d", "avg_pool3d", "avg_pool1d")

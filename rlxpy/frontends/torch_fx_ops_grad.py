@@ -3,8 +3,12 @@
 The backward ops torch keeps whole (the backend leaves them out of the decomposition table) map onto
 rlxpy's backward ops: SDPA's backward onto AttentionBackward (tiled, probabilities recomputed; the
 forward's logsumexp is not read), ``embedding_dense_backward`` onto GatherBackward, the activation
-backwards onto ActivationBackward. The ops torch's decompositions of other backwards leave behind
-(``index_put`` with accumulation, one-hot ``scatter``, ``slice_scatter``) map onto primitives.
+backwards onto ActivationBackward, ``convolution_backward`` onto the Conv / ConvTranspose gradient
+rules (rlxpy/ir/grad/conv.py), the pools' backwards onto PoolBackward (max pooling's winners found
+again from the input, so its indices are not read). The ops torch's decompositions of other
+backwards leave behind (``index_put`` with accumulation, one-hot ``scatter``, ``slice_scatter``)
+map onto primitives. The forward outputs a training graph saves for them (batch norm's statistics,
+max pooling's indices) are computed here when the forward graph reads them.
 Same conventions as torch_fx_ops.py: torch's semantics, UnsupportedOpError where rlxpy has none.
 """
 
@@ -13,12 +17,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch.fx as fx
 
+from rlxpy.errors import UnsupportedOpError
+from rlxpy.frontends.onnx_ops_cnn import pad_axis
 from rlxpy.frontends.torch_fx_ops_nn import sdpa_mask, unswap_heads
 from rlxpy.frontends.torch_fx_translate import FxTranslator, translator
-from rlxpy.ir import DType, Node
-from rlxpy.ir.ops.base import ActKind
+from rlxpy.ir import DType, Node, ops
+from rlxpy.ir.grad import VJP, GradContext
+from rlxpy.ir.ops.base import ActKind, ReduceOp
 
 T = FxTranslator
 Args = dict[str, Any]
@@ -173,6 +181,105 @@ def _activation_backward(t: T, node: fx.Node, tensor: Any, grad: Any, kind: ActK
     return t.g.activation_backward(x, dy, kind, of_output=of_output, name=node.name)
 
 
+# -- convolution, pooling ---------------------------------------------------------------------------
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in ([value] if isinstance(value, int) else value or ()))
+
+
+@translator("convolution_backward")
+def tr_convolution_backward(t: T, node: fx.Node, a: Args) -> list[Node | None]:
+    """(d input, d weight, d bias) of torch's convolution, those ``output_mask`` asks for: the forward
+    conv rebuilt without its bias and differentiated by its gradient rule (the rebuilt node itself is
+    read by nothing and never runs)."""
+    dy, x, w = (t.tensor(a[n], DType.F32) for n in ("grad_output", "input", "weight"))
+    stride, padding, dilation = _ints(a["stride"]), _ints(a["padding"]), _ints(a["dilation"])
+    groups, mask = int(a["groups"]), list(a["output_mask"])
+    if a["transposed"]:
+        forward = t.g.conv_transpose(x, w, stride, padding, _ints(a["output_padding"]), dilation, groups)
+    else:
+        forward = t.g.conv(x, w, stride, padding, dilation, groups)
+    if tuple(forward.shape) != tuple(dy.shape):
+        raise t.unsupported(f"convolution backward with grad {list(dy.shape)} for an output "
+                            f"{list(forward.shape)}")
+    ctx = GradContext(t.g, [True] * len(t.g.nodes))
+    dx, dw = VJP[type(forward.op)](ctx, forward, dy)
+    db = None
+    if mask[2]:
+        channels = int(dy.shape[1])
+        db = t.g.reshape(ctx.sum_to(dy, (channels,) + (1,) * (dy.rank - 2)), [channels])
+    return [dx if mask[0] else None, dw if mask[1] else None, db]
+
+
+@translator("max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward")
+def tr_max_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """PoolBackward from the input: the pool runs again for its maxima, the indices are not read."""
+    x, dy = t.tensor(a["self"], DType.F32), t.tensor(a["grad_output"], DType.F32)
+    kernel = _ints(a["kernel_size"])
+    y = t.g.pool(x, ReduceOp.MAX, kernel, _ints(a["stride"]) or kernel, _ints(a["padding"]),
+                 dilation=_ints(a["dilation"]), ceil_mode=bool(a["ceil_mode"]))
+    return t.g.apply(ops.PoolBackward.of(y.op), [x, y, dy], node.name)
+
+
+@translator("avg_pool2d_backward", "avg_pool3d_backward")
+def tr_avg_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """PoolBackward of the mean pool; its y input is not read for a mean, so dy (of y's type) stands in."""
+    x, dy = t.tensor(a["self"], DType.F32), t.tensor(a["grad_output"], DType.F32)
+    kernel = _ints(a["kernel_size"])
+    op = ops.Pool(ReduceOp.MEAN, kernel, _ints(a["stride"]) or kernel, _ints(a["padding"]),
+                  ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
+                  divisor=int(a.get("divisor_override") or 0))
+    return t.g.apply(ops.PoolBackward.of(op), [x, dy, dy], node.name)
+
+
+def max_pool_indices(t: T, x: Node, y: Node, kernel: tuple[int, ...], stride: tuple[int, ...],
+                     padding: tuple[int, ...], dilation: tuple[int, ...]) -> Node:
+    """torch's indices of max_pool2d_with_indices (the flat ``h*W + w`` input position of each
+    window's first maximum, a NaN counting as the maximum): the windows of x padded with -inf as Im2Col
+    rows, an Argmax over each row, and the positions of the chosen taps from a constant table."""
+    if x.rank != 4:
+        raise UnsupportedOpError(f"the indices output of a {x.rank - 2}-D max pool")
+    batch, channels, height, width = (int(d) for d in x.shape)
+    kh, kw = (kernel * 2)[:2]
+    sh, sw = ((stride or kernel) * 2)[:2]
+    ph, pw = ((padding or (0,)) * 2)[:2]
+    dh, dw = ((dilation or (1,)) * 2)[:2]
+    out_h, out_w = int(y.shape[2]), int(y.shape[3])
+    flat = t.g.reshape(x, [batch * channels, 1, height, width])
+    for axis, before, out, s, d, k, size in ((2, ph, out_h, sh, dh, kh, height),
+                                             (3, pw, out_w, sw, dw, kw, width)):
+        after = (out - 1) * s + d * (k - 1) + 1 - size - before  # ceil_mode's last window included
+        flat = pad_axis(t.g, flat, axis, before, after, -np.inf)
+    taps = t.g.argmax(t.g.im2col(flat, (kh, kw), (sh, sw), 0, (dh, dw)))  # [B*C*out_h*out_w]
+    rows = np.arange(out_h)[:, None, None, None] * sh - ph + np.arange(kh)[None, None, :, None] * dh
+    cols = np.arange(out_w)[None, :, None, None] * sw - pw + np.arange(kw)[None, None, None, :] * dw
+    table = (rows * width + cols).reshape(-1).astype(np.int32)  # [out_h*out_w*kh*kw]
+    start = (np.arange(batch * channels * out_h * out_w) % (out_h * out_w) * (kh * kw)).astype(np.int32)
+    index = t.g.add(taps, t.g.constant(start, dtype=DType.I32))
+    chosen = t.g.gather(t.g.constant(table, dtype=DType.I32), index)
+    return t.g.reshape(chosen, [batch, channels, out_h, out_w])  # int64 in torch is i32 in rlxpy
+
+
+def reads_more_than_first(node: fx.Node) -> bool:
+    """Does the graph read an output of ``node`` past its first (statistics, indices)?"""
+    return any(user.target.__name__ != "getitem" or user.args[1] != 0 for user in node.users)
+
+
+def batch_statistics(t: T, x: Node, eps: float) -> tuple[Node, Node]:
+    """(mean, 1/sqrt(biased var + eps)) per channel of x [N, C, *spatial]: what a training batch norm
+    saves for its backward."""
+    batch, channels = int(x.shape[0]), int(x.shape[1])
+    spatial = math.prod(int(d) for d in x.shape[2:])
+    moved = t.g.transpose(t.g.reshape(x, [batch, channels, spatial]), [1, 0, 2])
+    grouped = t.g.reshape(moved, [1, channels, batch * spatial])
+    mean = t.g.mean(grouped, 2, keep_dim=True)
+    centred = t.g.sub(grouped, mean)
+    var = t.g.mean(t.g.mul(centred, centred), 2, keep_dim=True)
+    rstd = t.g.activation(t.g.add(var, eps), ActKind.RSQRT)
+    return t.g.reshape(mean, [channels]), t.g.reshape(rstd, [channels])
+
+
 #: Backward ops translated whole (above): kept out of the decomposition table in training graphs.
 WHOLE = ("_scaled_dot_product_flash_attention_for_cpu_backward", "embedding_dense_backward",
-         "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward")
+         "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+         "convolution_backward", "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
+         "avg_pool2d_backward", "avg_pool3d_backward")
