@@ -6,10 +6,10 @@ statistics are all weights (parameters or buffers) is folded into that convoluti
 bias are recomputed by torch when the weights are uploaded (a *derived* host value, see
 ``Derived``), so the graph holds one Conv with a bias and the BatchNorm disappears. Batch norm with
 run-time statistics, or after anything else, is the BatchNorm op. Instance norm (torch lowers it to
-a training-mode batch norm over [1, N*C, ...]) and group norm are GroupNorm. torch.compile
-decomposes ``interpolate`` itself (into index arithmetic and gathers, which the tables translate),
-hardswish / hardsigmoid stay whole (the HARDSWISH / HARDSIGMOID activations, torch_fx_ops.py) and relu6
-arrives as a clamp.
+a training-mode batch norm over [1, N*C, ...]) and group norm are GroupNorm. ``interpolate`` is the
+Resize op in graphs that need no gradient (torch_fx_ops_resize.py), else torch's decomposition into
+index arithmetic and gathers, which the tables translate; hardswish / hardsigmoid stay whole (the
+HARDSWISH / HARDSIGMOID activations, torch_fx_ops.py) and relu6 arrives as a clamp.
 """
 
 from __future__ import annotations
