@@ -87,10 +87,10 @@ def test_fft_of_a_million_points_in_four_step_passes(device):
 
 def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch):
     """The variants' shapes under a workgroup budget below the default (signal_fft.SHAPE_*, which every
-    other test runs): fewer lines per workgroup, exchanges in rounds, lines longer than the budget alone
-    in a workgroup (Bluestein, mixed radix, a power of two, four-step passes)."""
+    other test runs): fewer lines per workgroup, exchanges in rounds (97's 256 points and 2^14's
+    128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup."""
     monkeypatch.setattr(signal_fft, "SHAPE_POINTS", 256)
-    monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 64)
+    monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 128)
     for n in (97, 1000, 4096, 1 << 14):
         z = complex_rand((5, n), n)
         got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})
