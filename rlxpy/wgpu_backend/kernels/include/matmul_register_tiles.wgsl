@@ -6,8 +6,8 @@
 // The including kernel declares BM and BN (multiples of 64) and defines
 //   rt_load_a(r, k): a[tile row r, k .. k+3] (zero past the tile's rows or past K),
 //   rt_load_w(k, c): w[k, c .. c+3] for the absolute column c (zero past K or N);
-// the placeholders RT_SUMS (the unrolled sums of one step: reads of rt_a[ta + ..] and rt_w[tw + ..]
-// into acc), RT_ACC (BM * BN / 64 accumulators) and RT_A_VECS / RT_W_VECS (the two buffers' vec4s) come
+// the placeholders RT_SUMS (the unrolled sums of one step: reads of rt_a[ta + ..] and rt_w[tw + ..],
+// summed on their own and then added to acc, a blocked sum that keeps f32 rounding low over long K), RT_ACC (BM * BN / 64 accumulators) and RT_A_VECS / RT_W_VECS (the two buffers' vec4s) come
 // from the lowerer.
 const RT_K: u32 = 8u;
 const RT_A_STEP: u32 = RT_K * BM / 4u;  // vec4s of one buffer of rt_a
