@@ -63,8 +63,8 @@ SHAPE_POINTS: int | None = 2048
 SHAPE_INVOCATIONS: int | None = 256
 #: Lines side by side a four-step pass wants at least (32-byte runs of adjacent columns in its strided
 #: reads and writes): its stages take the smallest power-of-two radix from MAX_RADIX up to 16 that leaves
-#: room for them in the workgroup (a 1024-point line: radix 16, 64 invocations per line, 4 lines);
-#: PASS_MAX_RADIX, when set, instead.
+#: room for them in the workgroup (a 1024-point line: radix 16, 64 invocations per line, 4 lines; H200,
+#: 2^20 x 4: 0.193 -> 0.142 ms against radix 4 throughout); PASS_MAX_RADIX, when set, instead.
 PASS_MIN_LINES = 4
 PASS_MAX_RADIX: int | None = None
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
