@@ -259,6 +259,8 @@ class BatchGenerator(Generator):
         self._first_step = 0
         self.last_reused = 0  # prompt tokens the last admit found in the one-sequence caches
         self.steps = 0
+        self._extent = slots  # rows the batch branch's scalable steps run (see _rows_for)
+        self.scales = self._batch_only_extent()
 
     @classmethod
     def from_gguf(cls, path: str, slots: int, context: int = 2048, chunk: int = 32) -> BatchGenerator:
@@ -281,6 +283,23 @@ class BatchGenerator(Generator):
         want = self._admitting
         return {"prefill_settings": np.array([want.row()], np.float32),
                 "prefill_seeds": step_seed(want.seed, self._first_step)[None, :]}
+
+    def _batch_only_extent(self) -> bool:
+        """Whether the executable's active extent (run the first k of ``slots`` rows) touches only the
+        batch branch: then a step with few live slots skips the rows past the last live one (the
+        steps that scale leave the live rows' arithmetic as it is)."""
+        exe = self.exe
+        batch = exe._needed([exe.graph["batch_next"]], True)[1]
+        scaled = [i for i, step in enumerate(exe.schedule.steps)
+                  if step.kind == "gpu" and step.scales and step.extent_rows == self.slots]
+        return self.slots > 1 and bool(scaled) and all(i in batch for i in scaled)
+
+    def _rows_for(self, live: list[int]) -> None:
+        """Run the batch branch over rows [0, last live slot] only (where that is safe)."""
+        rows = live[-1] + 1 if self.scales else self.slots
+        if rows != self._extent:
+            self.exe.set_active_extent(None if rows == self.slots else (rows, self.slots))
+            self._extent = rows
 
     def free_slots(self) -> list[int]:
         return [slot for slot in range(self.slots) if not self.active[slot]]
@@ -348,6 +367,7 @@ class BatchGenerator(Generator):
             tokens[slot] = self.tokens[slot]
             settings[slot] = self.settings[slot].row()
             seeds[slot] = step_seed(self.settings[slot].seed, self.positions[slot])
+        self._rows_for(live)
         out = self.exe.run({"batch_tokens": tokens, "batch_pos": pos, "batch_settings": settings,
                             "batch_seeds": seeds}, outputs=["batch_next"])["batch_next"].reshape(-1)
         self._stop_on_nan("batch", int(pos[live[0]]), 1)

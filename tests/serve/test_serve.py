@@ -142,7 +142,9 @@ def test_thirty_two_concurrent_streaming_clients_each_get_their_own_tokens(clien
     assert [finish for _, finish in together] == ["length"] * 32  # no request lost or cut short
     assert [text for text, _ in together] == alone
     assert len(set(alone)) > 1  # the prompts lead to different texts: no client got another's
-    assert _health(server)["completed"] - before == 32
+    health = _health(server)
+    assert health["completed"] - before == 32
+    assert health["peak_batch"] > 1  # the concurrent requests decoded together
 
 
 def test_per_request_sampling_is_reproducible_from_its_seed(client, model, server):
