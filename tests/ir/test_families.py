@@ -12,7 +12,7 @@ EXTRA_MODULES = ("backward", "conv", "custom", "region", "scan", "signal")
 EXTRA_OPS = {
     "AdaptivePool", "AttentionBackward", "BatchElementwiseRegion", "Conv", "ConvTranspose", "CumsumBackward",
     "Custom",
-    "ActivationBackward", "CrossEntropyBackward",
+    "ActivationBackward", "CrossEntropyBackward", "GatedDeltaNetBackward", "PoolBackward",
     "ComplexView", "ElementwiseRegion", "Fft", "GatedDeltaNet", "GatherBackward", "GaussianSplatPrepare",
     "GaussianSplatRasterize", "GaussianSplatRender", "GaussianSplatRenderBackward", "Im2Col",
     "LayerNormBackwardGamma", "LayerNormBackwardInput", "LogMel", "LogMelBackward", "Pool",
@@ -28,7 +28,7 @@ def _extra_ops() -> list[type]:
 def test_every_extra_op_is_registered_with_a_reference():
     found = {cls.__name__ for cls in _extra_ops()}
     assert found == {name for name in EXTRA_OPS if name in ops.OP_TYPES}
-    assert len(found) == 32  # 12 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 6 signal
+    assert len(found) == 34  # 14 backward, 5 conv, 5 custom/splat, 2 region, 2 sequence, 6 signal
     assert [cls.__name__ for cls in _extra_ops() if cls not in REFERENCE] == []
     assert ops.DequantMatMul in REFERENCE
 
@@ -49,6 +49,8 @@ def _one_of_each() -> tuple[Graph, dict]:
     q = g.input("q", (1, 3, 2, 4))
     gate = g.input("gate", (1, 3, 2))
     gdn = g.gated_delta_net(q, q, q, gate, gate, state=g.param("state", (1, 2, 4, 4)))
+    dgdn = g.apply(ops.GatedDeltaNetBackward(4), [q, q, q, gate, gate, q])
+    dpool = g.apply(ops.PoolBackward.of(ada.op), [conv, ada, ada])
     spec = g.input("spec", (4, 16))
     fft = g.fft(spec, inverse=True, norm="forward")
     peaks = g.welch_peaks(spec, 2, 2)
@@ -69,8 +71,8 @@ def _one_of_each() -> tuple[Graph, dict]:
     tables = g.param("cos", (8, 2)), g.param("sin", (8, 2))
     rope = g.rope_backward(g.input("dy", (3, 8)), *tables, head_dim=4, interleaved=True)
     attn = g.attention_backward(q, q, q, q, "value", 2, 4, mask_kind="sliding_window", window=1, softcap=3.0)
-    g.output(pool, cols, up, ada, scan, dscan, gdn, fft, peaks, mel, dmel, frames, gated, knn, *grads, rope,
-             attn)
+    g.output(pool, cols, up, ada, scan, dscan, gdn, dgdn, dpool, fft, peaks, mel, dmel, frames, gated, knn,
+             *grads, rope, attn)
     rng = np.random.default_rng(0)
     values = {n.name: rng.standard_normal(n.shape).astype(n.dtype.numpy) for n in g.nodes
               if isinstance(n.op, (ops.Input, ops.Param))}

@@ -1,11 +1,12 @@
 """Gradient rules of the signal family (Fft: complex in C64 and in the f32/f64 block layout, rfft
-one-sided and full, irfft with every output length; each norm; ComplexView) vs torch.autograd of
-torch.fft in float64 (f32 graph within FFT_TOL: rtol 1e-4, atol 2e-5, an FFT sums N products per bin).
+one-sided and full, irfft with every output length; each norm; Stft; ComplexView) vs
+torch.autograd of torch.fft / torch.stft in float64 (f32 graph within FFT_TOL: rtol 1e-4, atol 2e-5,
+an FFT sums N products per bin).
 
 Finite differences: the block-layout transform runs in f64 through the numpy reference
 (grad_helpers.FD_TOL). rfft takes and irfft gives f32 only and view_as_complex takes f32, so those
 graphs have no f64 form: their f32 gradients are held to central differences (step 1e-6) of the same
-loss written with numpy.fft in float64, within FFT_TOL."""
+loss written with numpy.fft in float64, within FFT_TOL (Stft's frames: rlxpy's float64 reference's)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import torch
 from grad_helpers import autodiff_grads, check_grads, rand
 
 import rlxpy
-from rlxpy.ir import Graph
+from rlxpy.ir import Graph, ops
 from rlxpy.ir.ops.base import FftNorm
 from rlxpy.ir.passes.autodiff import grad
+from rlxpy.ir.reference.signal import stft_frames
 
 FFT_TOL = (1e-4, 2e-5)
 #: (rlxpy's norm, forward?) -> torch's norm name
@@ -140,6 +142,43 @@ def test_irfft_gradients(case, norm):
     numpy_fd_check(loss64, x, got["x"])
 
 
+# (T, n_fft, hop, center, pad_mode, onesided, norm)
+STFT_CASES = [(17, 8, 3, True, "reflect", True, FftNorm.BACKWARD),
+              (17, 8, 3, True, "constant", True, FftNorm.ORTHO),
+              (16, 5, 2, False, "reflect", True, FftNorm.BACKWARD),
+              (33, 16, 4, True, "reflect", False, FftNorm.ORTHO),
+              (9, 9, 1, False, "constant", False, FftNorm.BACKWARD),
+              (3, 4, 1, True, "constant", True, FftNorm.BACKWARD)]
+
+
+@pytest.mark.parametrize("case", STFT_CASES, ids=str)
+def test_stft_gradients(case):
+    length, n_fft, hop, center, pad_mode, onesided, norm = case
+    arrays = {"x": rand((2, length), 6), "window": rand((n_fft,), 7, 0.5, 1.0)}
+
+    def build(g, x, w):
+        return g.view_as_real(g.stft(x, w, n_fft, hop, center, pad_mode, onesided, norm))
+
+    def reference(x, w):
+        y = torch.stft(x, n_fft, hop, window=w, center=center, pad_mode=pad_mode, onesided=onesided,
+                       normalized=norm is FftNorm.ORTHO, return_complex=True)
+        return torch.view_as_real(y.transpose(-1, -2))
+
+    check_grads(build, reference, arrays, tol=FFT_TOL, fd=False)
+    got, cot = autodiff_grads(build, arrays)
+    op = ops.Stft(n_fft, hop, center, pad_mode, onesided, norm)
+
+    for name in ("x", "window"):
+        def loss64(v, name=name):  # rlxpy's float64 framing, then numpy.fft
+            args = {**{k: a.astype(np.float64) for k, a in arrays.items()}, name: v}
+            frames = stft_frames(op, args["x"]) * args["window"]
+            y = (np.fft.rfft if onesided else np.fft.fft)(frames, axis=-1)
+            y = y / np.sqrt(n_fft) if norm is FftNorm.ORTHO else y
+            return float((np.stack([y.real, y.imag], -1) * cot).sum())
+
+        numpy_fd_check(loss64, arrays[name], got[name])
+
+
 def test_spectral_gradients_run_on_the_gpu(device):
     """rfft -> per-bin complex weights -> irfft (a spectral filter) and a C64 FFT along axis 0:
     the differentiated graph compiles with no host step and matches torch.autograd."""
@@ -163,5 +202,24 @@ def test_spectral_gradients_run_on_the_gpu(device):
     mix = torch.view_as_real(torch.fft.fft(torch.view_as_complex(pairs), dim=0))
     (mix * mix).sum().backward()
     for name, want in (("x", tx.grad), ("w", tw.grad)):
+        np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=FFT_TOL[0], atol=1e-4,
+                                   err_msg=f"d loss / d {name} on the GPU vs torch.autograd")
+
+
+def test_stft_gradients_run_on_the_gpu(device):
+    """d signal and d window of a reflect-padded, orthonormal stft: no host step, torch.autograd's values."""
+    x, w = rand((2, 40), 8), rand((16,), 9, 0.5, 1.0)
+    g = Graph("stft_grad")
+    xn, wn = g.input("x", x.shape), g.input("window", w.shape)
+    spec = g.view_as_real(g.stft(xn, wn, 16, 4, norm=FftNorm.ORTHO))
+    g.output(g.sum(g.reshape(g.mul(spec, spec), (spec.numel,)), 0, name="loss"))
+    result = grad(g, "loss", ["x", "window"])
+    exe = rlxpy.compile(result.graph)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    out = exe.run({"x": x, "window": w})
+    tx, tw = (torch.from_numpy(a).double().requires_grad_() for a in (x, w))
+    y = torch.view_as_real(torch.stft(tx, 16, 4, window=tw, normalized=True, return_complex=True))
+    (y * y).sum().backward()
+    for name, want in (("x", tx.grad), ("window", tw.grad)):
         np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=FFT_TOL[0], atol=1e-4,
                                    err_msg=f"d loss / d {name} on the GPU vs torch.autograd")

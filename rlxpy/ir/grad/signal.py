@@ -1,4 +1,4 @@
-"""Gradient rules of the signal family: Fft (complex, rfft, irfft; every norm) and ComplexView.
+"""Gradient rules of the signal family: Fft (complex, rfft, irfft; every norm), Stft and ComplexView.
 
 A complex tensor's gradient is complex, ``dL/d re + i dL/d im`` (torch's convention for a real
 loss), so a C-linear map ``y = c A z`` has the adjoint ``dz = c A^H dy``. The DFT matrix is
@@ -14,7 +14,12 @@ symmetric, so A^H is the DFT of the other direction: every gradient is an Fft ag
 
 The weighting runs on the F32 view of the spectrum (view_as_real), which the element-wise ops take.
 A spectrum that fans out would need a C64 sum, which no kernel does: that is an error at the sum.
-Stft, WelchPeaks and LogMel have no rules (LogMelBackward exists for a hand-built backward).
+
+Stft is the rfft (or full fft) of frames ``w[t] x[src(f*hop + t)]``, src reading the padded signal
+from x (reflected, or masked to 0 for constant padding): the frames' gradient is the transform's
+adjoint as above, the window's the sum over frames of it times the frames, and the signal's a
+GatherBackward (a scatter-add) of it times the window through the same index table. WelchPeaks and
+LogMel have no rules (LogMelBackward exists for a hand-built backward).
 """
 
 from __future__ import annotations
@@ -119,6 +124,54 @@ def grad_fft(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     axis = normalize_axis(op.axis, x.rank)
     rule = _complex_grad if not op.real else _irfft_grad if op.inverse else _rfft_grad
     return [rule(ctx, node, dy, axis, scale, ctx.name(node, "x"))] + [None] * (len(node.inputs) - 1)
+
+
+def _frame_table(op: ops.Stft, length: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """([frames, n_fft] source index into x of every frame sample, whether it is a real sample (not
+    constant padding))."""
+    pos = np.arange(frames)[:, None] * op.hop + np.arange(op.n_fft)[None, :] - op.padding()
+    inside = (pos >= 0) & (pos < length)
+    if op.pad_mode == "reflect":
+        pos = np.where(pos < 0, -pos, pos)
+        pos = np.where(pos >= length, 2 * (length - 1) - pos, pos)
+        inside = np.ones_like(inside)
+    return np.clip(pos, 0, length - 1).astype(np.int32), inside
+
+
+@vjp(ops.Stft)
+def grad_stft(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    op: ops.Stft = node.op  # type: ignore[assignment]
+    x, window = ctx.input(node, 0), ctx.input(node, 1)
+    g = ctx.g
+    axis = node.rank - 1
+    frames, length = node.shape[-2], x.shape[-1]
+    scale = 1.0 / math.sqrt(op.n_fft) if op.norm is FftNorm.ORTHO else 1.0
+    table = ctx.inputs(node)[2:]
+    if op.onesided:  # the rfft's adjoint: irfft of the half-weighted bins
+        halve = np.full((node.shape[-1], 2), 0.5 * scale)
+        halve[0] = scale
+        if op.n_fft % 2 == 0:
+            halve[op.n_fft // 2] = scale
+        weighted = _weighted(ctx, dy, axis, halve, None)
+        dframes = g.apply(ops.Fft(True, FftNorm.BACKWARD, -1, real=True, n=op.n_fft), [weighted, *table])
+    else:  # the full fft's: the real part of the unscaled inverse
+        full = g.view_as_real(g.apply(ops.Fft(True, FftNorm.BACKWARD, -1), [dy, *table]))
+        dframes = g.reshape(g.narrow(full, full.rank - 1, 0, 1), tuple(node.shape[:-1]) + (op.n_fft,))
+        if scale != 1.0:
+            dframes = ctx.mul(dframes, scale)
+    index, inside = _frame_table(op, length, frames)
+    mask = None if inside.all() else g.constant(inside.astype(np.float32), dtype=DType.F32)
+    if mask is not None:
+        dframes = ctx.mul(dframes, mask)
+    grads: list[Node | None] = [None] * len(node.inputs)
+    index_node = g.constant(index, dtype=DType.I32)
+    if ctx.needs(node, 0):
+        spread = ctx.mul(dframes, window)
+        grads[0] = g.gather_backward(spread, index_node, length, x.rank - 1, ctx.name(node, "x"))
+    if ctx.needs(node, 1):
+        samples = g.gather(x, index_node, x.rank - 1)  # [..., frames, n_fft]
+        grads[1] = ctx.sum_to(ctx.mul(dframes, samples), (op.n_fft,), ctx.name(node, "window"))
+    return grads
 
 
 @vjp(ops.ComplexView)
