@@ -102,7 +102,8 @@ def _scan(g: rlxpy.Graph) -> None:
 
 def _conv(g: rlxpy.Graph) -> None:
     """Conv on every kernel (forward and transposed; a deep one splits K, one with many channels over
-    1024 positions takes conv_gemm_taps), both pool kernels, im2col."""
+    1024 positions takes conv_gemm_taps, a 3x3 one over 512 2x2 tiles Winograd), both pool kernels,
+    im2col."""
     x, x1 = g.input("cx", [1, 4, 9, 9]), g.input("cx1", [2, 3, 40])
     g.output(g.conv(x, g.param("cw", [32, 4, 3, 3]), 2, 1, bias=g.param("cb", [32]), activation="relu"),
              g.conv(x, g.param("dw", [4, 1, 3, 3]), groups=4),
@@ -110,7 +111,8 @@ def _conv(g: rlxpy.Graph) -> None:
              g.conv_transpose(x1, g.param("tw1", [3, 24, 3]), 2), g.max_pool(x, 3, 2, 1, ceil_mode=True),
              g.global_avg_pool(g.input("big", [1, 2, 30, 30])), g.im2col(x, 3, padding=1),
              g.conv(g.input("deep", [1, 64, 7, 7]), g.param("deep_w", [64, 64, 3, 3]), padding=1),
-             g.conv(g.input("wide", [1, 256, 32, 32]), g.param("wide_w", [128, 256, 3, 3]), padding=1))
+             g.conv(g.input("wide", [1, 256, 32, 32]), g.param("wide_w", [128, 256, 3, 3]), padding=1),
+             g.conv(g.input("wino", [2, 128, 32, 32]), g.param("wino_w", [128, 128, 3, 3]), padding=1))
 
 
 def _loss_backward(g: rlxpy.Graph) -> None:

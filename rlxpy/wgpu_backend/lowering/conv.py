@@ -10,6 +10,10 @@ Conv and ConvTranspose take one of two kernels, both reading x in place (no im2c
 * the direct kernel (conv_direct.py) below that (depthwise, channel multipliers, a projection to a
   few channels), where a GEMM tile of 16 channels would mostly idle: one invocation per output.
 
+Stride-1 3x3 convs with many channels and tiles (ResNet's 3x3 convs past the stem) take Winograd
+F(2x2, 3x3) instead (conv_winograd.py: transforms around a batched tiled GEMM) where the arena's
+scratch holds its transformed operands.
+
 A transposed conv is the same gather with another tap map (include/conv_window_transpose.wgsl: output
 o reads input (o + pad - t*dil)/s where that divides). f16 / bf16 convs, pools and im2col run the same
 kernels on f32 copies (conv_half.py); other dtypes run as host steps.
@@ -24,7 +28,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.conv import Geometry
 from rlxpy.wgpu_backend.host_step import host_steps
-from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool
+from rlxpy.wgpu_backend.lowering import conv_direct, conv_gemm, conv_pool, conv_winograd
 from rlxpy.wgpu_backend.lowering.conv_geometry import epilogue_expr, window_fields
 from rlxpy.wgpu_backend.lowering.conv_half import half_scratch, half_steps, is_half
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
@@ -64,8 +68,12 @@ def conv_scratch(node: Node, graph: Graph) -> int:
         return half_scratch(node, graph, conv_scratch)
     if node.dtype is not DType.F32 or node.numel == 0:
         return 0
-    dims = conv_dims(node, graph.nodes[node.inputs[0]])
-    return 0 if use_direct(dims) else conv_gemm.split_scratch_bytes(dims)
+    x = graph.nodes[node.inputs[0]]
+    dims = conv_dims(node, x)
+    gemm = 0 if use_direct(dims) else conv_gemm.split_scratch_bytes(dims)
+    if FORCE_PATH is None and conv_winograd.chosen(node, x):
+        return max(gemm, conv_winograd.scratch_bytes(conv_winograd.sizes(node, x)))
+    return gemm
 
 
 @lowers(ops.Conv, ops.ConvTranspose, scratch=conv_scratch)
@@ -83,6 +91,10 @@ def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     subs = {"MODE": "transpose" if isinstance(node.op, ops.ConvTranspose) else "forward",
             "EXPR": epilogue_expr(node), "KD": fields["k_d"], "KH": fields["k_h"], "KW": fields["k_w"],
             "KVOL": fields["kvol"]}
+    if FORCE_PATH is None and conv_winograd.chosen(node, x):
+        wino = conv_winograd.steps(node, ctx, x, w, bias[0] if bias else None, subs["EXPR"])
+        if wino is not None:
+            return wino
     if use_direct(fields):
         return conv_direct.direct_steps(node, ctx, fields, subs)
     return conv_gemm.gemm_steps(node, ctx, fields, subs)

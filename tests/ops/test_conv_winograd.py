@@ -1,0 +1,130 @@
+"""Winograd F(2x2, 3x3) conv (lowering/conv_winograd.py) vs torch's float64 conv2d.
+
+Winograd is forced (``FORCE = "on"``) so the small odd shapes here take it: channels 1/3/17, spatial
+1/5/31 (odd sizes leave half-empty 2 x 2 output tiles), batch 1/3, padding 0/1/asymmetric, bias and
+activations. Tolerance rtol = atol = 1e-4 ("matmul"), as for the implicit GEMM: weights are scaled by
+1/sqrt(fan_in) so outputs are O(1). A NaN or inf input or weight must reach exactly the outputs whose
+taps read it (the output transform recomputes such tiles directly), as in torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import TOL, check_op, rand
+
+import rlxpy
+from rlxpy.wgpu_backend.lowering import conv_winograd
+
+CONV_TOL = TOL["matmul"]
+WINOGRAD_STEPS = ["conv_winograd_weights", "conv_winograd_input", "matmul_tiled", "conv_winograd_output"]
+ACTS = {None: lambda t: t, "relu": torch.relu, "silu": F.silu}
+
+#: (batch, c_in, c_out, (h, w), padding, padding_end, bias, act)
+CASES = [
+    (1, 1, 1, (1, 1), 1, None, False, None),
+    (3, 3, 17, (5, 5), 1, None, True, "relu"),
+    (1, 17, 3, (31, 31), 1, None, True, None),
+    (3, 17, 17, (5, 31), 0, None, False, "silu"),
+    (1, 3, 1, (31, 5), (1, 0), (0, 2), True, "relu"),
+    (1, 16, 20, (6, 8), 1, None, True, "relu"),  # vec4 GEMM: C_in and the tile columns multiples of 4
+]
+
+
+def _inputs(case, seed: int = 0):
+    batch, c_in, c_out, spatial, *_, bias, _act = case
+    x = rand((batch, c_in) + spatial, seed, low=-1.0, high=1.0)
+    w = rand((c_out, c_in, 3, 3), seed + 1) / math.sqrt(9 * c_in)
+    return [x, w] + ([rand((c_out,), seed + 2)] if bias else [])
+
+
+def _build(case):
+    *_, padding, padding_end, _bias, act = case
+
+    def build(g, x, w, b=None):
+        return g.conv(x, w, 1, padding, bias=b, activation=act, padding_end=padding_end)
+
+    return build
+
+
+def _oracle(case):
+    *_, padding, padding_end, _bias, act = case
+
+    def oracle(x, w, b=None):
+        begin = (padding, padding) if isinstance(padding, int) else padding
+        end = begin if padding_end is None else padding_end
+        x = F.pad(x.double(), [begin[1], end[1], begin[0], end[0]])
+        y = F.conv2d(x, w.double(), None if b is None else b.double())
+        return ACTS[act](y).float()
+
+    return oracle
+
+
+def _kernels(build, inputs) -> list[str]:
+    g = rlxpy.Graph("steps")
+    nodes = [g.input(f"x{i}", a.shape) for i, a in enumerate(inputs)]
+    g.output(build(g, *nodes))
+    return [s.kernel for s in rlxpy.compile(g).schedule.steps]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3][0]}x{c[3][1]}")
+def test_winograd_matches_torch(device, monkeypatch, case):
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    inputs = _inputs(case)
+    check_op(_build(case), inputs, _oracle(case), tol=CONV_TOL)
+    assert _kernels(_build(case), inputs) == WINOGRAD_STEPS
+
+
+def test_winograd_propagates_nan_and_inf_like_torch(device, monkeypatch):
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    x = rand((2, 4, 7, 6), 5, low=-1.0, high=1.0)
+    x[0, 1, 3, 2], x[1, 0, 4, 4] = np.nan, np.inf
+    w = rand((5, 4, 3, 3), 6) / 6
+    w[3, 2, 0, 0] = np.inf  # lands in the top/left padding too: 0 * inf = NaN there, as in torch
+
+    def build(g, xn, wn):
+        return g.conv(xn, wn, padding=1)
+
+    def oracle(a, b):
+        return F.conv2d(a.double(), b.double(), padding=1).float()
+
+    out = next(iter(check_op(build, [x, w], oracle, tol=CONV_TOL).values()))
+    assert np.isnan(out).any() and np.isinf(out).any() and np.isfinite(out).any()
+    assert _kernels(build, [x, w]) == WINOGRAD_STEPS
+
+
+def test_winograd_error_stays_near_the_implicit_gemms(device, monkeypatch):
+    """Max error / max |y| against float64 at C_in = 256: Winograd's within 3x of the implicit GEMM's
+    (the transforms add a few roundings per term; see conv_winograd's docstring)."""
+    x = rand((1, 256, 12, 12), 9, low=-1.0, high=1.0)
+    w = rand((32, 256, 3, 3), 10) / 48
+
+    def run() -> np.ndarray:
+        g = rlxpy.Graph("wino")
+        g.output(g.conv(g.input("x", x.shape), g.input("w", w.shape), padding=1))
+        return next(iter(rlxpy.compile(g).run({"x": x, "w": w}).values()))
+
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), padding=1).numpy()
+    monkeypatch.setattr(conv_winograd, "FORCE", "off")
+    gemm = np.abs(run() - want).max() / np.abs(want).max()
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    wino = np.abs(run() - want).max() / np.abs(want).max()
+    assert wino < max(3 * gemm, 1e-6), (wino, gemm)
+
+
+SELECTION = [((1, 8, 9, 9), 8, False), ((32, 64, 56, 56), 64, False), ((1, 128, 28, 28), 128, False),
+             ((2, 128, 32, 32), 128, True), ((32, 512, 7, 7), 512, True)]
+
+
+@pytest.mark.parametrize("shape, channels, wino", SELECTION)
+def test_selection_follows_the_measured_thresholds(shape, channels, wino):
+    """Winograd for >= 128 channels over >= 512 tiles (ResNet-18's layer2-4 3x3 convs at batch 32),
+    the implicit GEMM for layer1's 64 channels and batch 1 (conv_winograd.MIN_CHANNELS / MIN_TILES)."""
+    g = rlxpy.Graph("sel")
+    g.output(g.conv(g.input("x", shape), g.input("w", (channels, shape[1], 3, 3)), padding=1))
+    kernels = [s.kernel for s in rlxpy.compile(g).schedule.steps]
+    assert (kernels == WINOGRAD_STEPS) == wino, kernels
