@@ -62,8 +62,9 @@ def test_grouped_matmul_matches_per_expert_torch(device, rows, k, n, experts):
     (None, 16, 300, 70, 4), (None, 3, 264, 132, 5), (None, 16, 7, 129, 1), (None, 9, 1, 3, 2),
     ((128, 128), 300, 20, 130, 2), ((128, 128), 260, 16, 256, 3), ((64, 64), 70, 9, 65, 1)])
 def test_each_gemm_variant_matches_per_expert_torch(device, monkeypatch, tile, rows, k, n, experts):
-    """The few-rows kernel (<= 16 rows: K past one staged chunk, N past one 64-column block, both
-    access modes) and the tiled kernel's tiles forced (128-row tiles, several K steps)."""
+    """The few-rows kernel (<= 16 rows: several 16-deep K steps, N past one 64-column block, offsets
+    on and off 4-element boundaries) and the tiled kernel's tiles forced (128-row tiles, several K
+    steps)."""
     monkeypatch.setattr(matmul_grouped, "FORCE_TILE", tile)
     r = np.random.default_rng(rows + k)
     x = r.standard_normal((rows, k)).astype(np.float32)
