@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from grad_helpers import autodiff_grads, check_grads, rand
+from grad_helpers import autodiff_grads, check_grads, finite_difference_check, rand, torch_grads
 
 import rlxpy
 from rlxpy.ir import Graph, ops
@@ -222,4 +222,88 @@ def test_stft_gradients_run_on_the_gpu(device):
     (y * y).sum().backward()
     for name, want in (("x", tx.grad), ("window", tw.grad)):
         np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=FFT_TOL[0], atol=1e-4,
+                                   err_msg=f"d loss / d {name} on the GPU vs torch.autograd")
+
+
+def _log_mel_inputs(frames: int, n_fft: int, mels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(block-layout spectra [2, frames, 2 n_fft], filters [mels, n_fft//2+1]): bin k's power falls
+    like 10^(-2.6k) and each mel covers two bins, so the low mels sit above the floor, the high ones
+    below it and the last under the 1e-10 clamp."""
+    bins = n_fft // 2 + 1
+    rng = np.random.default_rng(seed)
+    decay = np.zeros(n_fft)
+    decay[:bins] = 10.0 ** (-1.3 * np.arange(bins))
+    decay[bins:] = 1.0
+    blocks = rng.standard_normal((2, frames, 2 * n_fft)) * np.concatenate([decay, decay])
+    filters = np.zeros((mels, bins))
+    for m in range(mels):
+        filters[m, 2 * m:2 * m + 2] = rng.uniform(0.5, 1.5, 2)[: len(filters[m, 2 * m:2 * m + 2])]
+    return blocks.astype(np.float32), filters.astype(np.float32)
+
+
+def torch_log_mel(re, im, filters, floor_axes):
+    """whisper's log_mel_spectrogram after the stft, differentiated whole by torch."""
+    logs = torch.clamp((re**2 + im**2) @ filters.T, min=1e-10).log10()
+    top = logs.amax(-1, keepdim=True) if floor_axes == 1 else logs.amax((-2, -1), keepdim=True)
+    return (torch.maximum(logs, top - 8.0) + 4.0) / 4.0
+
+
+@pytest.mark.parametrize("floor_axes", [1, 2])
+@pytest.mark.parametrize("frames,n_fft,mels", [(1, 4, 2), (3, 16, 5), (17, 9, 3)], ids=str)
+def test_log_mel_gradients_block_layout(frames, n_fft, mels, floor_axes):
+    blocks, filters = _log_mel_inputs(frames, n_fft, mels, frames + n_fft)
+    bins = n_fft // 2 + 1
+
+    def reference(x, f):
+        return torch_log_mel(x[..., :bins], x[..., n_fft:n_fft + bins], f, floor_axes)
+
+    def build(g, x, f):
+        return g.log_mel(x, f, floor_axes)
+
+    arrays = {"spectrum": blocks, "filters": filters}
+    # relative tolerance: the high mels' gradients are 1e13 times the low ones'
+    check_grads(build, reference, arrays, tol=(2e-4, 0.0), fd=False)
+    # the f64 graph against torch's f64 autograd (tighter than finite differences, which the 1/E of
+    # the tiny energies makes inaccurate for the filters), and central differences for the spectrum
+    got, cot = autodiff_grads(build, arrays, wide=True)
+    want = torch_grads(reference, arrays, ["spectrum", "filters"], cot)
+    for name in ("spectrum", "filters"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-9, atol=0.0, err_msg=name)
+    finite_difference_check(build, arrays, ["spectrum"])
+
+
+@pytest.mark.parametrize("floor_axes", [1, 2])
+def test_log_mel_gradients_c64(floor_axes):
+    blocks, filters = _log_mel_inputs(5, 8, 3, 2)
+    pairs = np.stack([blocks[..., :5], blocks[..., 8:13]], -1)  # [2, 5, bins, 2] re/im pairs
+
+    def build(g, x, f):
+        return g.log_mel(g.view_as_complex(x), f, floor_axes)
+
+    def reference(x, f):
+        return torch_log_mel(x[..., 0], x[..., 1], f, floor_axes)
+
+    check_grads(build, reference, {"spectrum": pairs, "filters": filters}, tol=(2e-4, 0.0), fd=False)
+
+
+def test_log_mel_of_stft_gradients_run_on_the_gpu(device):
+    """whisper's features (stft, power, mel filters, log10, floor per spectrogram) differentiated on the
+    GPU with no host step, against torch.autograd."""
+    x, w = rand((1, 64), 10), np.hanning(16).astype(np.float32)
+    filters = np.abs(rand((4, 9), 11)).astype(np.float32)
+    g = Graph("log_mel_grad")
+    xn, wn, fn = g.input("x", x.shape), g.input("window", w.shape), g.input("filters", filters.shape)
+    feats = g.log_mel(g.stft(xn, wn, 16, 4), fn, 2)
+    cot = rand(feats.shape, 12)
+    g.output(g.sum(g.reshape(g.mul(feats, g.constant(cot)), (feats.numel,)), 0, name="loss"))
+    result = grad(g, "loss", ["x", "filters"])
+    exe = rlxpy.compile(result.graph)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    out = exe.run({"x": x, "window": w, "filters": filters})
+    tx, tf = (torch.from_numpy(a).double().requires_grad_() for a in (x, filters))
+    spec = torch.stft(tx, 16, 4, window=torch.from_numpy(w).double(), return_complex=True).transpose(-1, -2)
+    y = torch_log_mel(spec.real, spec.imag, tf, 2)
+    (y * torch.from_numpy(cot).double()).sum().backward()
+    for name, want in (("x", tx.grad), ("filters", tf.grad)):
+        np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=1e-3, atol=1e-4,
                                    err_msg=f"d loss / d {name} on the GPU vs torch.autograd")

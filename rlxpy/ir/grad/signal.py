@@ -18,8 +18,14 @@ A spectrum that fans out would need a C64 sum, which no kernel does: that is an 
 Stft is the rfft (or full fft) of frames ``w[t] x[src(f*hop + t)]``, src reading the padded signal
 from x (reflected, or masked to 0 for constant padding): the frames' gradient is the transform's
 adjoint as above, the window's the sum over frames of it times the frames, and the signal's a
-GatherBackward (a scatter-add) of it times the window through the same index table. WelchPeaks and
-LogMel have no rules (LogMelBackward exists for a hand-built backward).
+GatherBackward (a scatter-add) of it times the window through the same index table.
+
+LogMel's rule recomputes its power, energies and logs in primitives and differentiates every branch
+as torch's autograd of whisper's formula does: a mel above the floor takes dy/4, one below it hands
+dy/4 to the floor, which is the maximum minus 8, so to the maximal logs (shared evenly by ties, as
+amax); a tie with the floor splits in half (torch.maximum); energies below the clamp get 0. Its
+filters get ``sum dE P^T``. (LogMelBackward, the kernel for a hand-built backward, treats the floor
+as a constant.) WelchPeaks has no rule.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.grad.core import GradContext, vjp
 from rlxpy.ir.graph import Node
-from rlxpy.ir.ops.base import FftNorm
+from rlxpy.ir.ops.base import ActKind, CmpOp, FftNorm, ReduceOp
+from rlxpy.ir.ops.signal import LOG_MEL_MIN_ENERGY, LOG_MEL_RANGE, block_length
 from rlxpy.ir.shape import normalize_axis
 
 
@@ -171,6 +178,72 @@ def grad_stft(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     if ctx.needs(node, 1):
         samples = g.gather(x, index_node, x.rank - 1)  # [..., frames, n_fft]
         grads[1] = ctx.sum_to(ctx.mul(dframes, samples), (op.n_fft,), ctx.name(node, "window"))
+    return grads
+
+
+def _spectrum_parts(ctx: GradContext, spectrum: Node, bins: int) -> tuple[Node, Node]:
+    """(re, im) [..., bins] of a C64 spectrum or of the first bins of a block-layout one."""
+    g = ctx.g
+    if spectrum.dtype is DType.C64:
+        pairs = g.view_as_real(spectrum)
+        last = pairs.rank - 1
+        shape = tuple(spectrum.shape)
+        return (g.reshape(g.narrow(pairs, last, 0, 1), shape), g.reshape(g.narrow(pairs, last, 1, 1), shape))
+    n = block_length(spectrum.type, "log_mel")
+    last = spectrum.rank - 1
+    return g.narrow(spectrum, last, 0, bins), g.narrow(spectrum, last, n, bins)
+
+
+def _mask(ctx: GradContext, a: Node, b: Node | float, op: CmpOp, like: Node) -> Node:
+    return ctx.g.cast(ctx.compare(a, b, op), like.dtype)
+
+
+def _log_mel_dlogs(ctx: GradContext, node: Node, logs: Node, dy: Node) -> Node:
+    """d loss / d logs through ``(max(L, max L - 8) + 4) / 4`` (whisper's floor, differentiated)."""
+    axes = (logs.rank - 1,) if node.op.floor_axes == 1 else (logs.rank - 2, logs.rank - 1)
+    top = ctx.g.apply(ops.Reduce(ReduceOp.MAX, axes, True), [logs])
+    floor = ctx.sub(top, LOG_MEL_RANGE)
+    quarter = ctx.mul(dy, 0.25)
+    tie = ctx.mul(_mask(ctx, logs, floor, CmpOp.EQ, logs), 0.5)
+    share = ctx.add(_mask(ctx, logs, floor, CmpOp.GT, logs), tie)
+    to_floor = ctx.reduce_sum(ctx.mul(quarter, ctx.sub(ctx.scalar(1.0, logs), share)), axes, keep_dim=True)
+    is_top = _mask(ctx, logs, top, CmpOp.EQ, logs)
+    per_top = ctx.div(to_floor, ctx.reduce_sum(is_top, axes, keep_dim=True))
+    return ctx.add(ctx.mul(quarter, share), ctx.mul(is_top, per_top))
+
+
+@vjp(ops.LogMel)
+def grad_log_mel(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    spectrum, filters = ctx.inputs(node)
+    g = ctx.g
+    bins = filters.shape[1]
+    re, im = _spectrum_parts(ctx, spectrum, bins)
+    power = ctx.add(ctx.mul(re, re), ctx.mul(im, im))
+    energy = g.matmul(power, g.transpose(filters, (1, 0)))
+    clamped = g.maximum(energy, LOG_MEL_MIN_ENERGY)
+    logs = ctx.div(g.activation(clamped, ActKind.LOG), math.log(10.0))
+    d_logs = _log_mel_dlogs(ctx, node, logs, dy)
+    kept = _mask(ctx, energy, LOG_MEL_MIN_ENERGY, CmpOp.GE, energy)
+    d_energy = ctx.mul(ctx.div(d_logs, ctx.mul(clamped, math.log(10.0))), kept)
+    grads: list[Node | None] = [None, None]
+    if ctx.needs(node, 0):
+        twice = ctx.mul(g.matmul(d_energy, filters), 2.0)  # d power, doubled: d re = 2 re dP
+        if spectrum.dtype is DType.C64:
+            pairs = g.view_as_real(spectrum)
+            scaled = ctx.mul(pairs, g.reshape(twice, tuple(twice.shape) + (1,)))
+            grads[0] = g.view_as_complex(scaled, ctx.name(node, "spectrum"))
+        else:
+            n, last = block_length(spectrum.type, "log_mel"), spectrum.rank - 1
+            pieces = [ctx.mul(re, twice), ctx.mul(im, twice)]
+            if n > bins:
+                gap = ctx.zeros_shaped(re, last, n - bins)
+                pieces = [pieces[0], gap, pieces[1], gap]
+            grads[0] = g.concat(pieces, last, ctx.name(node, "spectrum"))
+    if ctx.needs(node, 1):
+        rows = math.prod(power.shape[:-1])
+        d_rows = g.reshape(d_energy, (rows, filters.shape[0]))
+        grads[1] = g.matmul(g.transpose(d_rows, (1, 0)), g.reshape(power, (rows, bins)),
+                            ctx.name(node, "filters"))
     return grads
 
 
