@@ -13,18 +13,31 @@ fn bt(d: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(d.x - d.z, d.y + d.z, d.z - d.y, d.y - d.w);
 }
 
+// x[base + ih * in_w + c] where (ih, c) lies in the input, else 0.0
+fn at_or_zero(base: u32, ih: i32, c: i32) -> f32 {
+    if (c < 0 || c >= i32(p.in_w)) {
+        return 0.0;
+    }
+    return ld_f32(base + u32(ih) * p.in_w + u32(c));
+}
+
+// Four neighbouring elements of input row ih from column iw on (each written out: a dynamically
+// indexed vector or array could live in local memory).
 fn load_row(base: u32, ih: i32, iw: i32) -> vec4<f32> {
-    var row = vec4<f32>(0.0);
     if (ih < 0 || ih >= i32(p.in_h)) {
-        return row;
+        return vec4<f32>(0.0);
     }
-    for (var j = 0; j < 4; j = j + 1) {
-        let c = iw + j;
-        if (c >= 0 && c < i32(p.in_w)) {
-            row[j] = ld_f32(base + u32(ih) * p.in_w + u32(c));
-        }
-    }
-    return row;
+    return vec4<f32>(at_or_zero(base, ih, iw), at_or_zero(base, ih, iw + 1), at_or_zero(base, ih, iw + 2),
+                     at_or_zero(base, ih, iw + 3));
+}
+
+// One row r of B^T d B to points 4r .. 4r+3.
+fn store_row(i: u32, plane: u32, r: u32, v: vec4<f32>) {
+    let first = p.v + 4u * r * plane + i;
+    st_f32(first, v.x);
+    st_f32(first + plane, v.y);
+    st_f32(first + 2u * plane, v.z);
+    st_f32(first + 3u * plane, v.w);
 }
 
 fn run_item(i: u32) {
@@ -33,7 +46,10 @@ fn run_item(i: u32) {
     }
     let col = i % p.cols;
     let ci = i / p.cols;
-    var v: array<vec4<f32>, 4>;  // rows of B^T d B
+    var d0 = vec4<f32>(0.0);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    var d3 = vec4<f32>(0.0);
     if (col < p.tiles) {
         let per_image = p.tiles_h * p.tiles_w;
         let n = col / per_image;
@@ -42,19 +58,14 @@ fn run_item(i: u32) {
         let ih = i32(2u * th) - p.p_h;
         let iw = i32(2u * tw) - p.p_w;
         let base = p.x + (n * p.c_in + ci) * p.in_h * p.in_w;
-        let d0 = load_row(base, ih, iw);
-        let d1 = load_row(base, ih + 1, iw);
-        let d2 = load_row(base, ih + 2, iw);
-        let d3 = load_row(base, ih + 3, iw);
-        v[0] = bt(d0 - d2);  // B^T over the rows, then over each row's columns
-        v[1] = bt(d1 + d2);
-        v[2] = bt(d2 - d1);
-        v[3] = bt(d1 - d3);
+        d0 = load_row(base, ih, iw);
+        d1 = load_row(base, ih + 1, iw);
+        d2 = load_row(base, ih + 2, iw);
+        d3 = load_row(base, ih + 3, iw);
     }
-    let plane = p.c_in * p.cols;
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            st_f32(p.v + (r * 4u + c) * plane + i, v[r][c]);
-        }
-    }
+    let plane = p.c_in * p.cols;  // B^T over the rows, then over each row's columns
+    store_row(i, plane, 0u, bt(d0 - d2));
+    store_row(i, plane, 1u, bt(d1 + d2));
+    store_row(i, plane, 2u, bt(d2 - d1));
+    store_row(i, plane, 3u, bt(d1 - d3));
 }

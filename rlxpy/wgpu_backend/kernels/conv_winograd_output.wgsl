@@ -38,6 +38,30 @@ fn direct(n: u32, co: u32, oh: u32, ow: u32) -> f32 {
     return acc;
 }
 
+// Points 4r .. 4r+3 of M (row r of the tile's 4 x 4).
+fn load_row(i: u32, plane: u32, r: u32) -> vec4<f32> {
+    let first = p.mt + 4u * r * plane + i;
+    return vec4<f32>(ld_f32(first), ld_f32(first + plane), ld_f32(first + 2u * plane),
+                     ld_f32(first + 3u * plane));
+}
+
+fn finite4(v: vec4<f32>) -> bool {
+    return finite(v.x) && finite(v.y) && finite(v.z) && finite(v.w);
+}
+
+// Output (oh, ow) of image n, channel co: the transform's value, or the direct sum where the tile is
+// not finite; nothing past the output's edge (a tile of an odd size is half empty).
+fn store_y(n: u32, co: u32, oh: u32, ow: u32, value: f32, ok: bool) {
+    if (oh >= p.out_h || ow >= p.out_w) {
+        return;
+    }
+    var acc = value;
+    if (!ok) {
+        acc = direct(n, co, oh, ow);
+    }
+    st_f32(p.y + ((n * p.c_out + co) * p.out_h + oh) * p.out_w + ow, finish(co, acc));
+}
+
 fn run_item(i: u32) {
     let col = i % p.cols;
     let co = i / p.cols;
@@ -45,33 +69,19 @@ fn run_item(i: u32) {
         return;
     }
     let plane = p.c_out * p.cols;
-    var m: array<vec4<f32>, 4>;
-    var ok = true;
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            let value = ld_f32(p.mt + (r * 4u + c) * plane + i);
-            m[r][c] = value;
-            ok = ok && finite(value);
-        }
-    }
-    // A^T over the rows, then over the columns of each of the two rows
-    let y0 = at(vec4<f32>(m[0].x + m[1].x + m[2].x, m[0].y + m[1].y + m[2].y, m[0].z + m[1].z + m[2].z,
-                          m[0].w + m[1].w + m[2].w));
-    let y1 = at(m[1] - m[2] - m[3]);
+    let m0 = load_row(i, plane, 0u);
+    let m1 = load_row(i, plane, 1u);
+    let m2 = load_row(i, plane, 2u);
+    let m3 = load_row(i, plane, 3u);
+    let ok = finite4(m0) && finite4(m1) && finite4(m2) && finite4(m3);
+    let y0 = at(m0 + m1 + m2);  // A^T over the rows, then over the columns of each of the two rows
+    let y1 = at(m1 - m2 - m3);
     let per_image = p.tiles_h * p.tiles_w;
     let n = col / per_image;
     let oh = 2u * ((col % per_image) / p.tiles_w);
     let ow = 2u * (col % p.tiles_w);
-    var out = array<vec2<f32>, 2>(y0, y1);
-    for (var r = 0u; r < 2u; r = r + 1u) {
-        for (var c = 0u; c < 2u; c = c + 1u) {
-            if (oh + r < p.out_h && ow + c < p.out_w) {
-                var acc = out[r][c];
-                if (!ok) {
-                    acc = direct(n, co, oh + r, ow + c);
-                }
-                st_f32(p.y + ((n * p.c_out + co) * p.out_h + oh + r) * p.out_w + ow + c, finish(co, acc));
-            }
-        }
-    }
+    store_y(n, co, oh, ow, y0.x, ok);
+    store_y(n, co, oh, ow + 1u, y0.y, ok);
+    store_y(n, co, oh + 1u, ow, y1.x, ok);
+    store_y(n, co, oh + 1u, ow + 1u, y1.y, ok);
 }

@@ -11,24 +11,28 @@ fn g_col(a: f32, b: f32, c: f32) -> vec4<f32> {
     return vec4<f32>(a, 0.5 * (a + b + c), 0.5 * (a - b + c), c);
 }
 
+// Row r of G g G^T (the 3 values of row r of G g, G applied along it) to points 4r .. 4r+3.
+fn store_row(i: u32, plane: u32, r: u32, a: f32, b: f32, c: f32) {
+    let u = g_col(a, b, c);
+    let first = p.u + 4u * r * plane + i;
+    st_f32(first, u.x);
+    st_f32(first + plane, u.y);
+    st_f32(first + 2u * plane, u.z);
+    st_f32(first + 3u * plane, u.w);
+}
+
 fn run_item(i: u32) {
     if (i >= p.total) {
         return;
     }
     let src = p.w + i * 9u;  // w[co, ci] is 9 consecutive words: i = co * c_in + ci
-    var k: array<f32, 9>;
-    for (var j = 0u; j < 9u; j = j + 1u) {
-        k[j] = ld_f32(src + j);
-    }
-    // rows of G g (4 rows of 3), then G applied along each row
-    let c0 = g_col(k[0], k[3], k[6]);
-    let c1 = g_col(k[1], k[4], k[7]);
-    let c2 = g_col(k[2], k[5], k[8]);
+    // the columns of G g (G applied to each column of g)
+    let c0 = g_col(ld_f32(src), ld_f32(src + 3u), ld_f32(src + 6u));
+    let c1 = g_col(ld_f32(src + 1u), ld_f32(src + 4u), ld_f32(src + 7u));
+    let c2 = g_col(ld_f32(src + 2u), ld_f32(src + 5u), ld_f32(src + 8u));
     let plane = p.c_out * p.c_in;
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        let u = g_col(c0[r], c1[r], c2[r]);
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            st_f32(p.u + (r * 4u + c) * plane + i, u[c]);
-        }
-    }
+    store_row(i, plane, 0u, c0.x, c1.x, c2.x);
+    store_row(i, plane, 1u, c0.y, c1.y, c2.y);
+    store_row(i, plane, 2u, c0.z, c1.z, c2.z);
+    store_row(i, plane, 3u, c0.w, c1.w, c2.w);
 }
