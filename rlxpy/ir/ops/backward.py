@@ -297,7 +297,8 @@ class PoolBackward(Op):
     forward's divisor of that window), ``dy`` for SUM, and for MAX / MIN ``dy`` of the windows it
     wins only: the winner is the first tap in window order (the forward's loop order) whose value is
     the window's output y, a NaN winning over numbers (torch's max_pool takes the first maximum
-    too). A tap in the padding never wins. PROD has no backward."""
+    too). A tap in the padding never wins. y is read for MAX / MIN only (any tensor of its type may
+    stand in for a mean or a sum). PROD has no backward."""
 
     kind: ReduceOp
     kernel_size: tuple[int, ...] = ()
