@@ -2,9 +2,10 @@
 // from the row statistics (backward_attention_stats): for each query head of the kv head's GQA group and
 // each tile of 32 queries, P^T = exp(s - m) / l, then dV += P^T dO and/or dS^T = P^T (dP^T - D) * factor
 // with dP^T = V dO^T and dK += scale dS^T Q. Never materialises S_q x S_k. Workgroup = (64 keys, kv
-// head, batch), thread (ty, tx) = key rows ty + 16a, queries tx + 16c, then key rows and head dims
-// tx + 16u (dO / Q staged KC queries at a time). Query tiles [start, start + count) per dispatch; a later
-// dispatch adds to what the earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
+// head, batch); thread (tx, ty) = key rows 4 ty + a, queries 2 tx + c of each tile (score_block), then
+// key rows 4 ty + a and head dims 64 g + 4 tx + e (row_product over the tile's dO / Q rows). Query tiles
+// [start, start + count) per dispatch; a later dispatch adds to what the earlier ones wrote.
+// Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
 const WRT: u32 = {{WRT}}u;  // AttentionWrt: 1 = key, 2 = value, 3 = both
@@ -13,25 +14,10 @@ const WANT_V: bool = WRT != 1u;
 
 #include "backward_attention_tiles.wgsl"
 
-fn store_block(t: vec2<u32>, x: mat2x4<f32>) {
-    for (var c = 0u; c < 2u; c++) {
-        for (var a = 0u; a < 4u; a++) {
-            ps[(t.y + 16u * a) * PS + t.x + 16u * c] = x[c][a];
-        }
-    }
-}
-
-// acc += x^T R: x (this block's 32 keys x BC queries, in registers) goes to workgroup memory, the BC rows
-// of R (from query row i0 of the matrix at base) are staged KC at a time.
-fn add_block_product(t: vec2<u32>, lane: u32, x: mat2x4<f32>, base: u32, i0: u32,
-                     acc: ptr<function, array<vec4<f32>, UD>>) {
-    store_block(t, x);
-    for (var c0 = 0u; c0 < BC; c0 += KC) {
-        workgroupBarrier();
-        stage_rows(lane, base, p.q_ss, i0 + c0, p.s_q);
-        workgroupBarrier();
-        accumulate(t, c0, acc);
-    }
+// (m, l, D) of statistics row `row`: D = the stored sum over l
+fn row_stats(row: u32) -> vec3<f32> {
+    let l = ld_f32(p.stats + 3u * row + 1u);
+    return vec3<f32>(ld_f32(p.stats + 3u * row), l, ld_f32(p.stats + 3u * row + 2u) / l);
 }
 
 @compute @workgroup_size(256)
@@ -43,12 +29,11 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
     let shift = i32(p.s_k) - i32(p.s_q);
-    var acc_k: array<vec4<f32>, UD>;
-    var acc_v: array<vec4<f32>, UD>;
-    for (var u = 0u; u < UD; u++) {
-        acc_k[u] = vec4<f32>(0.0);
-        acc_v[u] = vec4<f32>(0.0);
-    }
+    let keys = j0 + 4u * t.y + vec4<u32>(0u, 1u, 2u, 3u);
+    let in_keys = keys < vec4<u32>(p.s_k);
+    let j = min(keys, vec4<u32>(p.s_k - 1u));
+    var acc_k: array<vec4<f32>, 4 * DG>;
+    var acc_v: array<vec4<f32>, 4 * DG>;
     let last_tile = min((p.s_q + BC - 1u) / BC, p.start + p.count);
     for (var g = 0u; g < p.group; g++) {
         let h = hk * p.group + g;
@@ -60,57 +45,36 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
             if (queries_skip_keys(i0, j0, shift)) {
                 continue;
             }
-            let dots = dot_block(t, k_base, p.k_ss, j0, p.s_k, q_base, p.q_ss, i0, p.s_q);
+            let dots = score_block(t, lane, k_base, p.k_ss, j0, p.s_k, q_base, p.q_ss, i0, p.s_q);
             var dps = mat2x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0));
             if (WANT_K) {
-                dps = dot_block(t, v_base, p.k_ss, j0, p.s_k, o_base, p.q_ss, i0, p.s_q);
+                dps = score_block(t, lane, v_base, p.k_ss, j0, p.s_k, o_base, p.q_ss, i0, p.s_q);
             }
-            var pr = mat2x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0));
-            var ds = mat2x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0));
-            for (var c = 0u; c < 2u; c++) {
-                let i = i0 + t.x + 16u * c;
-                if (i < p.s_q) {
-                    let stat = 3u * (first_row + i);
-                    let m = ld_f32(p.stats + stat);
-                    let l = ld_f32(p.stats + stat + 1u);
-                    let big_d = ld_f32(p.stats + stat + 2u) / l;
-                    for (var a = 0u; a < 4u; a++) {
-                        let j = j0 + t.y + 16u * a;
-                        if (j < p.s_k) {
-                            let sf = score_factor(dots[c][a], b, h, i, j, shift + i32(i));
-                            pr[c][a] = exp(sf.x - m) / l;
-                            ds[c][a] = pr[c][a] * (dps[c][a] - big_d) * sf.y;
-                        }
-                    }
-                }
-            }
+            let i = i0 + 2u * t.x;
+            let i_0 = min(i, p.s_q - 1u);
+            let i_1 = min(i + 1u, p.s_q - 1u);
+            let st0 = row_stats(first_row + i_0);
+            let st1 = row_stats(first_row + i_1);
+            let f0 = score_factor4(dots[0], b, h, vec4<u32>(i_0), j, shift);
+            let f1 = score_factor4(dots[1], b, h, vec4<u32>(i_1), j, shift);
+            let zero = vec4<f32>(0.0);
+            let pr = mat2x4<f32>(select(zero, exp(f0[0] - st0.x) / st0.y, in_keys & vec4<bool>(i < p.s_q)),
+                                 select(zero, exp(f1[0] - st1.x) / st1.y, in_keys & vec4<bool>(i + 1u < p.s_q)));
             if (WANT_V) {  // dV[j] += sum_i P^T[j, i] dO[i]
-                add_block_product(t, lane, pr, o_base, i0, &acc_v);
-                workgroupBarrier();  // every thread has read P^T before dS^T replaces it
+                store_weights(t, pr);
+                row_product(t, lane, o_base, p.q_ss, i0, p.s_q, &acc_v);
             }
             if (WANT_K) {  // dK[j] += sum_i dS^T[j, i] Q[i] (scaled at the end)
-                add_block_product(t, lane, ds, q_base, i0, &acc_k);
+                store_weights(t, mat2x4<f32>(pr[0] * (dps[0] - st0.z) * f0[1], pr[1] * (dps[1] - st1.z) * f1[1]));
+                row_product(t, lane, q_base, p.q_ss, i0, p.s_q, &acc_k);
             }
         }
     }
-    for (var a = 0u; a < 4u; a++) {
-        let j = j0 + t.y + 16u * a;
-        if (j < p.s_k) {
-            let row = b * p.k_sb + hk * p.k_sh + j * p.k_ss;
-            for (var u = 0u; u < UD; u++) {
-                let d = t.x + 16u * u;
-                if (d < D) {
-                    if (WANT_K) {
-                        let before = select(0.0, ld_f32(p.out + row + d), p.start > 0u);
-                        st_f32(p.out + row + d, before + p.scale * acc_k[u][a]);
-                    }
-                    if (WANT_V) {
-                        let out = select(p.out, p.out2, WRT == 3u);
-                        let before = select(0.0, ld_f32(out + row + d), p.start > 0u);
-                        st_f32(out + row + d, before + acc_v[u][a]);
-                    }
-                }
-            }
-        }
+    let out = b * p.k_sb + hk * p.k_sh;
+    if (WANT_K) {
+        store_grads(&acc_k, p.out + out, p.k_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, p.scale);
+    }
+    if (WANT_V) {
+        store_grads(&acc_v, select(p.out, p.out2, WRT == 3u) + out, p.k_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, 1.0);
     }
 }

@@ -1,9 +1,9 @@
 // dQ of Attention, f32, recomputing the probabilities from the row statistics (backward_attention_stats):
 // for each tile of 32 keys, P = exp(s - m) / l, dP = dO V^T, dS = P (dP - D) * factor, dQ += scale dS K.
-// Never materialises S_q x S_k. Workgroup = (64 queries, head, batch), thread (ty, tx) = query rows
-// ty + 16a, keys tx + 16c for P and dS, then rows ty + 16a and head dims tx + 16u for dQ (K staged KC
-// keys at a time). Key tiles [start, start + count) per dispatch; a later dispatch adds to what the
-// earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
+// Never materialises S_q x S_k. Workgroup = (64 queries, head, batch); thread (tx, ty) = query rows
+// 4 ty + a, keys 2 tx + c of each tile (score_block), then rows 4 ty + a and head dims 64 g + 4 tx + e of
+// dQ (row_product over the tile's K rows). Key tiles [start, start + count) per dispatch; a later
+// dispatch adds to what the earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
 #include "backward_attention_tiles.wgsl"
@@ -12,54 +12,31 @@
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let qb = query_block(lane, wid);
     let t = qb.t;
-    var m = vec4<f32>(0.0);
-    var l = vec4<f32>(1.0);
-    var big_d = vec4<f32>(0.0);
-    for (var a = 0u; a < 4u; a++) {
-        let stat = 3u * (qb.first_row + min(qb.q0 + t.y + 16u * a, p.s_q - 1u));
-        m[a] = ld_f32(p.stats + stat);
-        l[a] = ld_f32(p.stats + stat + 1u);
-        big_d[a] = ld_f32(p.stats + stat + 2u) / l[a];
-    }
-    var acc: array<vec4<f32>, UD>;
-    for (var u = 0u; u < UD; u++) {
-        acc[u] = vec4<f32>(0.0);
-    }
+    let rows = qb.q0 + 4u * t.y + vec4<u32>(0u, 1u, 2u, 3u);
+    let stat = 3u * (qb.first_row + min(rows, vec4<u32>(p.s_q - 1u)));
+    let m = vec4<f32>(ld_f32(p.stats + stat.x), ld_f32(p.stats + stat.y), ld_f32(p.stats + stat.z),
+                      ld_f32(p.stats + stat.w));
+    let l = vec4<f32>(ld_f32(p.stats + stat.x + 1u), ld_f32(p.stats + stat.y + 1u), ld_f32(p.stats + stat.z + 1u),
+                      ld_f32(p.stats + stat.w + 1u));
+    let big_d = vec4<f32>(ld_f32(p.stats + stat.x + 2u), ld_f32(p.stats + stat.y + 2u),
+                          ld_f32(p.stats + stat.z + 2u), ld_f32(p.stats + stat.w + 2u)) / l;
+    let in_rows = rows < vec4<u32>(p.s_q);
+    let i = min(rows, vec4<u32>(p.s_q - 1u));
+    var acc: array<vec4<f32>, 4 * DG>;
     let keys = block_keys(qb);
     let k_last = keys.y;
     for (var k0 = keys.x; k0 < k_last; k0 += BC) {
-        let dots = dot_block(t, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
-        let dps = dot_block(t, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
-        for (var c = 0u; c < 2u; c++) {
-            let j = k0 + t.x + 16u * c;
-            for (var a = 0u; a < 4u; a++) {
-                let i = qb.q0 + t.y + 16u * a;
-                var g = 0.0;
-                if (j < k_last && i < p.s_q) {
-                    let sf = score_factor(dots[c][a], qb.b, qb.h, i, j, qb.shift + i32(i));
-                    g = exp(sf.x - m[a]) / l[a] * (dps[c][a] - big_d[a]) * sf.y;
-                }
-                ps[(t.y + 16u * a) * PS + t.x + 16u * c] = g;
-            }
-        }
-        for (var c0 = 0u; c0 < BC; c0 += KC) {
-            workgroupBarrier();  // also publishes dS on the first pass
-            stage_rows(lane, qb.k_base, p.k_ss, k0 + c0, k_last);
-            workgroupBarrier();
-            accumulate(t, c0, &acc);
-        }
+        let dots = score_block(t, lane, qb.q_base, p.q_ss, qb.q0, p.s_q, qb.k_base, p.k_ss, k0, k_last);
+        let dps = score_block(t, lane, qb.o_base, p.q_ss, qb.q0, p.s_q, qb.v_base, p.k_ss, k0, k_last);
+        let j = k0 + 2u * t.x;
+        let f0 = score_factor4(dots[0], qb.b, qb.h, i, vec4<u32>(min(j, p.s_k - 1u)), qb.shift);
+        let f1 = score_factor4(dots[1], qb.b, qb.h, i, vec4<u32>(min(j + 1u, p.s_k - 1u)), qb.shift);
+        let ds0 = exp(f0[0] - m) / l * (dps[0] - big_d) * f0[1];
+        let ds1 = exp(f1[0] - m) / l * (dps[1] - big_d) * f1[1];
+        let zero = vec4<f32>(0.0);
+        store_weights(t, mat2x4<f32>(select(zero, ds0, in_rows & vec4<bool>(j < k_last)),
+                                     select(zero, ds1, in_rows & vec4<bool>(j + 1u < k_last))));
+        row_product(t, lane, qb.k_base, p.k_ss, k0, k_last, &acc);
     }
-    for (var a = 0u; a < 4u; a++) {
-        let i = qb.q0 + t.y + 16u * a;
-        if (i < p.s_q) {
-            let out = p.out + qb.b * p.q_sb + qb.h * p.q_sh + i * p.q_ss;
-            for (var u = 0u; u < UD; u++) {
-                let d = t.x + 16u * u;
-                if (d < D) {
-                    let before = select(0.0, ld_f32(out + d), p.start > 0u);
-                    st_f32(out + d, before + p.scale * acc[u][a]);
-                }
-            }
-        }
-    }
+    store_grads(&acc, p.out + qb.b * p.q_sb + qb.h * p.q_sh, p.q_ss, qb.q0 + 4u * t.y, p.s_q, 4u * t.x, p.scale);
 }

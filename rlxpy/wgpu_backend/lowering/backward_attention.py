@@ -10,8 +10,12 @@ sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
 * wrt all: the statistics once, then both, the dkv pass computing dK and dV together; the output is
   [dq, dk, dv] flat, each in its input's layout.
 
-Each thread holds a 4 x 2 block of scores (the layout of attention_flash), so a staged chunk of 16 head
-dims costs 2 barriers for 128 multiply-adds per thread. Causal and sliding-window masks skip the tiles
+The five products (Q K^T, dO V^T, then dS K, or P^T dO and dS^T Q) are register-tiled like the
+GEMMs: a thread owns a 4 x 2 block of scores and 4 rows x 4 head dims (per 64) of a gradient, reads
+them as vec4s from double-buffered workgroup memory (one barrier per step of 8 head dims or 8 / DG
+rows, the next step loaded while this one is summed), and its sums are written out by the lowerer
+(``score_sums``, ``row_sums``, ``store_grads``) so that the accumulators index registers, never memory.
+Causal and sliding-window masks skip the tiles
 they zero out. q, k, v, dy and the output are read in
 place in any layout of ``attention_layout`` through (batch, head, seq) strides; the mask as Attention's.
 Work longer than the loop budget runs over several dispatches (the stats resume from what they stored,
@@ -32,7 +36,6 @@ from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import word_type
-from rlxpy.wgpu_backend.lowering.attention import flash_tiles
 from rlxpy.wgpu_backend.lowering.reduce import chunks, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -48,7 +51,7 @@ _FIELDS = dict(
 LAYOUT = params("BackwardAttentionParams", **_FIELDS)
 #: q, k, v, dy f32; a mask any word type
 DTYPES = accepts(DType.F32, DType.F32, DType.F32, DType.F32, out=DType.F32)
-TILE_ARRAYS = (1632 + 2112) * 4  # the staged tiles and the 64 x 33 block of P or dS (include/*_tiles)
+TILE_ARRAYS = 256 * 16 + 512 * 4 + 512 * 16  # sa, sb and sp of include/backward_attention_tiles
 BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
 BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
 BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
@@ -106,10 +109,42 @@ def stats_bytes(node: Node, graph: Graph) -> int:
 
 
 def _tile_steps(head_dim: int) -> int:
-    """Loop iterations one tile costs a thread: two dot products' chunks, the row reductions, and two
-    gradients' accumulation over the tile's columns."""
-    units = math.ceil(head_dim / 16)
-    return 2 * units * 17 + 2 * 16 + 2 * COLS * (units + 1) + 16
+    """Loop iterations one tile costs a thread: two score products (a step and 4 staging stores per 8
+    head dims), two row products (BC / KS steps) and the element loops."""
+    groups = math.ceil(head_dim / 64)
+    return 2 * 5 * (math.ceil(head_dim / 8) + 1) + 2 * (COLS * groups // 8 + 1) + 16
+
+
+def score_sums() -> str:
+    """One step of score_block written out: per head dim, a vec4 of 4 rows times 2 column words."""
+    return "\n".join(f"        {{ let a = sa[ta + {kk * ROWS // 4}u]; s0 += a * sb[tb + {kk * COLS}u]; "
+                     f"s1 += a * sb[tb + {kk * COLS + 1}u]; }}" for kk in range(8))
+
+
+def row_sums(groups: int) -> str:
+    """One step of row_product written out: per staged row, a vec4 of 4 weights (rows) times DG vec4s of
+    head dims into acc[DG a + g]."""
+    lines = []
+    for kk in range(8 // groups):
+        reads = [f"let w = sp[tw + {kk * ROWS // 4}u];"]
+        reads += [f"let r{g} = sa[tr + {kk * 16 * groups + 16 * g}u];" for g in range(groups)]
+        sums = [f"(*acc)[{groups * a + g}] += w.{lane} * r{g};" for a, lane in enumerate("xyzw")
+                for g in range(groups)]
+        lines.append("        { " + " ".join(reads + sums) + " }")
+    return "\n".join(lines)
+
+
+def store_grads(groups: int) -> str:
+    """store_grads' body written out: grad_out for each accumulator (row a, head dims 64 g ..)."""
+    return "\n".join(f"    grad_out(out, stride, row0 + {a}u, rows_end, d0 + {64 * g}u, scale, "
+                     f"(*acc)[{groups * a + g}]);" for a in range(4) for g in range(groups))
+
+
+def tile_subs(head_dim: int, mask_kind: int, load_mask: str) -> dict[str, object]:
+    """The placeholders of include/backward_attention_tiles.wgsl for a head dim."""
+    groups = math.ceil(head_dim / 64)
+    return {"D": head_dim, "DG": groups, "MASK_KIND": mask_kind, "LOAD_MASK": load_mask,
+            "SCORE_SUMS": score_sums(), "ROW_SUMS": row_sums(groups), "STORE_GRADS": store_grads(groups)}
 
 
 @lowers(ops.AttentionBackward, scratch=stats_bytes)
@@ -146,9 +181,9 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
         scale=op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim),
         softcap=op.softcap or 0.0, window=op.window,
     )
-    subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask, **flash_tiles(head_dim)}
+    subs = tile_subs(head_dim, int(op.mask_kind), load_mask)
     key_tiles, query_tiles = math.ceil(s_k / COLS), math.ceil(s_q / COLS)
-    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim), 64, "AttentionBackward")
+    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim), 128, "AttentionBackward")
     query_grid = (math.ceil(s_q / ROWS), heads, batch)
     steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
                           count=count, **fields)

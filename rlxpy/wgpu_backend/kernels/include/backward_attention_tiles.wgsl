@@ -1,89 +1,131 @@
-// Shared by the attention backward kernels (backward_attention_*): blocks of 64 rows against tiles of 32
-// columns, thread (ty, tx) of a 16 x 16 workgroup owning rows ty + 16a (a < 4, the lanes of a vec4) and
-// columns tx + 16c (c < 2, the two columns of a mat2x4), as in attention_flash; the score semantics of
-// Attention with its gradient factor; the causal key ranges. Needs the params fields of
-// attention_mask.wgsl; declares the kernels' sizes (from the placeholders D, MASK_KIND, UD, KC) and their
-// workgroup arrays: tiles (staged chunks) and ps (a 64 x 33 block of P or dS, or row partials).
+// Shared by the attention backward kernels (backward_attention_*): register-tiled products of a block of
+// 64 rows against a tile of 32 columns, 16 x 16 threads. Thread (tx, ty) owns rows 4 ty + a (a < 4, the
+// lanes of a vec4) and columns 2 tx + c (c < 2, the columns of a mat2x4) of a score block, and rows
+// 4 ty + a, head dims 64 g + 4 tx + e (g < DG, e < 4) of a gradient block, so every workgroup-memory read
+// in the sums is a vec4 (or a pair of words) shared by 16 threads. Operands are staged in steps (8 head
+// dims, or KS rows): the next step is loaded into registers before this one is summed and stored into the
+// other of two buffers, one barrier per step. The sums are written out by the lowerer (placeholders
+// SCORE_SUMS, ROW_SUMS, STORE_GRADS). Also the score semantics of Attention with its gradient factor and the causal key
+// ranges. Needs the params fields of attention_mask.wgsl and the placeholders D, MASK_KIND, DG.
 #include "common_words.wgsl"
 
 const D: u32 = {{D}}u;  // head_dim
 const MASK_KIND: u32 = {{MASK_KIND}}u;
-const UD: u32 = {{UD}}u;  // ceil(D / 16) head dims per thread and row
-const KC: u32 = {{KC}}u;  // rows per staged chunk of all D dims (stage_rows)
-
-var<workgroup> tiles: array<f32, 1632>;
-var<workgroup> ps: array<f32, 2112>;
-
-#include "attention_mask.wgsl"
-#include "attention_block_value.wgsl"
-
+const DG: u32 = {{DG}}u;  // ceil(D / 64): 4-dim vec4s per thread and row of a gradient block
+const DP: u32 = 64u * DG;  // head dims a gradient block covers (D padded)
+const KS: u32 = 8u / DG;  // rows of the right operand per step of a row product
 const BR: u32 = 64u;  // rows per block (queries, or keys for dK/dV)
 const BC: u32 = 32u;  // columns per tile (keys, or queries)
-const DS: u32 = 16u;  // head dims per staged chunk of a dot product
-const QS: u32 = DS + 1u;  // padded strides: lanes reading different rows hit different banks
-const VS: u32 = D + 1u;
-const PS: u32 = BC + 1u;
+const KT: u32 = 8u;  // head dims per step of a score product
+const SA_HALF: u32 = 128u;  // vec4s of one staging buffer of sa
+const SB_HALF: u32 = 256u;  // words of one staging buffer of sb
 
-// A query-major workgroup (stats, dQ): 64 queries from q0 of head h, batch b, and where its tensors start.
-struct QueryBlock {
-    t: vec2<u32>,  // (tx, ty)
-    h: u32,
-    b: u32,
-    q0: u32,
-    q_base: u32,
-    o_base: u32,  // dO
-    k_base: u32,
-    v_base: u32,
-    shift: i32,  // query i sits at key position shift + i (bottom-right causal alignment)
-    first_row: u32,  // the statistics row of query 0 of (b, h)
+// [2][KT][BR / 4]: the left rows of a score product, dim-major, 4 rows a vec4; or [2][KS][DP / 4]: the
+// right rows of a row product
+var<workgroup> sa: array<vec4<f32>, 256>;
+var<workgroup> sb: array<f32, 512>;  // [2][KT][BC]: the right rows of a score product, dim-major
+var<workgroup> sp: array<vec4<f32>, 512>;  // [BC][BR / 4]: P or dS, column-major, the left of a row product
+
+#include "attention_mask.wgsl"
+
+// 4 dims d .. d + 3 of row `row` of a row-major tensor at base (row stride `stride`); 0 outside
+// [0, rows_end) x [0, D). Branch-free (outside, it loads word `base` and drops it): a load under a branch
+// is not hoisted before the sums.
+fn row_quad(base: u32, stride: u32, row: u32, rows_end: u32, d: u32) -> vec4<f32> {
+    let at = base + row * stride + d;
+    let inside = row < rows_end;
+    let ok = vec4<bool>(inside && d < D, inside && d + 1u < D, inside && d + 2u < D, inside && d + 3u < D);
+    let x = vec4<f32>(ld_f32(select(base, at, ok.x)), ld_f32(select(base, at + 1u, ok.y)),
+                      ld_f32(select(base, at + 2u, ok.z)), ld_f32(select(base, at + 3u, ok.w)));
+    return select(vec4<f32>(0.0), x, ok);
 }
 
-fn query_block(lane: u32, wid: vec3<u32>) -> QueryBlock {
-    let h = wid.y;
-    let b = wid.z;
-    let hk = h / p.group;  // GQA: query head h reads kv head h // (H / H_kv)
-    return QueryBlock(vec2<u32>(lane % 16u, lane / 16u), h, b, wid.x * BR, p.q + b * p.q_sb + h * p.q_sh,
-                      p.dy + b * p.q_sb + h * p.q_sh, p.k + b * p.k_sb + hk * p.k_sh, p.v + b * p.k_sb + hk * p.k_sh,
-                      i32(p.s_k) - i32(p.s_q), (b * p.heads + h) * p.s_q);
+// A score product's share of one thread: lanes < 128 load 4 dims of a left row, lanes 128 .. 191 of a
+// right row, the others nothing.
+struct ScoreShare {
+    left: bool,
+    right: bool,
+    row: u32,
+    dk: u32,
 }
 
-// a[a_row0 + ty + 16a] . b[b_row0 + tx + 16c] over the head dims, for a < 4 (vec4 lanes) and c < 2
-// (columns): 64 rows of a and 32 of b staged 16 dims at a time through tiles. Uniform control flow.
-fn dot_block(t: vec2<u32>, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32, b_row0: u32,
-             b_end: u32) -> mat2x4<f32> {
+fn score_put(half: u32, s: ScoreShare, v: vec4<f32>) {
+    for (var e = 0u; e < 4u; e++) {
+        if (s.left) {
+            sa[half * SA_HALF + (s.dk + e) * (BR / 4u) + s.row / 4u][s.row % 4u] = v[e];
+        }
+        if (s.right) {
+            sb[half * SB_HALF + (s.dk + e) * BC + s.row] = v[e];
+        }
+    }
+}
+
+// a[a_row0 + 4 ty + a] . b[b_row0 + 2 tx + c] over the head dims (rows past a_end / b_end are 0), for
+// a < 4 (vec4 lanes), c < 2 (columns). Call from uniform control flow (it has barriers).
+fn score_block(t: vec2<u32>, lane: u32, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32,
+               b_row0: u32, b_end: u32) -> mat2x4<f32> {
+    let s = ScoreShare((lane < 128u), (lane >= 128u && lane < 192u), (lane % 128u) / 2u, (lane % 2u) * 4u);
+    let base = select(b, a, s.left);
+    let stride = select(b_stride, a_stride, s.left);
+    let row = select(b_row0, a_row0, s.left) + s.row;
+    let end = select(select(0u, b_end, s.right), a_end, s.left);
+    var v = row_quad(base, stride, row, end, s.dk);
+    workgroupBarrier();  // every thread is done with the buffers
+    score_put(0u, s, v);
+    workgroupBarrier();
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
-    let lane = t.y * 16u + t.x;
-    for (var d0 = 0u; d0 < D; d0 += DS) {
-        workgroupBarrier();
-        stage_blocks(lane, a, a_stride, a_row0, a_end, b, b_stride, b_row0, b_end, d0, BR * QS);
-        workgroupBarrier();
-        for (var dd = 0u; dd < min(DS, D - d0); dd++) {
-            let a4 = vec4<f32>(tiles[t.y * QS + dd], tiles[(t.y + 16u) * QS + dd], tiles[(t.y + 32u) * QS + dd],
-                               tiles[(t.y + 48u) * QS + dd]);
-            s0 += a4 * tiles[BR * QS + t.x * QS + dd];
-            s1 += a4 * tiles[BR * QS + (t.x + 16u) * QS + dd];
+    let steps = (D + KT - 1u) / KT;
+    for (var step = 0u; step < steps; step++) {
+        let ahead = step + 1u < steps;
+        if (ahead) {
+            v = row_quad(base, stride, row, end, (step + 1u) * KT + s.dk);
         }
+        let ta = (step & 1u) * SA_HALF + t.y;
+        let tb = (step & 1u) * SB_HALF + 2u * t.x;
+{{SCORE_SUMS}}
+        if (ahead) {  // the other buffer: every thread finished reading it before the last barrier
+            score_put((step + 1u) & 1u, s, v);
+        }
+        workgroupBarrier();
     }
     return mat2x4<f32>(s0, s1);
 }
 
-// rows row0 .. row0 + KC of a tensor, all D dims, into tiles at stride VS (zeros past rows_end)
-fn stage_rows(lane: u32, base: u32, stride: u32, row0: u32, rows_end: u32) {
-    for (var e = lane; e < KC * D; e += 256u) {
-        tiles[e / D * VS + e % D] = block_value(base, stride, row0, rows_end, 0u, D, e);
-    }
+// P or dS of this thread's block (column c = x[c], rows in lanes) into sp for a row product
+fn store_weights(t: vec2<u32>, x: mat2x4<f32>) {
+    sp[(2u * t.x) * (BR / 4u) + t.y] = x[0];
+    sp[(2u * t.x + 1u) * (BR / 4u) + t.y] = x[1];
 }
 
-// acc[u] += sum over the KC columns c0.. of ps[row][c0 + kk] * tiles[kk][tx + 16u], for the four rows of
-// the thread (vec4 lanes): the weights of ps times rows staged by stage_rows. Uniform control flow.
-fn accumulate(t: vec2<u32>, c0: u32, acc: ptr<function, array<vec4<f32>, UD>>) {
-    for (var kk = 0u; kk < KC; kk++) {
-        let w = vec4<f32>(ps[t.y * PS + c0 + kk], ps[(t.y + 16u) * PS + c0 + kk], ps[(t.y + 32u) * PS + c0 + kk],
-                          ps[(t.y + 48u) * PS + c0 + kk]);
-        for (var u = 0u; u < UD; u++) {
-            (*acc)[u] += w * tiles[kk * VS + t.x + 16u * u];
+// acc[DG a + g] (row 4 ty + a, dims 64 g + 4 tx ..+3) += sum over the BC columns c of sp[c][row] *
+// R[row0 + c]: R the rows of the row-major tensor at base (rows past rows_end are 0), staged KS at a
+// time (lanes < 128 load 4 dims each). Call from uniform control flow, after store_weights.
+fn row_product(t: vec2<u32>, lane: u32, base: u32, stride: u32, row0: u32, rows_end: u32,
+               acc: ptr<function, array<vec4<f32>, 4 * DG>>) {
+    let loads = lane < 128u;
+    let r = lane / (DP / 4u);
+    let d = (lane % (DP / 4u)) * 4u;
+    let end = select(0u, rows_end, loads);
+    var v = row_quad(base, stride, row0 + r, end, d);
+    workgroupBarrier();  // every thread is done with sa; sp is published
+    if (loads) {
+        sa[lane] = v;
+    }
+    workgroupBarrier();
+    let steps = BC / KS;
+    for (var step = 0u; step < steps; step++) {
+        let ahead = step + 1u < steps;
+        if (ahead) {
+            v = row_quad(base, stride, row0 + (step + 1u) * KS + r, end, d);
         }
+        let tw = step * KS * (BR / 4u) + t.y;
+        let tr = (step & 1u) * SA_HALF + t.x;
+{{ROW_SUMS}}
+        if (ahead && loads) {
+            sa[((step + 1u) & 1u) * SA_HALF + lane] = v;
+        }
+        workgroupBarrier();
     }
 }
 
@@ -109,18 +151,65 @@ fn score_factor(dot: f32, b: u32, h: u32, i: u32, j: u32, pos: i32) -> vec2<f32>
     return vec2<f32>(s, factor);
 }
 
-// [first, end) of the keys a block of BR queries from q0 can see (visible_keys), the first rounded down
-// to a tile.
-fn key_range(q0: u32, shift: i32) -> vec2<u32> {
-    let keys = visible_keys(shift + i32(q0), shift + i32(min(q0 + BR, p.s_q)) - 1, p.s_k);
-    return vec2<u32>(keys.x / BC * BC, keys.y);
+// score_factor of 4 rows (vec4 lanes) against their columns: the scores in [0], the factors in [1]
+fn score_factor4(dots: vec4<f32>, b: u32, h: u32, i: vec4<u32>, j: vec4<u32>, shift: i32) -> mat2x4<f32> {
+    let x = score_factor(dots.x, b, h, i.x, j.x, shift + i32(i.x));
+    let y = score_factor(dots.y, b, h, i.y, j.y, shift + i32(i.y));
+    let z = score_factor(dots.z, b, h, i.z, j.z, shift + i32(i.z));
+    let w = score_factor(dots.w, b, h, i.w, j.w, shift + i32(i.w));
+    return mat2x4<f32>(vec4<f32>(x.x, y.x, z.x, w.x), vec4<f32>(x.y, y.y, z.y, w.y));
 }
 
-// [first, last) of the keys a query block reads in this dispatch: its key_range within the dispatch's
-// tiles [start, start + count).
+// row `row` (skipped past rows_end), dims d0 .. d0 + 3 (those < D) of a gradient at out (row stride
+// `stride`) = scale * v, added to what an earlier dispatch wrote (start > 0)
+fn grad_out(out: u32, stride: u32, row: u32, rows_end: u32, d0: u32, scale: f32, v: vec4<f32>) {
+    if (row >= rows_end) {
+        return;
+    }
+    for (var e = 0u; e < 4u; e++) {
+        if (d0 + e < D) {
+            let at = out + row * stride + d0 + e;
+            let before = select(0.0, ld_f32(at), p.start > 0u);
+            st_f32(at, before + scale * v[e]);
+        }
+    }
+}
+
+// every accumulator of row_product through grad_out: rows row0 + a, dims d0 + 64 g (written out, so
+// that acc stays in registers)
+fn store_grads(acc: ptr<function, array<vec4<f32>, 4 * DG>>, out: u32, stride: u32, row0: u32, rows_end: u32,
+               d0: u32, scale: f32) {
+{{STORE_GRADS}}
+}
+
+// A query-major workgroup (stats, dQ): 64 queries from q0 of head h, batch b, and where its tensors start.
+struct QueryBlock {
+    t: vec2<u32>,  // (tx, ty)
+    h: u32,
+    b: u32,
+    q0: u32,
+    q_base: u32,
+    o_base: u32,  // dO
+    k_base: u32,
+    v_base: u32,
+    shift: i32,  // query i sits at key position shift + i (bottom-right causal alignment)
+    first_row: u32,  // the statistics row of query 0 of (b, h)
+}
+
+fn query_block(lane: u32, wid: vec3<u32>) -> QueryBlock {
+    let h = wid.y;
+    let b = wid.z;
+    let hk = h / p.group;  // GQA: query head h reads kv head h // (H / H_kv)
+    return QueryBlock(vec2<u32>(lane % 16u, lane / 16u), h, b, wid.x * BR, p.q + b * p.q_sb + h * p.q_sh,
+                      p.dy + b * p.q_sb + h * p.q_sh, p.k + b * p.k_sb + hk * p.k_sh, p.v + b * p.k_sb + hk * p.k_sh,
+                      i32(p.s_k) - i32(p.s_q), (b * p.heads + h) * p.s_q);
+}
+
+// [first, last) of the keys a query block reads in this dispatch: the keys its BR queries can see
+// (visible_keys, the first rounded down to a tile) within the dispatch's tiles [start, start + count).
 fn block_keys(qb: QueryBlock) -> vec2<u32> {
-    let keys = key_range(qb.q0, qb.shift);
-    return vec2<u32>(max(keys.x, p.start * BC), min(keys.y, (p.start + p.count) * BC));
+    let keys = visible_keys(qb.shift + i32(qb.q0), qb.shift + i32(min(qb.q0 + BR, p.s_q)) - 1, p.s_k);
+    return vec2<u32>(max(keys.x / BC * BC, p.start * BC), min(keys.y, (p.start + p.count) * BC));
 }
 
 // whether the BC queries from i0 see none of the keys [j0, j0 + BR) (and no row of them is fully masked)
