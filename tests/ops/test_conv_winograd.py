@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from helpers import TOL, check_op, rand
 
 import rlxpy
+from rlxpy import env
 from rlxpy.wgpu_backend.lowering import conv_winograd
 
 CONV_TOL = TOL["matmul"]
@@ -116,15 +117,25 @@ def test_winograd_error_stays_near_the_implicit_gemms(device, monkeypatch):
     assert wino < max(3 * gemm, 1e-6), (wino, gemm)
 
 
-SELECTION = [((1, 8, 9, 9), 8, False), ((32, 64, 56, 56), 64, False), ((1, 128, 28, 28), 128, False),
-             ((2, 128, 32, 32), 128, True), ((32, 512, 7, 7), 512, True)]
+SELECTION = [((1, 8, 9, 9), 8, False), ((1, 64, 56, 56), 64, False), ((1, 128, 28, 28), 128, False),
+             ((8, 64, 32, 32), 64, True), ((2, 128, 32, 32), 128, True), ((32, 512, 7, 7), 512, True)]
 
 
 @pytest.mark.parametrize("shape, channels, wino", SELECTION)
 def test_selection_follows_the_measured_thresholds(shape, channels, wino):
-    """Winograd for >= 128 channels over >= 512 tiles (ResNet-18's layer2-4 3x3 convs at batch 32),
-    the implicit GEMM for layer1's 64 channels and batch 1 (conv_winograd.MIN_CHANNELS / MIN_TILES)."""
+    """Winograd for ResNet-18's stride-1 3x3 convs at batch 32, the implicit GEMM at batch 1 and for
+    small convs (conv_winograd.MIN_CHANNELS / MIN_TILES / MIN_MACS)."""
     g = rlxpy.Graph("sel")
     g.output(g.conv(g.input("x", shape), g.input("w", (channels, shape[1], 3, 3)), padding=1))
     kernels = [s.kernel for s in rlxpy.compile(g).schedule.steps]
     assert (kernels == WINOGRAD_STEPS) == wino, kernels
+
+
+def test_under_a_binding_cap_the_conv_still_matches_torch(device, monkeypatch):
+    """With a 64 KiB binding the scratch for U, V and M (about 220 KiB here) cannot share the conv's
+    window: the lowerer keeps the implicit GEMM, whose result is the same conv."""
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    case = (1, 16, 16, (20, 20), 1, None, True, "relu")
+    with env.override(RLX_WGPU_MAX_BINDING=64 << 10):
+        check_op(_build(case), _inputs(case, seed=4), _oracle(case), tol=CONV_TOL)
+        assert _kernels(_build(case), _inputs(case)) == ["conv_gemm"]

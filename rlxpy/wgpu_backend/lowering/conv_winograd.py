@@ -1,5 +1,5 @@
-"""Winograd F(2x2, 3x3) for stride-1, dilation-1, ungrouped 3x3 2-D convs with many channels
-(ResNet's 3x3 convs past the stem): four steps over the arena's scratch.
+"""Winograd F(2x2, 3x3) for stride-1, dilation-1, ungrouped 3x3 2-D convs with many channels and
+positions (ResNet's 3x3 convs past the stem at batch 32): four steps over the arena's scratch.
 
 1. conv_winograd_weights: ``U[t] = G g G^T`` for every (co, ci) kernel g, 16 matrices [C_out, C_in]
    (a step of every run: a weight that is a graph input may change between runs).
@@ -54,15 +54,18 @@ WEIGHTS = kernel("conv_winograd_weights", WINOGRAD_PARAMS, dtypes=accepts(F32, F
 INPUT = kernel("conv_winograd_input", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 OUTPUT = kernel("conv_winograd_output", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 POINTS = 16  # (2 + 3 - 1)^2 transform points
-#: Convs with fewer input or output channels than this, or fewer output tiles (2 x 2 outputs, all
-#: images) than MIN_TILES, keep the implicit GEMM: the transforms' traffic is paid per channel while the
-#: GEMM's saving grows with C_in, and a small grid leaves the GPU idle where the implicit GEMM splits K.
-#: Measured on an H200 (2026-11-26, benches/bench_conv.py, conv + bias + ReLU, GPU ms, implicit GEMM ->
-#: Winograd): ResNet-18 at batch 32, layer1 64 ch 0.292 -> 0.355 (transforms 0.20 of it), layer2 128 ch
-#: 0.290 -> 0.250, layer3 256 ch 0.340 -> 0.232, layer4 512 ch (512 tiles) 0.372 -> 0.220; at batch 1
-#: layer2 (196 tiles) 0.039 -> 0.043, layer3 0.046 -> 0.051, layer4 0.043 -> 0.074.
-MIN_CHANNELS = 128
+#: Convs with fewer input or output channels than MIN_CHANNELS, fewer output tiles (2 x 2 outputs, all
+#: images) than MIN_TILES or fewer GEMM MACs per point (tiles x C_in x C_out) than MIN_MACS keep the
+#: implicit GEMM: the transforms' traffic is paid per channel while the GEMM's saving grows with C_in,
+#: and a small grid leaves the GPU idle where the implicit GEMM splits K. Measured on an H200
+#: (2026-11-26, benches/bench_conv.py, conv + bias + ReLU, GPU ms, implicit GEMM -> Winograd):
+#: ResNet-18 at batch 32, layer1 64 ch 0.291 -> 0.239, layer2 128 ch 0.290 -> 0.250, layer3 256 ch 0.340
+#: -> 0.232, layer4 512 ch (512 tiles) 0.376 -> 0.195; at batch 1 (before the transforms were written
+#: out, when layer1 at batch 32 still lost 0.292 -> 0.355) layer1 0.038 -> 0.042, layer2 (196 tiles)
+#: 0.039 -> 0.043, layer3 0.046 -> 0.051, layer4 0.043 -> 0.074.
+MIN_CHANNELS = 64
 MIN_TILES = 512
+MIN_MACS = 1 << 23
 #: Benches and tests only: "on" forces Winograd wherever it applies, "off" never. Not a user flag.
 FORCE: str | None = None
 
@@ -102,7 +105,8 @@ def chosen(node: Node, x: Node) -> bool:
         return False
     if FORCE == "on":
         return True
-    return min(s["c_in"], s["c_out"]) >= MIN_CHANNELS and s["tiles"] >= MIN_TILES
+    return (min(s["c_in"], s["c_out"]) >= MIN_CHANNELS and s["tiles"] >= MIN_TILES
+            and s["tiles"] * s["c_in"] * s["c_out"] >= MIN_MACS)
 
 
 def steps(node: Node, ctx: LowerCtx, x: Node, w: Node, bias: Node | None, expr: str) -> list[Step] | None:
