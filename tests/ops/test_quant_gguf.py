@@ -21,8 +21,12 @@ from rlxpy.wgpu_backend.lowering.quant_gguf import (
     GEMV_BLOCKED_MAX_ROWS,
     GEMV_MAX_ROWS,
     ROWS_X_MAX,
+    TILED_MIN_GROUPS,
+    TILED_MIN_ROWS,
+    TILED_TILES,
     chunk_elems,
     gemv_plan,
+    tiled_plan,
 )
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES
 
@@ -151,8 +155,8 @@ def test_gather_truncates_and_clamps_float_and_unsigned_indices(device, idx_dtyp
 @pytest.mark.parametrize("qtype", sorted(GPU_TYPES))
 def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
     one, several = sizes(qtype)
-    # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (one GEMV block), 17 and 70
-    # (GEMV blocks of 8 rows, the last one partial) and 2055 (tiled)
+    # (n, k, x rows): n = 1, 3, 17, 33; k one block / several; rows 1, 5 (one GEMV block), 17 (GEMV
+    # blocks of 8 rows, the last one partial), 70 (tiled on GPUs, GEMV blocks on CPUs) and 2055 (tiled)
     cases = [(1, one, 1), (3, several, 5), (17, one, 17), (33, several, 1), (33, several, 17),
              (17, several, 5), (3, several, 70), (17, one, 2055)]
     g = rlxpy.Graph("qmm")
@@ -166,12 +170,12 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
         outs.append(g.dequant_matmul_gguf(x, w, qtype, n, k, name=f"y{i}"))
     g.output(*outs)
     exe = compile_with(g, weights)
+    gemv_rows = TILED_MIN_ROWS - 1 if gemv_kernel == "quant_gguf_gemv" else GEMV_BLOCKED_MAX_ROWS
     kernels = [s.kernel for s in exe.schedule.steps]
-    assert kernels == [gemv_kernel if rows <= GEMV_BLOCKED_MAX_ROWS else "quant_gguf_tiled"
-                       for _, _, rows in cases]
+    assert kernels == [gemv_kernel if rows <= gemv_rows else "quant_gguf_tiled" for _, _, rows in cases]
     block = GEMV_MAX_ROWS if gemv_kernel == "quant_gguf_gemv" else ROWS_X_MAX  # x rows per grid row
     assert [s.grid[1] for s in exe.schedule.steps] == [
-        -(-rows // (block if rows <= GEMV_BLOCKED_MAX_ROWS else 64)) for _, _, rows in cases]
+        -(-rows // (block if rows <= gemv_rows else tiled_plan(rows, n)[0])) for n, _, rows in cases]
     got = exe.run(feeds)
     for i, (n, k, rows) in enumerate(cases):
         weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
@@ -182,6 +186,43 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
             assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], gguf_values(weights[f"w{i}"], qtype).reshape(
                 ref[f"y{i}"].shape[1], -1), f"GPU vs reference y{i}")
             assert_close(got[f"y{i}"], ref[f"y{i}"], 1e-4, 1e-3, f"GPU vs reference y{i}")
+
+
+@pytest.mark.parametrize("tile", TILED_TILES)
+def test_every_tile_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_variant, tile):
+    """Each (BM, BN, TM) tile forced in turn; partial tiles in m and n, k not a multiple of the
+    16-element step (Q4_1: 3 units; F16: 75), and a K-quant whose scale changes every 16 k."""
+    from rlxpy.wgpu_backend.lowering import quant_gguf
+
+    monkeypatch.setattr(quant_gguf, "TILED_TILES", (tile,))
+    monkeypatch.setattr(quant_gguf, "TILED_MIN_ROWS", 1)  # few rows too: one partial row tile
+    rng = np.random.default_rng(40)
+    cases = [("Q4_1", 17, 96, 255), ("F16", 33, 75, 40), ("Q6_K", 70, 256, 129), ("Q8_0", 3, 64, 32)]
+    g = rlxpy.Graph("tiles")
+    weights, feeds = {}, {}
+    for i, (qtype, n, k, rows) in enumerate(cases):
+        weights[f"w{i}"] = make_weights(qtype, n, k, seed=41 + i)
+        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
+        g.output(g.dequant_matmul_gguf(g.input(f"x{i}", (rows, k)), w, qtype, n, k, name=f"y{i}"))
+    exe = compile_with(g, weights)
+    assert [(s.kernel, s.grid[:2]) for s in exe.schedule.steps] == [
+        ("quant_gguf_tiled", (-(-n // tile[1]), -(-rows // tile[0]))) for _, n, _, rows in cases]
+    got = exe.run(feeds)
+    for i, (qtype, n, k, rows) in enumerate(cases):
+        weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
+        assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], weight, f"{tile} {qtype} n={n} k={k} rows={rows}")
+
+
+@pytest.mark.parametrize(("m", "n"), [(32, 576), (128, 576), (512, 576), (512, 1536), (4096, 49152), (33, 1)])
+def test_tiled_plan_takes_the_largest_tile_that_fills_the_gpu(m, n):
+    def groups(tile):
+        return -(-m // tile[0]) * -(-n // tile[1])
+    tile = tiled_plan(m, n)
+    assert tile in TILED_TILES
+    bigger = TILED_TILES[:TILED_TILES.index(tile)]
+    assert all(groups(t) < TILED_MIN_GROUPS for t in bigger)
+    assert groups(tile) >= TILED_MIN_GROUPS or groups(tile) == max(map(groups, TILED_TILES))
 
 
 @pytest.mark.parametrize(("qtype", "rows", "k"),
@@ -214,7 +255,7 @@ def test_nan_and_inf_propagate_like_torch(device, gemv_kernel):
     values[1, 4] = np.inf
     values[3, 0] = np.nan
     raw = values.astype(np.float16).view(np.uint8)
-    x = np.random.default_rng(9).standard_normal((17, 37)).astype(np.float32)
+    x = np.random.default_rng(9).standard_normal((70, 37)).astype(np.float32)  # tiled on GPUs
     x[2, 5] = np.nan
     g = rlxpy.Graph("nan")
     w = g.param("w", raw.shape, DType.U8)

@@ -2,8 +2,10 @@
 
 * ``DequantMatMulGguf``: ``y = x @ dequant(W)^T`` (ggml_mul_mat). Up to ``GEMV_MAX_ROWS`` rows of
   x (decode) run the bandwidth-bound GEMV kernel: each weight row is read once, by a team of
-  lanes striding over its 32-element units, with x staged in workgroup memory. More rows
-  (prefill) run the tiled kernel, which dequantises a 64x16 tile of W into workgroup memory.
+  lanes striding over its 32-element units, with x staged in workgroup memory (up to
+  ``TILED_MIN_ROWS`` rows in blocks of ``GEMV_MAX_ROWS``). More rows (prefill) run the
+  register-tiled GEMM: BM x BN output tiles, W dequantised 16 or 32 k at a time into double-buffered
+  workgroup memory (``tiled_plan``). CPU adapters keep the GEMV's rows variant longer.
 * ``FusedGgufMatMul`` (made by ir/passes/patterns.py once this lowerer exists): the same GEMV
   with RMSNorm applied while x is staged, SwiGLU's W_up as a second weight set in the same
   pass, and the residual added in the epilogue: one dispatch instead of up to five. A fused QKV
@@ -66,7 +68,10 @@ QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, dtypes=GEMV_
 QUANT_GGUF_TILED = kernel(
     "quant_gguf_tiled",
     params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
-    dtypes=accepts(DType.F32, out=DType.F32), workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
+    dtypes=accepts(DType.F32, out=DType.F32), workgroup=(128, 1, 1), extent_axis=1,
+    # two buffers of the x and W tiles, [BK][BM] and [BK][BN] f32
+    shared_bytes=lambda s: 2 * int(s["BK"]) * (int(s["BM"]) + int(s["BN"])) * 4,
+    sizes={"BM": 64, "BN": 64, "BK": 16})
 QUANT_GGUF_GATHER = kernel(
     "quant_gguf_gather",
     params("QuantGgufGatherParams", ("count",), count=U32, rows=U32, k=U32, table=U32, idx=U32, y=U32,
@@ -77,10 +82,18 @@ QUANT_GGUF_GATHER = kernel(
 FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", "max_pos") + ROPE_ROLES
 GEMV_MAX_ROWS = 8  # x rows one GEMV workgroup takes together (weights read once)
 # More rows run the GEMV in blocks of GEMV_MAX_ROWS (grid y; weights read once per block) up to this
-# many: the tiled kernel's grid is only (n/64) x (m/64) workgroups, 9 for a 576-wide SmolLM2 matmul
-# of a 32-token prefill chunk, each walking all of k, and it stays far from the GPU's peak (like the
-# old f32 tiled GEMM, benches/RESULTS.md), while a bandwidth-bound GEMV block costs the same per row.
+# many, then the tiled GEMM (register tiles, benches/bench_quant.py --prefill). CPU adapters keep the
+# rows variant up to GEMV_BLOCKED_MAX_ROWS: on llvmpipe workgroup memory and barriers buy nothing.
+TILED_MIN_ROWS = 64
 GEMV_BLOCKED_MAX_ROWS = 2048
+#: quant_gguf_tiled's (BM, BN, TM, SK) tiles, largest first: x rows x weight rows per workgroup,
+#: output rows per invocation (4 columns each), k-groups (256 invocations in every workgroup). The
+#: plan takes the largest whose grid still has TILED_MIN_GROUPS workgroups, else the one with the
+#: most. Measured on an H200 (benches/bench_prefill.py, SmolLM2's Q4_1 shapes at 64-512 rows): a
+#: workgroup's step time grows with its invocations' work and small grids leave SMs idle, so the
+#: small tiles split into k-groups were the fastest there (64x64 with 2 k-groups never was).
+TILED_TILES = ((128, 64, 8, 1), (64, 32, 8, 4), (32, 32, 4, 4))
+TILED_MIN_GROUPS = 128
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
 MAX_LANES = 32  # lanes per weight row for small matrices (latency-bound: spread the work wide)
@@ -89,7 +102,6 @@ BIG_ROWS = 8192
 MAX_TEAM_ROWS = 4  # weight rows per team (their accumulators are registers)
 MAX_ACCUMULATORS = 8  # weight rows x x rows per lane
 MIN_GROUPS = 128  # teams take more rows only while the grid keeps this many workgroups
-TILE = 64
 
 #: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
 #: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
@@ -291,10 +303,52 @@ def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
     return "\n".join(out)
 
 
+def tiled_plan(m: int, n: int) -> tuple[int, int, int, int]:
+    """quant_gguf_tiled's (BM, BN, TM, SK) for an m x n output (``TILED_TILES``)."""
+    def groups(tile: tuple[int, int, int, int]) -> int:
+        return math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    return next((t for t in TILED_TILES if groups(t) >= TILED_MIN_GROUPS), max(TILED_TILES, key=groups))
+
+
+def tiled_source(bm: int, bn: int, tm: int, bk: int, sk: int) -> dict[str, str]:
+    """The generated parts of quant_gguf_tiled.wgsl: accumulators and staged values as separate
+    variables (registers; loops over private arrays may live in local memory), the loads of a step
+    written out (all issued before any is used), the unrolled products of one k, the hand-over of
+    the k-groups' partial tiles and the stores."""
+    threads = sk * (bn // 4) * (bm // tm)
+    xl, wl = bm * bk // 4 // threads, bn * bk // 4 // threads
+    decl = [f"    var acc{i} = vec4<f32>(0.0);" for i in range(tm)]
+    decl += [f"    var xq{i}: vec4<f32>;" for i in range(xl)]
+    decl += [f"    var wq{i}: vec4<f32>;" for i in range(wl)]
+    fetch = [f"    xq{i} = load_x(t + {i * threads}u, row0, k0);" for i in range(xl)]
+    fetch += [f"    wq{i} = load_w(t + {i * threads}u, col0, k0);" for i in range(wl)]
+    store = [f"        put_x(t + {i * threads}u, slot, xq{i});" for i in range(xl)]
+    store += [f"        put_w(t + {i * threads}u, slot, wq{i});" for i in range(wl)]
+    products = [f"            let a{q} = xs[xb + kk * XV + {q}u];" for q in range(tm // 4)]
+    products += [f"            acc{i} = fma(vec4<f32>(a{i // 4}.{'xyzw'[i % 4]}), b, acc{i});"
+                 for i in range(tm)]
+    hand = [f"            xs[slot_of + {i}u * WV] = acc{i};" for i in range(tm)]
+    take = [f"            acc{i} = acc{i} + xs[slot_of + {i}u * WV];" for i in range(tm)]
+    stores = [f"        store_row(row0 + ty * TM + {i}u, c, acc{i});" for i in range(tm)]
+    return {"ACC_DECL": "\n".join(decl), "FETCH": "\n".join(fetch), "STORE": "\n".join(store),
+            "PRODUCTS": "\n".join(products), "HAND": "\n".join(hand), "TAKE": "\n".join(take),
+            "STORES": "\n".join(stores)}
+
+
 def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
+    """The register-tiled GEMM of quant_gguf_tiled.wgsl (many x rows: prefill). Steps of 32 k where
+    the device's workgroup memory holds their double-buffered tiles (half the steps, half the
+    barriers), else 16."""
     _check_window(node, ctx)
-    grid = (math.ceil(n / TILE), math.ceil(m / TILE), 1)
-    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, decode_subs(qtype), m=m, n=n, k=k,
+    bm, bn, tm, sk = tiled_plan(m, n)
+    bk = next(b for b in (32, 16) if b == 16 or 2 * b * (bm + bn) * 4 <= ctx.facts.max_workgroup_storage)
+    if bn > 2 * bk:  # the k-groups' hand-over through xs needs BN <= 2 BK
+        sk = 1
+    threads = sk * (bn // 4) * (bm // tm)
+    subs = {**decode_subs(qtype), "BM": bm, "BN": bn, "TM": tm, "BK": bk, "SK": sk, "WG": threads,
+            **tiled_source(bm, bn, tm, bk, sk)}
+    grid = (math.ceil(n / bn), math.ceil(m / bm), 1)
+    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, subs, m=m, n=n, k=k,
                         x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
                         row_bytes=gguf_row_bytes(qtype, k))
 
@@ -309,7 +363,7 @@ def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
     m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
     if m == 0 or op.n == 0:
         return []
-    if m <= GEMV_BLOCKED_MAX_ROWS:
+    if m < TILED_MIN_ROWS or (ctx.facts.cpu and m <= GEMV_BLOCKED_MAX_ROWS):
         return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
     return [tiled_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
 
