@@ -141,12 +141,12 @@ def run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind="non
 
 # (layout of q, layout of k/v, batch, heads, kv heads, S_q, S_k, head_dim, mask kind, kernels)
 CASES = [
-    ("bhsd", "bhsd", 2, 2, 2, 7, 7, 64, "causal", ["attention_flash"]),
+    ("bhsd", "bhsd", 2, 2, 2, 7, 7, 64, "causal", ["attention_flash_rows"]),
     ("bshd", "bshd", 1, 3, 1, 129, 129, 7, "causal", ["attention_flash"]),
     ("bs(hd)", "bs(hd)", 2, 8, 1, 7, 129, 80, "none", ["attention_flash"]),
     ("hsd", "hsd", 2, 3, 3, 1, 129, 1, "none", ["attention_decode", "attention_combine"]),
     ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attention_decode"]),
-    ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attention_flash"]),  # S_q > S_k: dead rows
+    ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attention_flash_rows"]),  # S_q > S_k: dead rows
     ("hsd", "hsd", 1, 3, 3, 17, 129, 128, "sliding_window", ["attention_flash"]),
     ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attention_decode", "attention_combine"]),
     ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attention_flash"]),

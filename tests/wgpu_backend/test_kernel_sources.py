@@ -72,7 +72,8 @@ def _attention_rope_kv(g: rlxpy.Graph) -> None:
     pos = g.input("pos", [1], "i32")
     kc, vc = g.param("kc", [96, 32]), g.param("vc", [96, 32])
     qkv = g.input("qkv", [2, 96])
-    g.output(g.attention(q, k, k, 2, 16, mask_kind="custom", mask=mask),
+    ql = g.input("ql", [1, 2, 70, 80])  # head_dim > 64: attention_flash (16: attention_flash_rows)
+    g.output(g.attention(q, k, k, 2, 16, mask_kind="custom", mask=mask), g.attention(ql, ql, ql, 2, 80),
              g.attention(qd, kd, kd, 4, 16, num_kv_heads=2, mask_kind="causal"),
              g.rope(q, cos, sin, 16, position=pos), g.cache_write(kc, g.input("rows", [2, 32]), pos),
              g.rope_kv_append(qkv, kc, vc, cos, sin, pos, 16, 32, 32, interleaved=True))

@@ -26,13 +26,17 @@ from collections.abc import Sequence
 
 from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
-from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Graph, Node
 from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.base import TensorType
-from rlxpy.wgpu_backend.kernels.contract import accepts
-from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import word_type
+from rlxpy.wgpu_backend.lowering.attention_flash import (
+    ATTENTION_DTYPES,
+    ATTENTION_FIELDS,
+    ATTENTION_FLASH_PARAMS,
+    flash_rows_step,
+)
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_HEAD_DIM = 256
@@ -49,39 +53,9 @@ SPLIT_MAX = 32
 UNSPLIT_CACHE_KEYS = 4096
 COMBINE_WG = 64
 
-_COMMON = dict(
-    s_q=U32,
-    s_k=U32,
-    kv_len=U32,
-    group=U32,
-    q=U32,
-    k=U32,
-    v=U32,
-    o=U32,
-    mask=U32,
-    q_sb=U32,
-    q_sh=U32,
-    q_ss=U32,
-    o_sb=U32,
-    o_sh=U32,
-    o_ss=U32,
-    k_sb=U32,
-    k_sh=U32,
-    k_ss=U32,
-    m_sb=U32,
-    m_sh=U32,
-    m_sq=U32,
-    m_sk=U32,
-    scale=F32,
-    softcap=F32,
-    window=U32,
-    kv_pos=U32,
-    kv_dyn=U32,
-)
-#: q, k, v (or the packed parent, three times: ``operands``) are f32; a mask any word type, pos i32
-ATTENTION_DTYPES = accepts(DType.F32, DType.F32, DType.F32, out=DType.F32)
+_COMMON = ATTENTION_FIELDS
 ATTENTION_FLASH = kernel(
-    "attention_flash", params("AttentionFlashParams", ("kv_len",), **_COMMON), dtypes=ATTENTION_DTYPES,
+    "attention_flash", ATTENTION_FLASH_PARAMS, dtypes=ATTENTION_DTYPES,
     workgroup=(256, 1, 1), shared_bytes=14976,  # the two workgroup arrays of attention_flash.wgsl
 )
 FLASH_QUERIES = 64  # queries per attention_flash workgroup
@@ -350,6 +324,9 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
                              splits=1, part=0)]
     if s_q <= DECODE_MAX_Q:
         return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim, operands)
+    rows = flash_rows_step(node, ctx, fields, subs, batch, heads, operands)  # short heads
+    if rows is not None:
+        return [rows]
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
     return [ctx.dispatch(ATTENTION_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, operands=operands,
                          **fields)]

@@ -2,15 +2,15 @@
 // workgroup memory (attention_flash, the attention backward kernels); needs the constant D (the row
 // length that is in range, head_dim) and ld_f32 (common_words); stage_blocks also the workgroup array
 // tiles and the constants DS (dims per chunk) and QS (a staged row's stride).
-// element e of the block at (row0, col0): (row e / cols, col e % cols); 0 outside [0, rows_end) x [0, D)
+// element e of the block at (row0, col0): (row e / cols, col e % cols); 0 outside [0, rows_end) x [0, D).
+// Branch-free (outside, it loads element 0 and drops it): a load under a branch is not hoisted, and
+// the staging loads of a tile then took one memory round trip each.
 fn block_value(base: u32, stride: u32, row0: u32, rows_end: u32, col0: u32, cols: u32, e: u32) -> f32 {
     let r = e / cols;
     let c = e % cols;
-    var x = 0.0;
-    if (row0 + r < rows_end && col0 + c < D) {
-        x = ld_f32(base + (row0 + r) * stride + col0 + c);
-    }
-    return x;
+    let inside = row0 + r < rows_end && col0 + c < D;
+    let x = ld_f32(base + select(0u, (row0 + r) * stride + col0 + c, inside));
+    return select(0.0, x, inside);
 }
 
 // Dims d0 .. d0 + DS of 64 rows of a (4 per thread, staged from tiles[0]) and of 32 rows of b (2 per
