@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 import torch.fx as fx
 
-from rlxpy.errors import UnsupportedOpError
-from rlxpy.frontends.onnx_ops_cnn import pad_axis
 from rlxpy.frontends.torch_fx_ops_nn import sdpa_mask, unswap_heads
 from rlxpy.frontends.torch_fx_translate import FxTranslator, translator
 from rlxpy.ir import DType, Node, ops
@@ -233,30 +231,41 @@ def tr_avg_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
 
 def max_pool_indices(t: T, x: Node, y: Node, kernel: tuple[int, ...], stride: tuple[int, ...],
                      padding: tuple[int, ...], dilation: tuple[int, ...]) -> Node:
-    """torch's indices of max_pool2d_with_indices (the flat ``h*W + w`` input position of each
-    window's first maximum, a NaN counting as the maximum): the windows of x padded with -inf as Im2Col
-    rows, an Argmax over each row, and the positions of the chosen taps from a constant table."""
-    if x.rank != 4:
-        raise UnsupportedOpError(f"the indices output of a {x.rank - 2}-D max pool")
-    batch, channels, height, width = (int(d) for d in x.shape)
-    kh, kw = (kernel * 2)[:2]
-    sh, sw = ((stride or kernel) * 2)[:2]
-    ph, pw = ((padding or (0,)) * 2)[:2]
-    dh, dw = ((dilation or (1,)) * 2)[:2]
-    out_h, out_w = int(y.shape[2]), int(y.shape[3])
-    flat = t.g.reshape(x, [batch * channels, 1, height, width])
-    for axis, before, out, s, d, k, size in ((2, ph, out_h, sh, dh, kh, height),
-                                             (3, pw, out_w, sw, dw, kw, width)):
-        after = (out - 1) * s + d * (k - 1) + 1 - size - before  # ceil_mode's last window included
-        flat = pad_axis(t.g, flat, axis, before, after, -np.inf)
-    taps = t.g.argmax(t.g.im2col(flat, (kh, kw), (sh, sw), 0, (dh, dw)))  # [B*C*out_h*out_w]
-    rows = np.arange(out_h)[:, None, None, None] * sh - ph + np.arange(kh)[None, None, :, None] * dh
-    cols = np.arange(out_w)[None, :, None, None] * sw - pw + np.arange(kw)[None, None, None, :] * dw
-    table = (rows * width + cols).reshape(-1).astype(np.int32)  # [out_h*out_w*kh*kw]
-    start = (np.arange(batch * channels * out_h * out_w) % (out_h * out_w) * (kh * kw)).astype(np.int32)
-    index = t.g.add(taps, t.g.constant(start, dtype=DType.I32))
-    chosen = t.g.gather(t.g.constant(table, dtype=DType.I32), index)
-    return t.g.reshape(chosen, [batch, channels, out_h, out_w])  # int64 in torch is i32 in rlxpy
+    """torch's indices of max_pool{1,2,3}d_with_indices: per output, the flat position (``h*W + w`` in
+    2-D) in its input plane of the window's first maximum, a NaN counting as the maximum. A constant
+    table holds every window's tap positions; x's planes gathered through it (taps in the padding
+    -inf), an Argmax picks the tap and the table its position."""
+    spatial = x.rank - 2
+    in_sizes = [int(d) for d in x.shape[2:]]
+    out_sizes = [int(d) for d in y.shape[2:]]
+
+    def per_dim(values: tuple[int, ...], default: int) -> list[int]:
+        return list(values) * spatial if len(values) == 1 else list(values) or [default] * spatial
+
+    kernel_, stride_ = per_dim(kernel, 1), per_dim(stride or kernel, 1)
+    pad_, dil_ = per_dim(padding, 0), per_dim(dilation, 1)
+    flat = np.zeros([1] * (2 * spatial), np.int64)
+    inside = np.ones([1] * (2 * spatial), bool)
+    for i in range(spatial):  # output positions on the first axes, taps on the last
+        pos = (np.arange(out_sizes[i])[:, None] * stride_[i] - pad_[i]
+               + np.arange(kernel_[i])[None, :] * dil_[i])
+        shape = [1] * (2 * spatial)
+        shape[i], shape[spatial + i] = pos.shape
+        flat = flat * in_sizes[i] + np.clip(pos, 0, in_sizes[i] - 1).reshape(shape)
+        inside = inside & ((pos >= 0) & (pos < in_sizes[i])).reshape(shape)
+    full = out_sizes + kernel_
+    positions, taps = math.prod(out_sizes), math.prod(kernel_)
+    table = np.broadcast_to(flat, full).reshape(positions, taps).astype(np.int32)
+    valid = np.broadcast_to(inside, full).reshape(positions, taps)
+    planes = t.g.reshape(x, [int(x.shape[0]) * int(x.shape[1]), math.prod(in_sizes)])
+    windows = t.g.gather(planes, t.g.constant(table, dtype=DType.I32), 1)  # [planes, positions, taps]
+    if not valid.all():
+        windows = t.g.where(t.g.constant(valid), windows, t.tensor(-np.inf, DType.F32))
+    chosen = t.g.argmax(windows)  # [planes, positions]
+    start = (np.arange(positions) * taps).astype(np.int32)
+    index = t.g.add(chosen, t.g.constant(start, dtype=DType.I32))
+    picked = t.g.gather(t.g.constant(table.reshape(-1), dtype=DType.I32), index)
+    return t.g.reshape(picked, list(y.shape))  # int64 in torch is i32 in rlxpy
 
 
 def reads_more_than_first(node: fx.Node) -> bool:

@@ -209,8 +209,8 @@ def test_an_aten_op_rlxpy_cannot_take_falls_back_with_a_warning_naming_it(device
 
 
 def test_pooling_indices_are_refused_by_name(device):
-    """2-D max pooling computes its indices (tests/frontends/test_torch_fx_training_cnn.py); 3-D does not."""
+    """Max pooling computes its indices (tests/frontends/test_torch_fx_training_cnn.py); adaptive does not."""
     torch._dynamo.reset()
     with pytest.raises(Exception, match="indices output"), torch.no_grad():
-        torch.compile(lambda x: F.max_pool3d(x, 2, return_indices=True)[1].float(),
-                      backend=make_backend("error"))(torch.randn(1, 2, 4, 4, 4))
+        torch.compile(lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True)[1].float(),
+                      backend=make_backend("error"))(torch.randn(1, 2, 4, 4))

@@ -139,7 +139,8 @@ def test_convolution_backward_matches_torch(device, case):
 
 # (shape, kind, kernel, stride, padding, ceil_mode, count_include_pad)
 POOLS = [((2, 3, 9, 7), "max", 3, 2, 1, False, True), ((1, 5, 17, 3), "max", (3, 2), (2, 1), 0, True, True),
-         ((2, 3, 9, 7), "avg", 3, 2, 1, True, False), ((1, 2, 5, 4, 3), "avg", 2, 2, 1, True, True)]
+         ((2, 3, 9, 7), "avg", 3, 2, 1, True, False), ((1, 2, 5, 4, 3), "avg", 2, 2, 1, True, True),
+         ((1, 2, 5, 4, 3), "max", 2, 2, 1, False, True), ((2, 3, 17), "max", 3, 2, 1, True, True)]
 
 
 @pytest.mark.parametrize("case", POOLS, ids=str)
@@ -158,13 +159,15 @@ def test_pool_backwards_match_torch(device, case):
     _check_grads(lambda x, cot: (pool(x) * cot).sum(), [x, cot])
 
 
-def test_max_pool_indices_match_torch(device):
+@pytest.mark.parametrize("shape", [(2, 3, 17), (2, 3, 9, 8), (1, 2, 5, 4, 7)], ids=str)
+def test_max_pool_indices_match_torch(device, shape):
     """The indices output computed for a training graph equals torch's (return_indices=True)."""
-    values = torch.randperm(2 * 3 * 9 * 8, generator=torch.Generator().manual_seed(4))
-    x = values.reshape(2, 3, 9, 8).float()
+    values = torch.randperm(int(np.prod(shape)), generator=torch.Generator().manual_seed(4))
+    x = values.reshape(shape).float()
+    pool = getattr(F, f"max_pool{len(shape) - 2}d")
 
     def fn(x):
-        return F.max_pool2d(x, 3, 2, 1, dilation=1, ceil_mode=True, return_indices=True)
+        return pool(x, 3, 2, 1, dilation=1, ceil_mode=True, return_indices=True)
 
     want = fn(x)
     got = torch.compile(fn, backend=make_backend("error"))(x)
@@ -172,9 +175,9 @@ def test_max_pool_indices_match_torch(device):
     assert torch.equal(got[1], want[1])
 
 
-def test_3d_max_pool_training_is_refused_clearly(device):
-    """A training forward saves max pooling's indices, which rlxpy computes for 2-D pools only."""
-    x = torch.randn(1, 2, 5, 4, 3, requires_grad=True)
-    fn = torch.compile(lambda x: F.max_pool3d(x, 2).sum(), backend=make_backend("error"))
-    with pytest.raises(Exception, match="indices output of a 3-D max pool"):
+def test_adaptive_max_pool_training_is_refused_clearly(device):
+    """A training forward saves adaptive max pooling's indices, which rlxpy does not compute."""
+    x = torch.randn(1, 2, 5, 4, requires_grad=True)
+    fn = torch.compile(lambda x: F.adaptive_max_pool2d(x, 2).sum(), backend=make_backend("error"))
+    with pytest.raises(Exception, match="indices output"):
         fn(x)
