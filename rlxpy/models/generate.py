@@ -289,7 +289,7 @@ class BatchGenerator(Generator):
         batch branch: then a step with few live slots skips the rows past the last live one (the
         steps that scale leave the live rows' arithmetic as it is)."""
         exe = self.exe
-        batch = exe._needed([exe.graph["batch_next"]], True)[1]
+        batch = set(exe.step_indices(["batch_next"]))
         scaled = [i for i, step in enumerate(exe.schedule.steps)
                   if step.kind == "gpu" and step.scales and step.extent_rows == self.slots]
         return self.slots > 1 and bool(scaled) and all(i in batch for i in scaled)
