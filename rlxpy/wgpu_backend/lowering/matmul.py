@@ -127,9 +127,14 @@ def split_scratch_bytes(node: Node, graph) -> int:
 
 def fma_block(bm: int, bn: int) -> str:
     """The sums of one K step, unrolled: per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs
-    (written out so no loop counts against lavapipe's per-thread iteration limit)."""
+    (written out so no loop counts against lavapipe's per-thread iteration limit).
+
+    A blocked sum: the step's BK products are summed on their own, then added to the running sum.
+    One running f32 sum over K = 768-1536 terms had twice torch's error against float64, and a
+    24-layer Mamba carried that to 2.4x torch's logit error; blocked, it is at torch's level
+    (benches/RESULTS.md, "where Mamba's f32 gap comes from")."""
     hs, gs = bm // 64, bn // 64
-    lines = []
+    lines = [f"        var part: array<vec4<f32>, {hs * gs * 4}>;"]
     for kk in range(BK):
         lines.append("        {")
         lines += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
@@ -138,8 +143,10 @@ def fma_block(bm: int, bn: int) -> str:
             for i, lane in enumerate("xyzw"):
                 for g in range(gs):
                     acc = (4 * h + i) * gs + g
-                    lines.append(f"            acc[{acc}] = acc[{acc}] + a{h}.{lane} * w{g};")
+                    before = f"part[{acc}] + " if kk else ""
+                    lines.append(f"            part[{acc}] = {before}a{h}.{lane} * w{g};")
         lines.append("        }")
+    lines += [f"        acc[{i}] = acc[{i}] + part[{i}];" for i in range(hs * gs * 4)]
     return "\n".join(lines)
 
 
