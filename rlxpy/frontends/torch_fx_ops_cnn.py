@@ -205,9 +205,7 @@ def tr_max_pool(t: T, node: fx.Node, a: Args) -> list[Any]:
     padding, dilation = _ints(a["padding"], "padding"), _ints(a["dilation"], "dilation")
     y = t.g.pool(x, ReduceOp.MAX, kernel, stride, padding, node.name, dilation=dilation,
                  ceil_mode=bool(a["ceil_mode"]))
-    if not reads_more_than_first(node):
-        return [y, None]
-    return [y, max_pool_indices(t, x, y, kernel, stride, padding, dilation)]
+    return [y, max_pool_indices(t, x, y) if reads_more_than_first(node) else None]
 
 
 @translator("avg_pool2d", "avg_pool3d", "avg_pool1d")
@@ -228,9 +226,11 @@ def tr_adaptive_avg_pool(t: T, node: fx.Node, a: Args) -> Node:
 
 @translator("adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d")
 def tr_adaptive_max_pool(t: T, node: fx.Node, a: Args) -> list[Any]:
-    _only_first_output(t, node, "indices")
+    """The values, and the indices where the graph reads them (a training graph saves them)."""
     size = _ints(a["output_size"], "output_size")
-    return [t.g.adaptive_pool(t.tensor(a["self"], DType.F32), ReduceOp.MAX, size, node.name), None]
+    x = t.tensor(a["self"], DType.F32)
+    y = t.g.adaptive_pool(x, ReduceOp.MAX, size, node.name)
+    return [y, max_pool_indices(t, x, y) if reads_more_than_first(node) else None]
 
 
 # -- padding, repeat ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from rlxpy.frontends.torch_fx_translate import FxTranslator, translator
 from rlxpy.ir import DType, Node, ops
 from rlxpy.ir.grad import VJP, GradContext
 from rlxpy.ir.ops.base import ActKind, ReduceOp
+from rlxpy.ir.ops.conv import adaptive_bin
 
 T = FxTranslator
 Args = dict[str, Any]
@@ -218,6 +219,21 @@ def tr_max_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
     return t.g.apply(ops.PoolBackward.of(y.op), [x, y, dy], node.name)
 
 
+@translator("adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward")
+def tr_adaptive_max_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
+    """PoolBackward of the adaptive max pool: its maxima again from the input, the indices not read."""
+    x, dy = t.tensor(a["self"], DType.F32), t.tensor(a["grad_output"], DType.F32)
+    y = t.g.adaptive_pool(x, ReduceOp.MAX, [int(d) for d in dy.shape[2:]])
+    return t.g.apply(ops.PoolBackward.of(y.op), [x, y, dy], node.name)
+
+
+@translator("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")
+def tr_adaptive_avg_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
+    x, dy = t.tensor(a["self"], DType.F32), t.tensor(a["grad_output"], DType.F32)
+    op = ops.AdaptivePool(ReduceOp.MEAN, tuple(int(d) for d in dy.shape[2:]))
+    return t.g.apply(ops.PoolBackward.of(op), [x, dy, dy], node.name)
+
+
 @translator("avg_pool2d_backward", "avg_pool3d_backward")
 def tr_avg_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
     """PoolBackward of the mean pool; its y input is not read for a mean, so dy (of y's type) stands in."""
@@ -229,34 +245,42 @@ def tr_avg_pool_backward(t: T, node: fx.Node, a: Args) -> Node:
     return t.g.apply(ops.PoolBackward.of(op), [x, dy, dy], node.name)
 
 
-def max_pool_indices(t: T, x: Node, y: Node, kernel: tuple[int, ...], stride: tuple[int, ...],
-                     padding: tuple[int, ...], dilation: tuple[int, ...]) -> Node:
-    """torch's indices of max_pool{1,2,3}d_with_indices: per output, the flat position (``h*W + w`` in
-    2-D) in its input plane of the window's first maximum, a NaN counting as the maximum. A constant
-    table holds every window's tap positions; x's planes gathered through it (taps in the padding
-    -inf), an Argmax picks the tap and the table its position."""
-    spatial = x.rank - 2
-    in_sizes = [int(d) for d in x.shape[2:]]
-    out_sizes = [int(d) for d in y.shape[2:]]
-
-    def per_dim(values: tuple[int, ...], default: int) -> list[int]:
-        return list(values) * spatial if len(values) == 1 else list(values) or [default] * spatial
-
-    kernel_, stride_ = per_dim(kernel, 1), per_dim(stride or kernel, 1)
-    pad_, dil_ = per_dim(padding, 0), per_dim(dilation, 1)
+def _pool_windows(op: ops.Pool | ops.AdaptivePool, in_sizes: list[int], out_sizes: list[int]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """([positions, taps] flat position in the input plane of every window tap (in the forward's loop
+    order, clamped), whether the tap lies inside the input)."""
+    spatial = len(in_sizes)
+    geo = None if isinstance(op, ops.AdaptivePool) else op.geometry(spatial)
     flat = np.zeros([1] * (2 * spatial), np.int64)
     inside = np.ones([1] * (2 * spatial), bool)
-    for i in range(spatial):  # output positions on the first axes, taps on the last
-        pos = (np.arange(out_sizes[i])[:, None] * stride_[i] - pad_[i]
-               + np.arange(kernel_[i])[None, :] * dil_[i])
+    for i, (size, out) in enumerate(zip(in_sizes, out_sizes)):  # positions on the first axes, taps last
+        if geo is None:
+            bins = np.array([adaptive_bin(o, size, out) for o in range(out)])
+            pos = bins[:, :1] + np.arange(int((bins[:, 1] - bins[:, 0]).max()))[None, :]
+            ok = pos < bins[:, 1:]
+        else:
+            pos = (np.arange(out)[:, None] * geo.stride[i] - geo.begin[i]
+                   + np.arange(geo.kernel[i])[None, :] * geo.dilation[i])
+            ok = (pos >= 0) & (pos < size)
         shape = [1] * (2 * spatial)
         shape[i], shape[spatial + i] = pos.shape
-        flat = flat * in_sizes[i] + np.clip(pos, 0, in_sizes[i] - 1).reshape(shape)
-        inside = inside & ((pos >= 0) & (pos < in_sizes[i])).reshape(shape)
-    full = out_sizes + kernel_
-    positions, taps = math.prod(out_sizes), math.prod(kernel_)
-    table = np.broadcast_to(flat, full).reshape(positions, taps).astype(np.int32)
-    valid = np.broadcast_to(inside, full).reshape(positions, taps)
+        flat = flat * size + np.clip(pos, 0, size - 1).reshape(shape)
+        inside = inside & ok.reshape(shape)
+    full = list(out_sizes) + list(flat.shape[spatial:])
+    positions = math.prod(out_sizes)
+    return (np.broadcast_to(flat, full).reshape(positions, -1).astype(np.int32),
+            np.broadcast_to(inside, full).reshape(positions, -1))
+
+
+def max_pool_indices(t: T, x: Node, y: Node) -> Node:
+    """torch's indices output of a max pool (windowed or adaptive, 1-D to 3-D; ``y`` is rlxpy's pool
+    node): per output, the flat position (``h*W + w`` in 2-D) in its input plane of the window's first
+    maximum, a NaN counting as the maximum. A constant table holds every window's tap positions; x's
+    planes gathered through it (taps outside the input -inf), an Argmax picks the tap and the table its
+    position."""
+    in_sizes = [int(d) for d in x.shape[2:]]
+    table, valid = _pool_windows(y.op, in_sizes, [int(d) for d in y.shape[2:]])
+    positions, taps = table.shape
     planes = t.g.reshape(x, [int(x.shape[0]) * int(x.shape[1]), math.prod(in_sizes)])
     windows = t.g.gather(planes, t.g.constant(table, dtype=DType.I32), 1)  # [planes, positions, taps]
     if not valid.all():
@@ -291,4 +315,5 @@ def batch_statistics(t: T, x: Node, eps: float) -> tuple[Node, Node]:
 WHOLE = ("_scaled_dot_product_flash_attention_for_cpu_backward", "embedding_dense_backward",
          "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
          "convolution_backward", "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
-         "avg_pool2d_backward", "avg_pool3d_backward")
+         "avg_pool2d_backward", "avg_pool3d_backward", "adaptive_max_pool2d_backward",
+         "adaptive_max_pool3d_backward", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -208,9 +207,13 @@ def test_an_aten_op_rlxpy_cannot_take_falls_back_with_a_warning_naming_it(device
     torch.testing.assert_close(out, Unsupported()(x))
 
 
-def test_pooling_indices_are_refused_by_name(device):
-    """Max pooling computes its indices (tests/frontends/test_torch_fx_training_cnn.py); adaptive does not."""
+def test_adaptive_max_pooling_indices_match_torch(device):
+    """(Windowed max pooling's: tests/frontends/test_torch_fx_training_cnn.py.)"""
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="indices output"), torch.no_grad():
-        torch.compile(lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True)[1].float(),
-                      backend=make_backend("error"))(torch.randn(1, 2, 4, 4))
+    x = torch.randperm(2 * 3 * 7 * 5, generator=torch.Generator().manual_seed(6)).reshape(2, 3, 7, 5).float()
+    with torch.no_grad():
+        got = torch.compile(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+                            backend=make_backend("error"))(x)
+    want = F.adaptive_max_pool2d(x, (3, 4), return_indices=True)
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.equal(got[1], want[1])

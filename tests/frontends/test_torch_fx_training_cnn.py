@@ -1,7 +1,7 @@
 """CNN training through torch.compile(backend="rlxpy"): aot_autograd's backward graphs hold
-convolution_backward, max_pool2d_with_indices_backward and avg_pool2d_backward (kept whole and
-translated onto rlxpy's conv gradient rules and PoolBackward) and a decomposed batch-norm backward
-that reads the forward's saved statistics; the forward saves max pooling's indices. Oracle: eager
+convolution_backward, the (adaptive) max and avg pool backwards (kept whole and translated onto
+rlxpy's conv gradient rules and PoolBackward) and a decomposed batch-norm backward that reads the
+forward's saved statistics; the forward saves max pooling's indices. Oracle: eager
 torch on the same module (same initialisation, same batches); every step of both graphs on rlxpy."""
 
 from __future__ import annotations
@@ -175,9 +175,12 @@ def test_max_pool_indices_match_torch(device, shape):
     assert torch.equal(got[1], want[1])
 
 
-def test_adaptive_max_pool_training_is_refused_clearly(device):
-    """A training forward saves adaptive max pooling's indices, which rlxpy does not compute."""
-    x = torch.randn(1, 2, 5, 4, requires_grad=True)
-    fn = torch.compile(lambda x: F.adaptive_max_pool2d(x, 2).sum(), backend=make_backend("error"))
-    with pytest.raises(Exception, match="indices output"):
-        fn(x)
+@pytest.mark.parametrize("case", [((2, 3, 7, 5), (3, 2), "max"), ((1, 2, 5, 4, 3), (2, 3, 2), "max"),
+                                  ((2, 3, 7, 5), (3, 2), "avg"), ((2, 3, 17), 5, "avg")], ids=str)
+def test_adaptive_pool_backwards_match_torch(device, case):
+    shape, size, kind = case
+    values = torch.randperm(int(np.prod(shape)), generator=torch.Generator().manual_seed(7))
+    x = (values.reshape(shape).float() / values.numel()) - 0.5
+    pool = getattr(F, f"adaptive_{kind}_pool{len(shape) - 2}d")
+    cot = torch.randn(pool(x, size).shape, generator=torch.Generator().manual_seed(8))
+    _check_grads(lambda x, cot: (pool(x, size) * cot).sum(), [x, cot])
