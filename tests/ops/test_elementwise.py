@@ -344,3 +344,45 @@ def test_elementwise_steps_are_one_dispatch_each(device):
                        "elementwise_where"]
     feeds = {"x": rand((17, 5), 1), "y": rand((17, 5), 2)}
     assert_close(exe.run(feeds)[out.name], run_reference(g, feeds)[out.name], *TOL["transcendental"])
+
+
+@pytest.mark.parametrize("kind", list(ActKind), ids=lambda k: k.name)
+def test_activation_of_a_multiple_of_4_elements_takes_16_byte_accesses(device, kind):
+    """24 and 4,352 elements at aligned offsets run elementwise_unary_vec4; edges and NaN included."""
+    oracle, (low, high), tol = ACTIVATIONS[kind]
+    oracle = EDGE_ORACLES.get(kind, oracle)
+    edges = EDGES[~(np.abs(EDGES) > 8192)] if kind in TRIG else EDGES
+    edges = np.resize(edges, 24)
+    for x in (edges, rand((64, 68), seed=int(kind), low=low, high=high)):
+        check_op(lambda g, a: g.activation(a, kind), [x], oracle, tol=tol)
+    g = rlxpy.Graph("vec4")
+    g.output(g.activation(g.input("x", [64, 68]), kind))
+    assert [s.kernel for s in rlxpy.compile(g).schedule.steps] == ["elementwise_unary_vec4"]
+
+
+@pytest.mark.parametrize("op", list(BinaryOp), ids=lambda o: o.name)
+def test_binary_of_a_multiple_of_4_elements_takes_16_byte_accesses(device, op):
+    a, b = float_operands(op, (64, 68), (64, 68), seed=int(op))
+    a[0, :4], b[1, :4] = [NAN, INF, -INF, 0.0], [NAN, 0.0, INF, -INF]
+    tol = "transcendental" if op is BinaryOp.POW else "elementwise"
+    check_op(lambda g, x, y: g.binary(x, y, op), [a, b], FLOAT_ORACLES[op], tol=tol)
+    g = rlxpy.Graph("vec4")
+    g.output(g.binary(g.input("a", [64, 68]), g.input("b", [64, 68]), op))
+    assert [s.kernel for s in rlxpy.compile(g).schedule.steps] == ["elementwise_binary_vec4"]
+
+
+def test_casts_of_a_multiple_of_4_elements_take_16_byte_accesses(device):
+    x = np.concatenate([CAST_VALUES, rand((82,), 1) * 100]).reshape(12, 8)
+    ints = np.resize(np.array([0, 1, -1, 16777217, -2147483648, 2147483647, 7], np.int32), 8)
+    gpu = check_op(lambda g, a, i: (g.cast(a, "i32", name="i"), g.cast(a, "u32", name="u"),
+                                    g.cast(a, "bool", name="b"), g.cast(i, "f32", name="i2f"),
+                                    g.cast(i, "u32", name="i2u")), [x, ints], tol="exact")
+    t = torch.from_numpy(x)
+    np.testing.assert_array_equal(gpu["i"], float_to_int(t, -2**31, 2**31 - 1).numpy().astype(np.int32))
+    np.testing.assert_array_equal(gpu["u"], float_to_int(t, 0, 2**32 - 1).numpy().astype(np.uint32))
+    np.testing.assert_array_equal(gpu["b"], t.to(torch.bool).numpy())
+    np.testing.assert_array_equal(gpu["i2f"], torch.from_numpy(ints).float().numpy())
+    np.testing.assert_array_equal(gpu["i2u"], ints.view(np.uint32))
+    g = rlxpy.Graph("vec4")
+    g.output(g.cast(g.input("x", [12, 8]), "i32"))
+    assert [s.kernel for s in rlxpy.compile(g).schedule.steps] == ["elementwise_cast_vec4"]

@@ -15,10 +15,10 @@ from rlxpy.ir.reference import run_reference
 def rows_graph(device):
     g = rlxpy.Graph("rows")
     x = g.input("x", [64, 8])
-    h = g.linear(x, g.param("w", [8, 70]), g.param("b", [70]), "gelu", name="h")
-    y = g.mul(h, g.param("s", [64, 70]), name="y")
+    h = g.linear(x, g.param("w", [8, 700]), g.param("b", [700]), "gelu", name="h")
+    y = g.mul(h, g.param("s", [64, 700]), name="y")
     g.output(y)
-    params = {"w": rand((8, 70), 1), "b": rand((70,), 2), "s": rand((64, 70), 3)}
+    params = {"w": rand((8, 700), 1), "b": rand((700,), 2), "s": rand((64, 700), 3)}
     exe = rlxpy.compile(g)
     for k, v in params.items():
         exe.set_param(k, v)

@@ -32,7 +32,9 @@ CPU = DeviceFacts(cpu=True)
 def _elementwise(g: rlxpy.Graph) -> None:
     x, i, u = g.input("x", [5, 7]), g.input("i", [5, 7], "i32"), g.input("u", [5, 7], "u32")
     h = g.input("h", [5, 7], "f16")
+    x4 = g.input("x4", [4, 6])  # 24 elements at aligned offsets: the 16-byte (vec4) variants
     outs = [g.gelu(x), g.activation(x, "sin"), g.pow(x, x), g.pow(i, i), g.div(u, u),
+            g.gelu(x4), g.pow(x4, x4), g.cast(x4, "i32"),
             g.add(g.compare(x, x, "lt"), g.compare(i, u, "ge")), g.compare(i, i, "ne"),
             g.where(g.compare(x, 0.0, "gt"), i, i), g.cast(x, "i32"), g.cast(i, "bool"), g.cast(x, "f16"),
             g.cast(h, "i32"), g.cast(g.cast(x, "bf16"), "f32"), g.copy(x)]

@@ -201,7 +201,8 @@ def test_liveness_frees_dead_buffers_only():
 # -- whole schedules on a CPU simulator -------------------------------------------------------------------
 INPUT_FIELDS = {"elementwise_unary": ("x",), "elementwise_binary": ("a", "b"),
                 "matmul_tiled": ("a", "w", "bias"), "matmul_skinny": ("a", "w", "bias"),
-                "elementwise_copy_words": ("x",)}
+                "elementwise_copy_words": ("x",), "elementwise_unary_vec4": ("x",),
+                "elementwise_binary_vec4": ("a", "b")}
 
 
 def simulate(schedule, feeds: dict[int, np.ndarray], seed: int) -> np.ndarray:
