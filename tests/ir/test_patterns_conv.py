@@ -75,3 +75,24 @@ def test_the_pattern_leaves_convs_it_cannot_fold():
     fused = FUSE(g)
     assert len(fused.nodes) == len(g.nodes)
     assert [c.op.activation for c in _convs(fused)] == [None, None, None, None, ActKind.RELU]
+
+
+def test_a_resnet_shortcut_add_joins_the_epilogue():
+    """conv -> add(bias) -> add(shortcut) -> relu is one conv with a residual; a downsample block's add
+    of two conv chains goes to one of them (the other chain ends at its bias), never to both."""
+    g = rlxpy.Graph()
+    x = g.input("x", (2, 4, 6, 6))
+    w, b = g.input("w", (4, 4, 3, 3)), g.input("b", (1, 4, 1, 1))
+    y = g.relu(g.add(g.add(g.conv(x, w, padding=1), b), x), name="block")  # identity shortcut
+    main = g.add(g.conv(y, w, padding=1), b)
+    down = g.add(g.conv(y, g.input("wd", (4, 4, 1, 1))), g.input("bd", (4, 1, 1)))
+    z = g.relu(g.add(main, down), name="down_block")
+    plain = g.add(g.conv(z, w, padding=1), z, name="no_bias")  # residual without bias or activation
+    g.output(plain)
+    fused = FUSE(g)
+    got = sorted((len(c.inputs), c.op.residual, c.op.activation is not None, c.name) for c in _convs(fused))
+    want = [(3, False, False), (3, True, False), (4, True, True), (4, True, True)]
+    assert [entry[:3] for entry in got] == want
+    assert {entry[3] for entry in got[2:]} == {"block", "down_block"} and got[1][3] == "no_bias"
+    assert not [n for n in fused.nodes if isinstance(n.op, (ops.Binary, ops.Activation))]
+    _same_results(g, fused)

@@ -103,6 +103,7 @@ def spread(ctx: GradContext, dy: Node, w: Node, geo: Geometry, groups: int, in_s
 def grad_conv(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     op: ops.Conv = node.op  # type: ignore[assignment]
     x, w, *bias = ctx.inputs(node)
+    residual = bias.pop() if op.residual else None  # the fused shortcut: its gradient is dz
     geo = op.geometry(x.rank - 2)
     dz = _pre_activation(ctx, node, dy)
     dx = spread(ctx, dz, w, geo, op.groups, tuple(x.shape[2:]), ctx.name(node, "x")) \
@@ -111,6 +112,8 @@ def grad_conv(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     grads: list[Node | None] = [dx, dw]
     if bias:
         grads.append(_bias_grad(ctx, node, dz) if ctx.needs(node, 2) else None)
+    if residual is not None:
+        grads.append(dz if ctx.needs(node, len(grads)) else None)
     return grads
 
 

@@ -128,7 +128,9 @@ class Conv(Op):
     g = o // (C_out/G). Padded taps are zeros that are multiplied (an inf or NaN weight makes NaN
     wherever its tap lands in padding, as torch's float64 conv does; its float32 CPU path, oneDNN,
     skips padded taps). ``groups = C_in`` is depthwise.
-    ``kernel_size`` must match w's trailing dims; ``activation`` is any ActKind (None: none)."""
+    ``kernel_size`` must match w's trailing dims; ``activation`` is any ActKind (None: none).
+    ``residual``: a last input r of the output's type is added before the activation,
+    ``act((bias[o] + sum ...) + r[n, o, p])`` (the conv epilogue pattern's ResNet shortcut)."""
 
     kernel_size: tuple[int, ...]
     stride: tuple[int, ...] = ()
@@ -137,7 +139,8 @@ class Conv(Op):
     groups: int = 1
     padding_end: tuple[int, ...] = ()
     activation: ActKind | None = None
-    arity = (2, 3)
+    residual: bool = False
+    arity = (2, 4)
 
     def geometry(self, spatial: int) -> Geometry:
         return geometry(spatial, self.kernel_size, self.stride, self.padding, self.padding_end, self.dilation)
@@ -160,10 +163,15 @@ class Conv(Op):
         need(w.shape[1] == c_in // self.groups,
              f"weight {w} needs C_in/groups = {c_in // self.groups} input channels "
              f"(x {x}, groups={self.groups})")
-        _check_bias(ins, c_out, "conv")
+        extra = ", residual" if self.residual else ""
+        need(len(ins) <= 3 + self.residual, f"conv takes x, w, [bias]{extra}, got {len(ins)} inputs")
+        _check_bias(ins[:len(ins) - self.residual], c_out, "conv")
         need(self.activation is None or isinstance(self.activation, ActKind),
              f"activation must be an ActKind or None, got {self.activation!r}")
-        return TensorType((x.shape[0], c_out) + out_sizes(x, geo, "conv"), x.dtype)
+        out = TensorType((x.shape[0], c_out) + out_sizes(x, geo, "conv"), x.dtype)
+        need(not self.residual or (len(ins) >= 3 and ins[-1] == out),
+             f"conv residual must be {out} (the output's type), got {ins[-1] if len(ins) >= 3 else 'none'}")
+        return out
 
 
 @dataclass(frozen=True)

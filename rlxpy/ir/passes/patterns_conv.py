@@ -6,6 +6,10 @@
   [C], a view) as its bias and the activation as its epilogue, so the add and the activation steps
   vanish. The kernel adds the bias and applies the activation in f32 exactly as the two element-wise
   steps would, so results are unchanged.
+* **residual** — between the bias add (or the conv, without one) and the activation, an
+  ``add(., r)`` whose other operand r has the conv output's type (a ResNet block's shortcut) joins
+  the same epilogue (Conv's ``residual``): conv -> add(bias) -> add(r) -> relu is one step. The
+  kernel adds the bias, then r, in f32, in the order the separate steps did.
 
 The fused conv carries the name of the last node it stands for (the activation or the add).
 """
@@ -33,10 +37,12 @@ class ConvEpilogue:
     bias: Node | None
     act: Node | None
     expand: Node | None = None  # the unfuse pass's broadcast of the bias, read by the add alone
+    radd: Node | None = None  # the add of the residual
+    residual: Node | None = None  # its other operand
 
     @property
     def last(self) -> Node:
-        return self.act or self.add  # type: ignore[return-value]
+        return self.act or self.radd or self.add  # type: ignore[return-value]
 
     @property
     def sites(self) -> tuple[int, ...]:
@@ -44,7 +50,8 @@ class ConvEpilogue:
 
     @property
     def replaced(self) -> frozenset[int]:
-        return frozenset(n.id for n in (self.conv, self.add, self.act, self.expand) if n is not None)
+        chain = (self.conv, self.add, self.act, self.expand, self.radd)
+        return frozenset(n.id for n in chain if n is not None)
 
 
 def _only_reader(node: Node, users: dict[int, list[int]], outputs: set[int]) -> int | None:
@@ -72,9 +79,21 @@ def _channel_bias(graph: Graph, conv: Node, add: Node, users: dict[int, list[int
     return (other, expand) if per_channel and other.dtype == conv.dtype and other.rank <= conv.rank else None
 
 
+def _residual(graph: Graph, prev: Node, add: Node) -> Node | None:
+    """The operand of ``add`` other than ``prev`` when it is an add of two values of prev's type."""
+    if not (isinstance(add.op, ops.Binary) and add.op.op is BinaryOp.ADD) or add.type != prev.type:
+        return None
+    a, b = add.inputs
+    if a == b:
+        return None
+    other = graph.nodes[b if a == prev.id else a]
+    return other if other.type == prev.type else None
+
+
 def match_conv_epilogue(graph: Graph) -> list[ConvEpilogue]:
     users, outputs = graph.consumers(), set(graph.outputs)
     matches = []
+    claimed: set[int] = set()  # residual adds taken: both operands of a shortcut add may be conv chains
     for conv in graph.nodes:
         if not isinstance(conv.op, CONVS) or conv.op.activation is not None or len(conv.inputs) != 2:
             continue
@@ -86,10 +105,19 @@ def match_conv_epilogue(graph: Graph) -> list[ConvEpilogue]:
         if found is not None:
             (bias, expand), add = found, graph.nodes[reader]
             reader = _only_reader(add, users, outputs)
+        radd = residual = None
+        if reader is not None and isinstance(conv.op, ops.Conv):
+            residual = _residual(graph, add or conv, graph.nodes[reader])
+            if residual is not None and reader not in claimed:
+                radd = graph.nodes[reader]
+                claimed.add(reader)
+                reader = _only_reader(radd, users, outputs)
+            else:
+                residual = None
         if reader is not None and isinstance(graph.nodes[reader].op, ops.Activation):
             act = graph.nodes[reader]
-        if add is not None or act is not None:
-            matches.append(ConvEpilogue(conv, add, bias, act, expand))
+        if add is not None or act is not None or radd is not None:
+            matches.append(ConvEpilogue(conv, add, bias, act, expand, radd, residual))
     return matches
 
 
@@ -99,6 +127,9 @@ def emit_conv_epilogue(out: Graph, remap: Remap, match: ConvEpilogue, site: int)
     if match.bias is not None:
         ins.append(out.reshape(remap[match.bias.id], [conv.shape[1]], name=f"{name}:bias"))
     op = dataclasses.replace(conv.op, activation=match.act.op.fn if match.act else None)
+    if match.residual is not None:
+        ins.append(remap[match.residual.id])
+        op = dataclasses.replace(op, residual=True)
     return {match.last.id: out.apply(op, ins, name)}
 
 

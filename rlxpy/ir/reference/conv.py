@@ -43,11 +43,15 @@ def conv_nd(x: np.ndarray, w: np.ndarray, geo: Geometry, groups: int, out_sizes)
     return out.reshape((batch, c_out) + tuple(out_sizes))
 
 
-def _epilogue(y: np.ndarray, bias: np.ndarray | None, activation, dtype) -> np.ndarray:
-    """``act(y + bias)`` with bias per channel (axis 1), in float64, rounded once to ``dtype``."""
+def _epilogue(y: np.ndarray, bias: np.ndarray | None, activation, dtype,
+              residual: np.ndarray | None = None) -> np.ndarray:
+    """``act(y + bias + residual)`` with bias per channel (axis 1), in float64, rounded once to
+    ``dtype``."""
     with np.errstate(all="ignore"):
         if bias is not None:
             y = y + bias.astype(np.float64).reshape((1, -1) + (1,) * (y.ndim - 2))
+        if residual is not None:
+            y = y + residual.astype(np.float64)
         if activation is not None:
             y = apply_activation(activation, y)
     return y.astype(dtype)
@@ -58,7 +62,8 @@ def ref_conv(op: Conv, args, node):
     x, w = args[0], args[1]
     geo = op.geometry(x.ndim - 2)
     y = conv_nd(x, w, geo, op.groups, node.shape[2:])
-    return _epilogue(y, args[2] if len(args) > 2 else None, op.activation, x.dtype)
+    args, residual = (args[:-1], args[-1]) if op.residual else (args, None)
+    return _epilogue(y, args[2] if len(args) > 2 else None, op.activation, x.dtype, residual)
 
 
 def _transposed_taps(tap, geo: Geometry, in_sizes, out_sizes) -> tuple[tuple[np.ndarray, ...], np.ndarray]:

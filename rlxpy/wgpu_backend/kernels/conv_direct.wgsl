@@ -45,5 +45,5 @@ fn run_item(i: u32) {
             }
         }
     }
-    st_f32(p.y + i, finish(co, acc));
+    st_f32(p.y + i, finish(co, i, acc));
 }

@@ -14,5 +14,5 @@ fn run_item(i: u32) {
     for (var s = 0u; s < p.splits; s = s + 1u) {
         acc = acc + ld_f32(p.part + s * p.total + i);
     }
-    st_f32(p.y + i, finish((i / p.positions) % p.c_out, acc));
+    st_f32(p.y + i, finish((i / p.positions) % p.c_out, i, acc));
 }

@@ -1,6 +1,6 @@
 // Winograd F(2x2, 3x3), output transform: the 2x2 outputs of tile col = (n, th, tw) for channel co are
-// A^T M A of the 16 GEMM results M[t][co][col], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]], then bias and
-// activation (conv_epilogue's finish). A tile whose M holds a NaN or inf is recomputed directly
+// A^T M A of the 16 GEMM results M[t][co][col], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]], then bias,
+// residual and activation (conv_epilogue's finish). A tile whose M holds a NaN or inf is recomputed directly
 // (sum over ci and the 9 taps, padding zeros multiplied): the transforms would spread a non-finite
 // input over the whole 4x4 patch and turn inf into inf - inf = NaN, where the conv's definition keeps
 // it to the taps that read it. One invocation per (co, col), col fastest.
@@ -59,7 +59,8 @@ fn store_y(n: u32, co: u32, oh: u32, ow: u32, value: f32, ok: bool) {
     if (!ok) {
         acc = direct(n, co, oh, ow);
     }
-    st_f32(p.y + ((n * p.c_out + co) * p.out_h + oh) * p.out_w + ow, finish(co, acc));
+    let index = ((n * p.c_out + co) * p.out_h + oh) * p.out_w + ow;
+    st_f32(p.y + index, finish(co, index, acc));
 }
 
 fn run_item(i: u32) {

@@ -1,5 +1,6 @@
 """Conv family: Conv and ConvTranspose (1-D/2-D/3-D, any stride, padding, dilation and groups, with
-the bias + activation epilogue), Pool and AdaptivePool (conv_pool.py), Im2Col (conv_direct.py).
+the bias (+ Conv's residual) + activation epilogue), Pool and AdaptivePool (conv_pool.py), Im2Col
+(conv_direct.py).
 
 Conv and ConvTranspose take one of two kernels, both reading x in place (no im2col buffer):
 
@@ -78,7 +79,8 @@ def conv_scratch(node: Node, graph: Graph) -> int:
 
 @lowers(ops.Conv, ops.ConvTranspose, scratch=conv_scratch)
 def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
-    """act(conv(x, w) + bias), forward or transposed, on the implicit GEMM or the direct kernel."""
+    """act(conv(x, w) + bias (+ residual)), forward or transposed, on Winograd, the implicit GEMM or the
+    direct kernel."""
     if is_half(node):
         return half_steps(node, ctx, lower_conv)
     if node.dtype is not DType.F32:
@@ -86,13 +88,16 @@ def lower_conv(node: Node, ctx: LowerCtx) -> list[Step]:
     if node.numel == 0:
         return []
     x, w, *bias = ctx.inputs(node)
+    residual = bias.pop() if getattr(node.op, "residual", False) else None
     fields = {**conv_dims(node, x), "x": ctx.offset(x), "w": ctx.offset(w),
-              "bias": ctx.offset(bias[0]) if bias else 0, "y": ctx.offset(node), "has_bias": int(bool(bias))}
+              "bias": ctx.offset(bias[0]) if bias else 0, "y": ctx.offset(node), "has_bias": int(bool(bias)),
+              "residual": ctx.offset(residual) if residual is not None else 0,
+              "has_residual": int(residual is not None)}
     subs = {"MODE": "transpose" if isinstance(node.op, ops.ConvTranspose) else "forward",
             "EXPR": epilogue_expr(node), "KD": fields["k_d"], "KH": fields["k_h"], "KW": fields["k_w"],
             "KVOL": fields["kvol"]}
     if FORCE_PATH is None and conv_winograd.chosen(node, x):
-        wino = conv_winograd.steps(node, ctx, x, w, bias[0] if bias else None, subs["EXPR"])
+        wino = conv_winograd.steps(node, ctx, (x, w, bias[0] if bias else None, residual), subs["EXPR"])
         if wino is not None:
             return wino
     if use_direct(fields):
@@ -135,5 +140,5 @@ def lower_im2col(node: Node, ctx: LowerCtx) -> list[Step]:
     fields = dict(total=node.numel, positions=h_out * w_out, m=node.shape[0], kdim=c_in * kvol, kvol=kvol,
                   c_in=c_in, c_in_g=c_in, c_out=0, c_out_g=0, groups=1,
                   **window_fields(in_sizes, (h_out, w_out), geo), x=ctx.offset(x), w=0, bias=0,
-                  y=ctx.offset(node), has_bias=0)
+                  y=ctx.offset(node), has_bias=0, residual=0, has_residual=0)
     return conv_direct.im2col_steps(node, ctx, fields)

@@ -22,7 +22,7 @@ _WINDOW = {f"{name}_{a}": kind for name, kind in (("in", U32), ("out", U32), ("k
 CONV_PARAMS = params(
     "ConvParams", total=U32, positions=U32, m=U32, m_start=U32, kdim=U32, kvol=U32, c_in=U32, c_in_g=U32,
     c_out=U32, c_out_g=U32, groups=U32, **_WINDOW, x=U32, w=U32, bias=U32, y=U32, has_bias=U32, splits=U32,
-    k_chunk=U32, part=U32)
+    k_chunk=U32, part=U32, residual=U32, has_residual=U32)
 POOL_PARAMS = params(
     "ConvPoolParams", total=U32, positions=U32, **_WINDOW,
     **{f"{bound}_{a}": I32 for bound in ("lo", "hi") for a in _AXES}, adaptive=U32, mean=U32, divisor=F32,

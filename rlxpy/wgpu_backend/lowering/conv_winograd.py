@@ -6,9 +6,10 @@ positions (ResNet's 3x3 convs past the stem at batch 32): four steps over the ar
 2. conv_winograd_input: ``V[t] = B^T d B`` for every input channel and output tile (2 x 2 outputs,
    a 4 x 4 input patch d), 16 matrices [C_in, cols]; cols = the tiles rounded up to 4 (zero columns).
 3. the tiled GEMM (matmul_tiled, batched over the 16 points t): ``M[t] = U[t] V[t]`` [C_out, cols].
-4. conv_winograd_output: ``Y = A^T M A`` per tile and channel, + bias, activation; a tile whose M holds
-   a NaN or inf is recomputed by the direct sum, so non-finite values propagate exactly as the conv's
-   definition says (the transforms would smear them over the whole patch, and make inf - inf = NaN).
+4. conv_winograd_output: ``Y = A^T M A`` per tile and channel, + bias, + residual, activation; a
+   tile whose M holds a NaN or inf is recomputed by the direct sum, so non-finite values propagate
+   exactly as the conv's definition says (the transforms would smear them over the whole patch, and
+   make inf - inf = NaN).
 
 The GEMM does 16 * C_in MACs per tile and output channel against 36 * C_in for the 2 x 2 outputs
 the implicit GEMM computes: 2.25x fewer, for the transforms' memory traffic (V and M are 16/4 = 4x the
@@ -48,7 +49,7 @@ from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step
 WINOGRAD_PARAMS = params(
     "ConvWinogradParams", total=U32, c_in=U32, c_out=U32, in_h=U32, in_w=U32, out_h=U32, out_w=U32,
     p_h=I32, p_w=I32, tiles_h=U32, tiles_w=U32, tiles=U32, cols=U32, x=U32, w=U32, bias=U32, y=U32,
-    has_bias=U32, u=U32, v=U32, mt=U32)
+    has_bias=U32, residual=U32, has_residual=U32, u=U32, v=U32, mt=U32)
 F32 = DType.F32
 WEIGHTS = kernel("conv_winograd_weights", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 INPUT = kernel("conv_winograd_input", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
@@ -109,8 +110,11 @@ def chosen(node: Node, x: Node) -> bool:
             and s["tiles"] * s["c_in"] * s["c_out"] >= MIN_MACS)
 
 
-def steps(node: Node, ctx: LowerCtx, x: Node, w: Node, bias: Node | None, expr: str) -> list[Step] | None:
-    """The four steps, or None where ``ctx.scratch`` inside the window is too small for U, V and M."""
+def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, Node | None], expr: str
+          ) -> list[Step] | None:
+    """The four steps over ``operands`` = (x, w, bias or None, residual or None), or None where
+    ``ctx.scratch`` inside the window is too small for U, V and M."""
+    x, w, bias, residual = operands
     s = sizes(node, x)
     base, size = ctx.scratch
     inside = base >= ctx.window_base and base + size <= ctx.window_base + ctx.window_size
@@ -120,7 +124,9 @@ def steps(node: Node, ctx: LowerCtx, x: Node, w: Node, bias: Node | None, expr: 
     v = u + POINTS * s["c_out"] * s["c_in"]
     mt = v + POINTS * s["c_in"] * s["cols"]
     fields = dict(s, x=ctx.offset(x), w=ctx.offset(w), bias=ctx.offset(bias) if bias is not None else 0,
-                  y=ctx.offset(node), has_bias=int(bias is not None), u=u, v=v, mt=mt)
+                  y=ctx.offset(node), has_bias=int(bias is not None),
+                  residual=ctx.offset(residual) if residual is not None else 0,
+                  has_residual=int(residual is not None), u=u, v=v, mt=mt)
     c_in, c_out, cols = s["c_in"], s["c_out"], s["cols"]
 
     def items(kern, total: int, subs: dict[str, object] | None = None) -> Step:

@@ -13,7 +13,7 @@ fn store_y(g: u32, split: u32, m: u32, o: u32, acc: f32) {
     if (p.splits > 1u) {
         st_f32(p.part + split * p.total + index, acc);  // a partial sum: conv_split_sum finishes it
     } else {
-        st_f32(p.y + index, finish(co, acc));
+        st_f32(p.y + index, finish(co, index, acc));
     }
 }
 
