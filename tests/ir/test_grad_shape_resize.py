@@ -21,7 +21,8 @@ _TORCH_MODE = {1: "linear", 2: "bilinear", 3: "trilinear"}
 # (shape, sizes, mode)
 CASES = [((1, 1, 1), (3,), "nearest"), ((2, 3, 17), (5,), "nearest"), ((1, 3, 5, 3), (9, 7), "nearest"),
          ((2, 3, 17), (40,), "nearest-exact"), ((1, 2, 5, 3), (3, 7), "nearest-exact"),
-         ((2, 3, 17), (5,), "linear"), ((1, 5, 5, 3), (9, 2), "linear"), ((1, 2, 3, 4, 3), (5, 2, 4), "linear"),
+         ((2, 3, 17), (5,), "linear"), ((1, 5, 5, 3), (9, 2), "linear"),
+         ((1, 2, 3, 4, 3), (5, 2, 4), "linear"),
          ((2, 3, 17), (33,), "align"), ((1, 1, 5, 3), (2, 7), "align")]
 
 
