@@ -25,6 +25,7 @@ the gradients add to what was written).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from rlxpy.errors import GraphError, LimitError, where
 from rlxpy.ir import ops
@@ -51,10 +52,19 @@ _FIELDS = dict(
 LAYOUT = params("BackwardAttentionParams", **_FIELDS)
 #: q, k, v, dy f32; a mask any word type
 DTYPES = accepts(DType.F32, DType.F32, DType.F32, DType.F32, out=DType.F32)
-TILE_ARRAYS = 256 * 16 + 512 * 4 + 512 * 16  # sa, sb and sp of include/backward_attention_tiles
-BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
-BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
-BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, dtypes=DTYPES, shared_bytes=TILE_ARRAYS)
+
+
+def tile_bytes(values: Mapping[str, object]) -> int:
+    """Workgroup memory of include/backward_attention_tiles: sa (2 x 128 U vec4s), sb (2 x 256 U words)
+    and sp (512 vec4s)."""
+    unit = int(values["U"])  # type: ignore[call-overload]
+    return 256 * unit * 16 + 512 * unit * 4 + 512 * 16
+
+
+_KERNEL = dict(dtypes=DTYPES, shared_bytes=tile_bytes, sizes={"U": 1})
+BACKWARD_ATTENTION_STATS = kernel("backward_attention_stats", LAYOUT, **_KERNEL)
+BACKWARD_ATTENTION_DQ = kernel("backward_attention_dq", LAYOUT, **_KERNEL)
+BACKWARD_ATTENTION_DKV = kernel("backward_attention_dkv", LAYOUT, **_KERNEL)
 
 Strides = tuple[int, int, int]
 
@@ -108,24 +118,35 @@ def stats_bytes(node: Node, graph: Graph) -> int:
     return 12 * batch * node.op.num_heads * s_q
 
 
-def _tile_steps(head_dim: int) -> int:
-    """Loop iterations one tile costs a thread: two score products (a step and 4 staging stores per 8
-    head dims), two row products (BC / KS steps) and the element loops."""
-    groups = math.ceil(head_dim / 64)
-    return 2 * 5 * (math.ceil(head_dim / 8) + 1) + 2 * (COLS * groups // 8 + 1) + 16
+def staging(head_dim: int, storage: int) -> tuple[int, int]:
+    """(U, KS): the staging unit (8 U head dims per score step) and rows per row-product step. The
+    larger U the fewer steps (each a barrier and a memory round trip that 384 workgroups of a small
+    training shape cannot hide by occupancy); U is capped by the device's workgroup memory and by the
+    head dim. KS: the largest power of two whose rows (KS x DG x 64 dims) fit one buffer of 128 U vec4s."""
+    unit = next(u for u in (4, 2, 1) if u == 1 or (tile_bytes({"U": u}) <= storage and 8 * u <= head_dim + 7))
+    rows = 32
+    while rows * math.ceil(head_dim / 64) > 8 * unit:
+        rows //= 2
+    return unit, rows
 
 
-def score_sums() -> str:
+def _tile_steps(head_dim: int, unit: int, rows: int) -> int:
+    """Loop iterations one tile costs a thread: two score products (a step and 3 x 4 staging stores per
+    8 U head dims), two row products (BC / KS steps) and the element loops."""
+    return 2 * 13 * (math.ceil(head_dim / (8 * unit)) + 1) + 2 * (COLS // rows + 1) + 16
+
+
+def score_sums(unit: int) -> str:
     """One step of score_block written out: per head dim, a vec4 of 4 rows times 2 column words."""
     return "\n".join(f"        {{ let a = sa[ta + {kk * ROWS // 4}u]; s0 += a * sb[tb + {kk * COLS}u]; "
-                     f"s1 += a * sb[tb + {kk * COLS + 1}u]; }}" for kk in range(8))
+                     f"s1 += a * sb[tb + {kk * COLS + 1}u]; }}" for kk in range(8 * unit))
 
 
-def row_sums(groups: int) -> str:
+def row_sums(groups: int, rows: int) -> str:
     """One step of row_product written out: per staged row, a vec4 of 4 weights (rows) times DG vec4s of
     head dims into acc[DG a + g]."""
     lines = []
-    for kk in range(8 // groups):
+    for kk in range(rows):
         reads = [f"let w = sp[tw + {kk * ROWS // 4}u];"]
         reads += [f"let r{g} = sa[tr + {kk * 16 * groups + 16 * g}u];" for g in range(groups)]
         sums = [f"(*acc)[{groups * a + g}] += w.{lane} * r{g};" for a, lane in enumerate("xyzw")
@@ -140,11 +161,14 @@ def store_grads(groups: int) -> str:
                      f"(*acc)[{groups * a + g}]);" for a in range(4) for g in range(groups))
 
 
-def tile_subs(head_dim: int, mask_kind: int, load_mask: str) -> dict[str, object]:
-    """The placeholders of include/backward_attention_tiles.wgsl for a head dim."""
+def tile_subs(head_dim: int, mask_kind: int, load_mask: str, storage: int) -> dict[str, object]:
+    """The placeholders of include/backward_attention_tiles.wgsl for a head dim and a device's
+    workgroup memory."""
     groups = math.ceil(head_dim / 64)
-    return {"D": head_dim, "DG": groups, "MASK_KIND": mask_kind, "LOAD_MASK": load_mask,
-            "SCORE_SUMS": score_sums(), "ROW_SUMS": row_sums(groups), "STORE_GRADS": store_grads(groups)}
+    unit, rows = staging(head_dim, storage)
+    return {"D": head_dim, "DG": groups, "U": unit, "KS": rows, "SA_VECS": 256 * unit, "SB_WORDS": 512 * unit,
+            "MASK_KIND": mask_kind, "LOAD_MASK": load_mask, "SCORE_SUMS": score_sums(unit),
+            "ROW_SUMS": row_sums(groups, rows), "STORE_GRADS": store_grads(groups)}
 
 
 @lowers(ops.AttentionBackward, scratch=stats_bytes)
@@ -181,9 +205,10 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
         scale=op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim),
         softcap=op.softcap or 0.0, window=op.window,
     )
-    subs = tile_subs(head_dim, int(op.mask_kind), load_mask)
+    subs = tile_subs(head_dim, int(op.mask_kind), load_mask, ctx.facts.max_workgroup_storage)
     key_tiles, query_tiles = math.ceil(s_k / COLS), math.ceil(s_q / COLS)
-    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim), 128, "AttentionBackward")
+    per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim, int(subs["U"]), int(subs["KS"])), 128,
+                                       "AttentionBackward")
     query_grid = (math.ceil(s_q / ROWS), heads, batch)
     steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
                           count=count, **fields)

@@ -2,7 +2,7 @@
 // 64 rows against a tile of 32 columns, 16 x 16 threads. Thread (tx, ty) owns rows 4 ty + a (a < 4, the
 // lanes of a vec4) and columns 2 tx + c (c < 2, the columns of a mat2x4) of a score block, and rows
 // 4 ty + a, head dims 64 g + 4 tx + e (g < DG, e < 4) of a gradient block, so every workgroup-memory read
-// in the sums is a vec4 (or a pair of words) shared by 16 threads. Operands are staged in steps (8 head
+// in the sums is a vec4 (or a pair of words) shared by 16 threads. Operands are staged in steps (KT head
 // dims, or KS rows): the next step is loaded into registers before this one is summed and stored into the
 // other of two buffers, one barrier per step. The sums are written out by the lowerer (placeholders
 // SCORE_SUMS, ROW_SUMS, STORE_GRADS). Also the score semantics of Attention with its gradient factor and the causal key
@@ -13,17 +13,20 @@ const D: u32 = {{D}}u;  // head_dim
 const MASK_KIND: u32 = {{MASK_KIND}}u;
 const DG: u32 = {{DG}}u;  // ceil(D / 64): 4-dim vec4s per thread and row of a gradient block
 const DP: u32 = 64u * DG;  // head dims a gradient block covers (D padded)
-const KS: u32 = 8u / DG;  // rows of the right operand per step of a row product
+const U: u32 = {{U}}u;  // staging unit (1, 2 or 4, as workgroup memory allows): 8 U head dims per score step
+const KT: u32 = 8u * U;  // head dims per step of a score product
+const KS: u32 = {{KS}}u;  // rows of the right operand per step of a row product (a power of two)
 const BR: u32 = 64u;  // rows per block (queries, or keys for dK/dV)
 const BC: u32 = 32u;  // columns per tile (keys, or queries)
-const KT: u32 = 8u;  // head dims per step of a score product
-const SA_HALF: u32 = 128u;  // vec4s of one staging buffer of sa
-const SB_HALF: u32 = 256u;  // words of one staging buffer of sb
+const SA_HALF: u32 = 128u * U;  // vec4s of one staging buffer of sa
+const SB_HALF: u32 = 256u * U;  // words of one staging buffer of sb
+const SCORE_QUADS: u32 = 192u * U;  // 4-dim loads per score step: 2 U per left row, then per right row
+const ROW_QUADS: u32 = KS * DP / 4u;  // 4-dim loads per row-product step
 
 // [2][KT][BR / 4]: the left rows of a score product, dim-major, 4 rows a vec4; or [2][KS][DP / 4]: the
 // right rows of a row product
-var<workgroup> sa: array<vec4<f32>, 256>;
-var<workgroup> sb: array<f32, 512>;  // [2][KT][BC]: the right rows of a score product, dim-major
+var<workgroup> sa: array<vec4<f32>, {{SA_VECS}}>;
+var<workgroup> sb: array<f32, {{SB_WORDS}}>;  // [2][KT][BC]: the right rows of a score product, dim-major
 var<workgroup> sp: array<vec4<f32>, 512>;  // [BC][BR / 4]: P or dS, column-major, the left of a row product
 
 #include "attention_mask.wgsl"
@@ -40,13 +43,31 @@ fn row_quad(base: u32, stride: u32, row: u32, rows_end: u32, d: u32) -> vec4<f32
     return select(vec4<f32>(0.0), x, ok);
 }
 
-// A score product's share of one thread: lanes < 128 load 4 dims of a left row, lanes 128 .. 191 of a
-// right row, the others nothing.
+// One 4-dim load of a score step (id = lane + 256 n): ids < 128 U a left row's, then 64 U a right row's,
+// the rest nothing (rows_end 0).
 struct ScoreShare {
     left: bool,
     right: bool,
-    row: u32,
+    row: u32,  // within the block
     dk: u32,
+    base: u32,
+    stride: u32,
+    at: u32,  // the row in the tensor
+    end: u32,
+}
+
+fn score_share(id: u32, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32, b_row0: u32,
+               b_end: u32) -> ScoreShare {
+    let left = id < 128u * U;
+    let right = !left && id < SCORE_QUADS;
+    let rid = select(id - 128u * U, id, left);
+    let row = rid / (2u * U);
+    return ScoreShare(left, right, row, (rid % (2u * U)) * 4u, select(b, a, left), select(b_stride, a_stride, left),
+                      select(b_row0, a_row0, left) + row, select(select(0u, b_end, right), a_end, left));
+}
+
+fn score_load(s: ScoreShare, d0: u32) -> vec4<f32> {
+    return row_quad(s.base, s.stride, s.at, s.end, d0 + s.dk);
 }
 
 fn score_put(half: u32, s: ScoreShare, v: vec4<f32>) {
@@ -61,17 +82,26 @@ fn score_put(half: u32, s: ScoreShare, v: vec4<f32>) {
 }
 
 // a[a_row0 + 4 ty + a] . b[b_row0 + 2 tx + c] over the head dims (rows past a_end / b_end are 0), for
-// a < 4 (vec4 lanes), c < 2 (columns). Call from uniform control flow (it has barriers).
+// a < 4 (vec4 lanes), c < 2 (columns). Each thread stages up to 3 loads a step (q0 .. q2, as many as
+// SCORE_QUADS needs). Call from uniform control flow (it has barriers).
 fn score_block(t: vec2<u32>, lane: u32, a: u32, a_stride: u32, a_row0: u32, a_end: u32, b: u32, b_stride: u32,
                b_row0: u32, b_end: u32) -> mat2x4<f32> {
-    let s = ScoreShare((lane < 128u), (lane >= 128u && lane < 192u), (lane % 128u) / 2u, (lane % 2u) * 4u);
-    let base = select(b, a, s.left);
-    let stride = select(b_stride, a_stride, s.left);
-    let row = select(b_row0, a_row0, s.left) + s.row;
-    let end = select(select(0u, b_end, s.right), a_end, s.left);
-    var v = row_quad(base, stride, row, end, s.dk);
+    let q0 = score_share(lane, a, a_stride, a_row0, a_end, b, b_stride, b_row0, b_end);
+    let q1 = score_share(lane + 256u, a, a_stride, a_row0, a_end, b, b_stride, b_row0, b_end);
+    let q2 = score_share(lane + 512u, a, a_stride, a_row0, a_end, b, b_stride, b_row0, b_end);
+    var v0 = score_load(q0, 0u);
+    var v1 = vec4<f32>(0.0);
+    var v2 = vec4<f32>(0.0);
+    if (SCORE_QUADS > 256u) {
+        v1 = score_load(q1, 0u);
+    }
+    if (SCORE_QUADS > 512u) {
+        v2 = score_load(q2, 0u);
+    }
     workgroupBarrier();  // every thread is done with the buffers
-    score_put(0u, s, v);
+    score_put(0u, q0, v0);
+    score_put(0u, q1, v1);
+    score_put(0u, q2, v2);
     workgroupBarrier();
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
@@ -79,13 +109,22 @@ fn score_block(t: vec2<u32>, lane: u32, a: u32, a_stride: u32, a_row0: u32, a_en
     for (var step = 0u; step < steps; step++) {
         let ahead = step + 1u < steps;
         if (ahead) {
-            v = row_quad(base, stride, row, end, (step + 1u) * KT + s.dk);
+            v0 = score_load(q0, (step + 1u) * KT);
+            if (SCORE_QUADS > 256u) {
+                v1 = score_load(q1, (step + 1u) * KT);
+            }
+            if (SCORE_QUADS > 512u) {
+                v2 = score_load(q2, (step + 1u) * KT);
+            }
         }
         let ta = (step & 1u) * SA_HALF + t.y;
         let tb = (step & 1u) * SB_HALF + 2u * t.x;
 {{SCORE_SUMS}}
         if (ahead) {  // the other buffer: every thread finished reading it before the last barrier
-            score_put((step + 1u) & 1u, s, v);
+            let half = (step + 1u) & 1u;
+            score_put(half, q0, v0);
+            score_put(half, q1, v1);
+            score_put(half, q2, v2);
         }
         workgroupBarrier();
     }
@@ -100,30 +139,50 @@ fn store_weights(t: vec2<u32>, x: mat2x4<f32>) {
 
 // acc[DG a + g] (row 4 ty + a, dims 64 g + 4 tx ..+3) += sum over the BC columns c of sp[c][row] *
 // R[row0 + c]: R the rows of the row-major tensor at base (rows past rows_end are 0), staged KS at a
-// time (lanes < 128 load 4 dims each). Call from uniform control flow, after store_weights.
+// time (ROW_QUADS 4-dim loads a step: ids lane and lane + 256). Call from uniform control flow, after
+// store_weights.
 fn row_product(t: vec2<u32>, lane: u32, base: u32, stride: u32, row0: u32, rows_end: u32,
                acc: ptr<function, array<vec4<f32>, 4 * DG>>) {
-    let loads = lane < 128u;
-    let r = lane / (DP / 4u);
-    let d = (lane % (DP / 4u)) * 4u;
-    let end = select(0u, rows_end, loads);
-    var v = row_quad(base, stride, row0 + r, end, d);
+    let id1 = lane + 256u;
+    let loads0 = lane < ROW_QUADS;
+    let loads1 = id1 < ROW_QUADS;
+    let r0 = lane / (DP / 4u);
+    let r1 = id1 / (DP / 4u);
+    let d0 = (lane % (DP / 4u)) * 4u;
+    let d1 = (id1 % (DP / 4u)) * 4u;
+    let end0 = select(0u, rows_end, loads0);
+    let end1 = select(0u, rows_end, loads1);
+    var v0 = row_quad(base, stride, row0 + r0, end0, d0);
+    var v1 = vec4<f32>(0.0);
+    if (ROW_QUADS > 256u) {
+        v1 = row_quad(base, stride, row0 + r1, end1, d1);
+    }
     workgroupBarrier();  // every thread is done with sa; sp is published
-    if (loads) {
-        sa[lane] = v;
+    if (loads0) {
+        sa[lane] = v0;
+    }
+    if (loads1) {
+        sa[id1] = v1;
     }
     workgroupBarrier();
     let steps = BC / KS;
     for (var step = 0u; step < steps; step++) {
         let ahead = step + 1u < steps;
         if (ahead) {
-            v = row_quad(base, stride, row0 + (step + 1u) * KS + r, end, d);
+            v0 = row_quad(base, stride, row0 + (step + 1u) * KS + r0, end0, d0);
+            if (ROW_QUADS > 256u) {
+                v1 = row_quad(base, stride, row0 + (step + 1u) * KS + r1, end1, d1);
+            }
         }
         let tw = step * KS * (BR / 4u) + t.y;
         let tr = (step & 1u) * SA_HALF + t.x;
 {{ROW_SUMS}}
-        if (ahead && loads) {
-            sa[((step + 1u) & 1u) * SA_HALF + lane] = v;
+        let half = ((step + 1u) & 1u) * SA_HALF;
+        if (ahead && loads0) {
+            sa[half + lane] = v0;
+        }
+        if (ahead && loads1) {
+            sa[half + id1] = v1;
         }
         workgroupBarrier();
     }
