@@ -12,14 +12,15 @@ sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
 
 The five products (Q K^T, dO V^T, then dS K, or P^T dO and dS^T Q) are register-tiled like the
 GEMMs: a thread owns a 4 x 2 block of scores and 4 rows x 4 head dims (per 64) of a gradient, reads
-them as vec4s from double-buffered workgroup memory (one barrier per step of 8 head dims or 8 / DG
-rows, the next step loaded while this one is summed), and its sums are written out by the lowerer
-(``score_sums``, ``row_sums``, ``store_grads``) so that the accumulators index registers, never memory.
-Causal and sliding-window masks skip the tiles
-they zero out. q, k, v, dy and the output are read in
-place in any layout of ``attention_layout`` through (batch, head, seq) strides; the mask as Attention's.
-Work longer than the loop budget runs over several dispatches (the stats resume from what they stored,
-the gradients add to what was written).
+them as vec4s from double-buffered workgroup memory (one barrier per step of 8 U head dims or KS
+rows, the next step loaded while this one is summed; ``staging`` sizes the step by the device's
+workgroup memory), and its sums are written out by the lowerer (``score_sums``, ``row_sums``,
+``store_grads``) so that the accumulators index registers, never memory. The statistics keep
+per-thread running values, merged once per row at the end. Causal and sliding-window masks skip the
+tiles they zero out. q, k, v, dy and the output are read in place in any layout of
+``attention_layout`` through (batch, head, seq) strides; the mask as Attention's. Work longer than
+the loop budget runs over several dispatches (the stats resume from what they stored, the gradients
+add to what was written).
 """
 
 from __future__ import annotations
