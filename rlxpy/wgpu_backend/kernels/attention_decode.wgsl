@@ -22,6 +22,7 @@ var<workgroup> ps_lo: array<vec4<f32>, 64>;  // the tile's scores, then probabil
 var<workgroup> ps_hi: array<vec4<f32>, 64>;
 
 #include "attention_mask.wgsl"
+#include "attention_kv_extent.wgsl"
 
 // head of row rr of the kv head's group (rows enumerate (head in group, query))
 fn row_head(hk: u32, rr: u32) -> u32 {
@@ -52,10 +53,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         }
         qs[d * RQ + r / 4u][r % 4u] = x;
     }
-    // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
-                        p.kv_dyn >= 1u);
-    let kv_total = min(kv_len, p.s_k);
+    let kv_total = kv_extent(b);  // keys past it (an unfilled KV cache) are never read
     let shift = i32(kv_total) - i32(p.s_q);
     let chunk = (kv_total + p.splits - 1u) / p.splits;
     var k_begin = min(split * chunk, kv_total);

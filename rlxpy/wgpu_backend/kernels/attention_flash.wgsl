@@ -22,6 +22,7 @@ var<workgroup> tiles: array<f32, 1632>;
 var<workgroup> ps: array<f32, 2112>;
 
 #include "attention_mask.wgsl"
+#include "attention_kv_extent.wgsl"
 
 #include "attention_block_value.wgsl"
 
@@ -58,10 +59,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let q_base = p.q + b * p.q_sb + h * p.q_sh;
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
-                        p.kv_dyn >= 1u);
-    let kv_total = min(kv_len, p.s_k);
+    let kv_total = kv_extent(b);  // keys past it (an unfilled KV cache) are never read
     let shift = i32(kv_total) - i32(p.s_q);
     let keys = visible_keys(shift + i32(q0), shift + i32(min(q0 + BQ, p.s_q)) - 1, kv_total);
     let k_begin = keys.x;

@@ -22,6 +22,7 @@ var<workgroup> ks: array<vec4<f32>, BKEYS * DV>;
 var<workgroup> vs: array<vec4<f32>, BKEYS * DV>;
 
 #include "attention_mask.wgsl"
+#include "attention_kv_extent.wgsl"
 
 // vec4 f of a block of K or V rows (key f / DV, dims 4 (f % DV) ..) from key k0 on; zero past
 // k_end or past the block. Branch-free: the loads of a block are all in flight together.
@@ -49,10 +50,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let i = min(q0 + qi, p.s_q - 1u);  // rows past S_q compute the last row and store nothing
     let k_base = p.k + b * p.k_sb + hk * p.k_sh;
     let v_base = p.v + b * p.k_sb + hk * p.k_sh;
-    // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
-                        p.kv_dyn >= 1u);
-    let kv_total = min(kv_len, p.s_k);
+    let kv_total = kv_extent(b);  // keys past it (an unfilled KV cache) are never read
     let shift = i32(kv_total) - i32(p.s_q);
     let keys = visible_keys(shift + i32(q0), shift + i32(min(q0 + BQ, p.s_q)) - 1, kv_total);
     let k_end = keys.y;

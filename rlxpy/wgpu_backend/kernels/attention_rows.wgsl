@@ -9,6 +9,7 @@ const D: u32 = {{D}}u;  // head_dim
 const MASK_KIND: u32 = {{MASK_KIND}}u;
 
 #include "attention_mask.wgsl"
+#include "attention_kv_extent.wgsl"
 
 var<private> q: array<f32, D>;
 var<private> acc: array<f32, D>;
@@ -29,10 +30,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         q[d] = ld_f32(q_base + d);
         acc[d] = 0.0;
     }
-    // keys past kv_len (an unfilled KV cache) are never read; query i sits at kv_len - S_q + i
-    let kv_len = select(p.kv_len, bitcast<u32>(buf[p.kv_pos + select(0u, b, p.kv_dyn == 2u)]) + p.s_q,
-                        p.kv_dyn >= 1u);
-    let kv_total = min(kv_len, p.s_k);
+    let kv_total = kv_extent(b);  // keys past it (an unfilled KV cache) are never read
     let pos = i32(kv_total) - i32(p.s_q) + i32(i);
     var k_begin = 0u;
     var k_end = kv_total;
