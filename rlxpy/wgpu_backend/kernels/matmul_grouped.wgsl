@@ -28,30 +28,26 @@ fn rt_load_w(k: u32, c: u32) -> vec4<f32> {
     return load_w(expert_w, k, c);
 }
 
+fn put(r: u32, col: u32, v: vec4<f32>) {
+    if (r < tile_rows && col < p.n) {
+        store_y(p.y, rows[r], col, v);
+    }
+}
+
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let task = grouped_tile(lane, wid.y);
+    let task = grouped_tile(lane, wid.{{TILE_AXIS}});
     if (task.z == 0u) {
         return;
     }
     tile_rows = task.z;
     let tx = lane % 16u;
     let ty = lane / 16u;
-    let col0 = wid.x * BN;
+    let col0 = wid.{{BLOCK_AXIS}} * BN;
     var acc = array<vec4<f32>, {{RT_ACC}}>();
     if (task.x < p.experts) {  // else the out-of-range bucket: zero rows
         expert_w = p.w + task.x * p.k * p.n;
         acc = rt_sums(lane, tx, ty, col0, p.k);
     }
-    for (var i = 0u; i < BM / 16u; i = i + 1u) {  // rows 4 ty + 64 h + j for i = 4 h + j
-        let r = 4u * ty + 64u * (i / 4u) + i % 4u;
-        if (r < tile_rows) {
-            for (var g = 0u; g < BN / 64u; g = g + 1u) {
-                let col = col0 + 4u * tx + 64u * g;
-                if (col < p.n) {
-                    store_y(p.y, rows[r], col, acc[i * (BN / 64u) + g]);
-                }
-            }
-        }
-    }
+{{RT_STORE}}
 }

@@ -53,6 +53,10 @@ FEW_ROWS, ROWS_K, ROWS_COLS = 16, 16, 64
 MAX_EXPERTS = 1024
 #: Benches and tests only: force a (BM, BN) of the tiled kernel. Not a user flag.
 FORCE_TILE: tuple[int, int] | None = None
+#: Benches only (A/B): the blocked K sum (see register_tiles) and which grid axis walks the tiles
+#: ("x": neighbouring workgroups take neighbouring tiles of one column block). Not user flags.
+BLOCKED = True
+TILE_AXIS = "y"
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
@@ -148,16 +152,19 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
         subs = {"WORD": "buf[i]"}  # bound as words
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
-        subs |= {"BM": bm, "BN": cols, **register_tiles(bm, cols)}
+        subs |= {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED),
+                 "TILE_AXIS": TILE_AXIS, "BLOCK_AXIS": "y" if TILE_AXIS == "x" else "x"}
     route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
     grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
+    if not few_rows(rows) and TILE_AXIS == "x":
+        grid = grid[1], grid[0], 1
     return [ctx.dispatch(MATMUL_GROUPED_ROUTE, node, (1, 1, 1), route_subs, False, rows=rows, experts=experts,
                          idx=ctx.offset(idx), table=table, perm=perm),
             ctx.dispatch(gemm, node, grid, subs, False, k=k, n=n, experts=experts, table=table, perm=perm,
                          m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
-def register_tiles(bm: int, bn: int) -> dict[str, object]:
+def register_tiles(bm: int, bn: int, blocked: bool = True) -> dict[str, object]:
     """The placeholders of include/matmul_register_tiles.wgsl for a BM x BN tile: the sums of one K
     step written out (per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs; no loop counts
     against lavapipe's per-invocation iteration limit) and the buffer sizes. A step's 8 products are
@@ -165,7 +172,8 @@ def register_tiles(bm: int, bn: int) -> dict[str, object]:
     8 + K / 8 terms instead of K (measured at K = 1536: 2.6e-7 rms relative, one running sum 7e-7)."""
     hs, gs = bm // 64, bn // 64
     count = hs * gs * 4
-    lines = [f"        var part: array<vec4<f32>, {count}>;"]
+    sum_to = "part" if blocked else "acc"
+    lines = [f"        var part: array<vec4<f32>, {count}>;"] if blocked else []
     for kk in range(TILE_K):
         reads = [f"let a{h} = rt_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
         reads += [f"let w{g} = rt_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
@@ -174,9 +182,15 @@ def register_tiles(bm: int, bn: int) -> dict[str, object]:
             for i, lane in enumerate("xyzw"):
                 for g in range(gs):
                     at = (4 * h + i) * gs + g
-                    before = f"part[{at}] + " if kk else ""
-                    sums.append(f"part[{at}] = {before}a{h}.{lane} * w{g};")
+                    before = f"{sum_to}[{at}] + " if kk or not blocked else ""
+                    sums.append(f"{sum_to}[{at}] = {before}a{h}.{lane} * w{g};")
         lines.append("        { " + " ".join(reads + sums) + " }")
-    lines.append("        " + " ".join(f"acc[{i}] = acc[{i}] + part[{i}];" for i in range(count)))
-    return {"RT_SUMS": "\n".join(lines), "RT_ACC": bm * bn // 64, "RT_A_VECS": 2 * TILE_K * bm // 4,
-            "RT_W_VECS": 2 * TILE_K * bn // 4}
+    if blocked:
+        lines.append("        " + " ".join(f"acc[{i}] = acc[{i}] + part[{i}];" for i in range(count)))
+    # the stores, written out: thread (tx, ty)'s rows 4 ty + 64 h + i, columns 4 tx + 64 g
+    store = [f"    put(4u * ty + {64 * h + i}u, col0 + 4u * tx + {64 * g}u, acc[{(4 * h + i) * gs + g}]);"
+             for h in range(hs) for i in range(4) for g in range(gs)]
+    # one thread's outputs: a (BM / 16) x (BN / 16) block, as vec4s (a larger array than the sums
+    # touch would sit in memory, not in registers, wherever a compiler keeps it whole)
+    return {"RT_SUMS": "\n".join(lines), "RT_STORE": "\n".join(store), "RT_ACC": bm * bn // 1024,
+            "RT_A_VECS": 2 * TILE_K * bm // 4, "RT_W_VECS": 2 * TILE_K * bn // 4}
