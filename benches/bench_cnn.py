@@ -22,6 +22,9 @@ input path is then split into the run's input checks, wgpu's write_buffer alone,
 for on the GPU (``upload_breakdown``).
 ``--profile`` adds rlxpy's GPU time by kernel and its slowest steps (one timestamped pass per step,
 ``exe.profile``: ranks steps, slightly overcounts a run) for the ONNX path.
+``--variants`` compiles the ONNX graph again under forced lowering choices (bench_conv.py's
+``name:module.NAME=value,...``) and times each resident (with its profile under ``--profile``) beside
+the default, e.g. ``--variants "f2:conv_winograd.FORCE_TILE=2"``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from bench_conv import Variant  # noqa: E402
 from cnn_models import build  # noqa: E402
 from common import timeit  # noqa: E402
 
@@ -65,6 +69,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--torch-f32", action="store_true", help="also time torch CUDA with TF32 off")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
     parser.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
+    parser.add_argument("--variants", nargs="*", default=[], help="name:module.NAME=value,...")
     return parser.parse_args()
 
 
@@ -186,6 +191,11 @@ def bench_case(name: str, batch: int, size: int, repeat: int, warmup: int,
     row["rlxpy_onnx_ms"] = median_ms(lambda: imported.run(feeds), repeat, warmup)
     if args.resident or args.profile:
         row.update(rlxpy_resident(onnx_bytes, x.numpy(), want, repeat, warmup, args.profile))
+    for spec in args.variants:
+        variant = Variant(spec)
+        with variant:
+            row.setdefault("variants", {})[variant.name] = rlxpy_resident(
+                onnx_bytes, x.numpy(), want, repeat, warmup, args.profile)
     if not args.no_compile:
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=make_backend("error"))

@@ -1,10 +1,13 @@
-"""Winograd F(2x2, 3x3) conv (lowering/conv_winograd.py) vs torch's float64 conv2d.
+"""Winograd F(4x4, 3x3) and F(2x2, 3x3) convs (lowering/conv_winograd.py) vs torch's float64 conv2d,
+and the transform matrices (conv_winograd_transforms.py) vs numpy's float64 correlation.
 
 Winograd is forced (``FORCE = "on"``) so the small odd shapes here take it: channels 1/3/17, spatial
-1/5/31 (odd sizes leave half-empty 2 x 2 output tiles), batch 1/3, padding 0/1/asymmetric, bias and
-activations. Tolerance rtol = atol = 1e-4 ("matmul"), as for the implicit GEMM: weights are scaled by
-1/sqrt(fan_in) so outputs are O(1). A NaN or inf input or weight must reach exactly the outputs whose
-taps read it (the output transform recomputes such tiles directly), as in torch.
+1/5/31 (sizes not a multiple of the tile leave partly empty output tiles), batch 1/3, padding
+0/1/asymmetric, bias and activations; F(4x4) (the default tile) on every case, F(2x2) on two (its
+kernels are the same generated code with other matrices). Tolerance rtol = atol = 1e-4 ("matmul"),
+as for the implicit GEMM: weights are scaled by 1/sqrt(fan_in) so outputs are O(1). A NaN or inf
+input or weight must reach exactly the outputs whose taps read it (the output transform recomputes
+such tiles directly), as in torch.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from helpers import TOL, check_op, rand
 
 import rlxpy
 from rlxpy import env
-from rlxpy.wgpu_backend.lowering import conv_winograd
+from rlxpy.wgpu_backend.lowering import conv_winograd, conv_winograd_transforms
 
 CONV_TOL = TOL["matmul"]
 WINOGRAD_STEPS = ["conv_winograd_weights", "conv_winograd_input", "matmul_tiled", "conv_winograd_output"]
@@ -72,16 +75,42 @@ def _kernels(build, inputs) -> list[str]:
     return [s.kernel for s in rlxpy.compile(g).schedule.steps]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3][0]}x{c[3][1]}")
-def test_winograd_matches_torch(device, monkeypatch, case):
+@pytest.mark.parametrize("m", [2, 4])
+def test_transform_matrices_compute_the_correlation(m):
+    """A^T ((G g) * (B^T d)) equals numpy's float64 correlation of d (m + 2 values) with g (3 taps),
+    in 1-D and (the matrices applied on both sides) in 2-D, for random d and g."""
+    at, g_mat, bt = (np.array([[float(v) for v in row] for row in mat])
+                     for mat in conv_winograd_transforms.matrices(m))
+    rng = np.random.default_rng(m)
+    d, g = rng.standard_normal(m + 2), rng.standard_normal(3)
+    np.testing.assert_allclose(at @ ((g_mat @ g) * (bt @ d)), np.correlate(d, g, "valid"), rtol=1e-12,
+                               atol=1e-12)
+    d2, g2 = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3))
+    want = np.array([[(d2[i:i + 3, j:j + 3] * g2).sum() for j in range(m)] for i in range(m)])
+    got = at @ ((g_mat @ g2 @ g_mat.T) * (bt @ d2 @ bt.T)) @ at.T
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+TILE_CASES = [(4, c) for c in CASES] + [(2, CASES[1]), (2, CASES[5])]
+
+
+def _case_id(c) -> str:
+    return str(c) if isinstance(c, int) else f"{c[0]}x{c[1]}x{c[2]}-{c[3][0]}x{c[3][1]}"
+
+
+@pytest.mark.parametrize("m, case", TILE_CASES, ids=_case_id)
+def test_winograd_matches_torch(device, monkeypatch, m, case):
     monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    monkeypatch.setattr(conv_winograd, "FORCE_TILE", m)
     inputs = _inputs(case)
     check_op(_build(case), inputs, _oracle(case), tol=CONV_TOL)
     assert _kernels(_build(case), inputs) == WINOGRAD_STEPS
 
 
-def test_winograd_propagates_nan_and_inf_like_torch(device, monkeypatch):
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_propagates_nan_and_inf_like_torch(device, monkeypatch, m):
     monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    monkeypatch.setattr(conv_winograd, "FORCE_TILE", m)
     x = rand((2, 4, 7, 6), 5, low=-1.0, high=1.0)
     x[0, 1, 3, 2], x[1, 0, 4, 4] = np.nan, np.inf
     w = rand((5, 4, 3, 3), 6) / 6
@@ -99,8 +128,9 @@ def test_winograd_propagates_nan_and_inf_like_torch(device, monkeypatch):
 
 
 def test_winograd_error_stays_near_the_implicit_gemms(device, monkeypatch):
-    """Max error / max |y| against float64 at C_in = 256: Winograd's within 3x of the implicit GEMM's
-    (the transforms add a few roundings per term; see conv_winograd's docstring)."""
+    """Max error / max |y| against float64 at C_in = 256: F(2x2)'s within 3x of the implicit GEMM's
+    (the transforms add a few roundings per term), F(4x4)'s below 5e-6 (its transforms' entries up to 8
+    scale the rounding; numpy measured 1.3e-6 at C_in 256; see conv_winograd's docstring)."""
     x = rand((1, 256, 12, 12), 9, low=-1.0, high=1.0)
     w = rand((32, 256, 3, 3), 10) / 48
 
@@ -113,8 +143,12 @@ def test_winograd_error_stays_near_the_implicit_gemms(device, monkeypatch):
     monkeypatch.setattr(conv_winograd, "FORCE", "off")
     gemm = np.abs(run() - want).max() / np.abs(want).max()
     monkeypatch.setattr(conv_winograd, "FORCE", "on")
-    wino = np.abs(run() - want).max() / np.abs(want).max()
-    assert wino < max(3 * gemm, 1e-6), (wino, gemm)
+    monkeypatch.setattr(conv_winograd, "FORCE_TILE", 2)
+    wino2 = np.abs(run() - want).max() / np.abs(want).max()
+    monkeypatch.setattr(conv_winograd, "FORCE_TILE", 4)
+    wino4 = np.abs(run() - want).max() / np.abs(want).max()
+    assert wino2 < max(3 * gemm, 1e-6), (wino2, gemm)
+    assert wino4 < 5e-6, (wino4, gemm)
 
 
 SELECTION = [((1, 8, 9, 9), 8, False), ((1, 64, 56, 56), 64, False), ((1, 128, 28, 28), 128, False),

@@ -1,33 +1,32 @@
-"""Winograd F(2x2, 3x3) for stride-1, dilation-1, ungrouped 3x3 2-D convs with many channels and
-positions (ResNet's 3x3 convs past the stem at batch 32): four steps over the arena's scratch.
+"""Winograd F(m x m, 3x3) (m = 4 by default, 2 where forced) for stride-1, dilation-1, ungrouped 3x3
+2-D convs with many channels and positions (ResNet's 3x3 convs past the stem at batch 32): four steps
+over the arena's scratch, with n = m + 2 transform points per axis (conv_winograd_transforms.py makes
+the matrices and the kernels' written-out statements).
 
-1. conv_winograd_weights: ``U[t] = G g G^T`` for every (co, ci) kernel g, 16 matrices [C_out, C_in]
+1. conv_winograd_weights: ``U[t] = G g G^T`` for every (co, ci) kernel g, n^2 matrices [C_out, C_in]
    (a step of every run: a weight that is a graph input may change between runs).
-2. conv_winograd_input: ``V[t] = B^T d B`` for every input channel and output tile (2 x 2 outputs,
-   a 4 x 4 input patch d), 16 matrices [C_in, cols]; cols = the tiles rounded up to 4 (zero columns).
-3. the tiled GEMM (matmul_tiled, batched over the 16 points t): ``M[t] = U[t] V[t]`` [C_out, cols].
+2. conv_winograd_input: ``V[t] = B^T d B`` for every input channel and output tile (m x m outputs,
+   an n x n input patch d), n^2 matrices [C_in, cols]; cols = the tiles rounded up to 4 (zero columns).
+3. the tiled GEMM (matmul_tiled, batched over the n^2 points t): ``M[t] = U[t] V[t]`` [C_out, cols].
 4. conv_winograd_output: ``Y = A^T M A`` per tile and channel, + bias, + residual, activation; a
    tile whose M holds a NaN or inf is recomputed by the direct sum, so non-finite values propagate
    exactly as the conv's definition says (the transforms would smear them over the whole patch, and
    make inf - inf = NaN).
 
-The GEMM does 16 * C_in MACs per tile and output channel against 36 * C_in for the 2 x 2 outputs
-the implicit GEMM computes: 2.25x fewer, for the transforms' memory traffic (V and M are 16/4 = 4x the
-input and output).
+Per output and channel the GEMM does n^2 / m^2 * C_in MACs (F(2x2): 4 C_in, F(4x4): 2.25 C_in) against
+9 C_in on the implicit GEMM, and V and M are n^2 / m^2 times the input and output (4 and 2.25): F(4x4)
+saves on both, for partly empty tiles where the size is not a multiple of 4 (14 x 14: 16 x 16 computed).
 
-Numerics (f32): G's entries are 0, +-1/2 and 1, B's and A's 0 and +-1, so the transforms scale
-exactly and round only in their additions (2^-24 relative each): a U entry sums up to 9 kernel terms
-times 1/4 in two passes of 2 additions, a V entry 4 patch terms in two passes of 1, an output 9 points
-in two passes of 2. An
-output is ``sum over the 16 points of A-weights x (sum over C_in of u * v)``: the per-point GEMM sums
-C_in products (the implicit GEMM: 9 C_in), so the accumulated rounding is ``~ (C_in + 16) eps`` times
-``sum |u||v|``, where |u| <= 9/4 max|g| and |v| <= 4 max|d| per term grow the magnitudes the rounding
-is relative to by a small constant (cancellation in the transforms, not new error). Measured against
-float64 on ResNet-18's 3x3 layers at batch 32 (benches/bench_conv.py, H200): max error / max |y|
-2.6e-7 to 7.1e-7 for Winograd against 5.9e-7 to 1.2e-6 for the implicit GEMM; the test file holds it
-within 3x of the implicit GEMM's at C_in = 256. Only F(2x2, 3x3) is built: F(4x4, 3x3)'s points (0,
-+-1, +-2, +-1/2) put entries up to 8 and 1/4 in its transforms, whose growth in f32 was not measured
-against the 1e-4 logits bar here.
+Numerics (f32): an output is ``sum over the n^2 points of A-weights x (sum over C_in of u * v)``: the
+per-point GEMM sums C_in products (the implicit GEMM: 9 C_in), so the GEMM's rounding is ``~ C_in eps``
+relative to ``sum |u||v|``; the transforms add their own roundings and, more, scale the magnitudes that
+rounding is relative to: F(2x2)'s entries are 0, +-1/2, +-1 (the error stays that of the direct sum),
+F(4x4)'s reach 8 (A^T's a^3 at a = -2) and 16/15 (G), so its error is several times larger.
+Measured in numpy against float64 (one conv, C_in 64 / 256 / 512, max |error| / max |y|): direct
+1.6e-7 to 3.3e-7, F(2x2) 1.8e-7 to 3.4e-7, F(4x4) 1.3e-6 to 1.9e-6 with the points
+conv_winograd_transforms.py chose (2.2e-6 to 7.5e-6 with others). tests/ops/test_conv_winograd.py
+holds F(4x4) within 1e-5 of max |y| at C_in = 256 and ResNet-18 / MobileNet's logits within 1e-4 of
+eager (tests/models).
 
 The steps need ``scratch_bytes`` of the arena's scratch inside the node's bind window; where the
 scratch falls short (a capped binding), conv.py keeps the implicit GEMM.
@@ -42,6 +41,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import I32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import conv_winograd_transforms as transforms
 from rlxpy.wgpu_backend.lowering.matmul import MATMUL_TILED, choose_tile, tiled_source
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step
@@ -54,12 +54,14 @@ F32 = DType.F32
 WEIGHTS = kernel("conv_winograd_weights", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 INPUT = kernel("conv_winograd_input", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 OUTPUT = kernel("conv_winograd_output", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
-POINTS = 16  # (2 + 3 - 1)^2 transform points
-#: Convs with fewer input or output channels than MIN_CHANNELS, fewer output tiles (2 x 2 outputs, all
-#: images) than MIN_TILES or fewer GEMM MACs per point (tiles x C_in x C_out) than MIN_MACS keep the
-#: implicit GEMM: the transforms' traffic is paid per channel while the GEMM's saving grows with C_in,
-#: and a small grid leaves the GPU idle where the implicit GEMM splits K. Measured on an H200
-#: (2026-11-26, benches/bench_conv.py, conv + bias + ReLU, GPU ms, implicit GEMM -> Winograd):
+#: outputs per tile side (m of F(m x m, 3x3)): 2 or 4
+TILE = 4
+#: Convs with fewer input or output channels than MIN_CHANNELS, fewer 2 x 2 output tiles (all images;
+#: counted in 2 x 2 tiles whatever m is) than MIN_TILES or fewer MACs per point of F(2x2) (2 x 2 tiles x
+#: C_in x C_out) than MIN_MACS keep the implicit GEMM: the transforms' traffic is paid per channel
+#: while the GEMM's saving grows with C_in, and a small grid leaves the GPU idle where the implicit
+#: GEMM splits K. Measured on an H200 with F(2x2) (2026-11-26, benches/bench_conv.py, conv + bias +
+#: ReLU, GPU ms, implicit GEMM -> Winograd):
 #: ResNet-18 at batch 32, layer1 64 ch 0.291 -> 0.239, layer2 128 ch 0.290 -> 0.250, layer3 256 ch 0.340
 #: -> 0.232, layer4 512 ch (512 tiles) 0.376 -> 0.195; at batch 1 (before the transforms were written
 #: out, when layer1 at batch 32 still lost 0.292 -> 0.355) layer1 0.038 -> 0.042, layer2 (196 tiles)
@@ -67,8 +69,20 @@ POINTS = 16  # (2 + 3 - 1)^2 transform points
 MIN_CHANNELS = 64
 MIN_TILES = 512
 MIN_MACS = 1 << 23
-#: Benches and tests only: "on" forces Winograd wherever it applies, "off" never. Not a user flag.
+#: Benches and tests only: "on" forces Winograd wherever it applies, "off" never; FORCE_TILE forces
+#: m. Not user flags.
 FORCE: str | None = None
+FORCE_TILE: int | None = None
+
+
+def tile() -> int:
+    """m of F(m x m, 3x3)."""
+    return FORCE_TILE or TILE
+
+
+def points() -> int:
+    """Transform points of one tile, (m + 2)^2: the GEMM's batch."""
+    return (tile() + 2) ** 2
 
 
 def applies(node: Node, x: Node) -> bool:
@@ -85,7 +99,8 @@ def sizes(node: Node, x: Node) -> dict[str, int]:
     geo = node.op.geometry(2)
     n, c_in, in_h, in_w = (int(d) for d in x.shape)
     out_h, out_w = int(node.shape[2]), int(node.shape[3])
-    tiles_h, tiles_w = math.ceil(out_h / 2), math.ceil(out_w / 2)
+    m = tile()
+    tiles_h, tiles_w = math.ceil(out_h / m), math.ceil(out_w / m)
     tiles = n * tiles_h * tiles_w
     return dict(c_in=c_in, c_out=int(node.shape[1]), in_h=in_h, in_w=in_w, out_h=out_h, out_w=out_w,
                 p_h=geo.begin[0], p_w=geo.begin[1], tiles_h=tiles_h, tiles_w=tiles_w, tiles=tiles,
@@ -93,8 +108,8 @@ def sizes(node: Node, x: Node) -> dict[str, int]:
 
 
 def scratch_bytes(s: dict[str, int]) -> int:
-    """U, V and M: 16 matrices each of [C_out, C_in], [C_in, cols] and [C_out, cols], f32."""
-    return 4 * POINTS * (s["c_out"] * s["c_in"] + s["c_in"] * s["cols"] + s["c_out"] * s["cols"])
+    """U, V and M: (m + 2)^2 matrices each of [C_out, C_in], [C_in, cols] and [C_out, cols], f32."""
+    return 4 * points() * (s["c_out"] * s["c_in"] + s["c_in"] * s["cols"] + s["c_out"] * s["cols"])
 
 
 def chosen(node: Node, x: Node) -> bool:
@@ -106,8 +121,9 @@ def chosen(node: Node, x: Node) -> bool:
         return False
     if FORCE == "on":
         return True
-    return (min(s["c_in"], s["c_out"]) >= MIN_CHANNELS and s["tiles"] >= MIN_TILES
-            and s["tiles"] * s["c_in"] * s["c_out"] >= MIN_MACS)
+    quads = x.shape[0] * math.ceil(s["out_h"] / 2) * math.ceil(s["out_w"] / 2)  # 2 x 2 tiles, whatever m
+    return (min(s["c_in"], s["c_out"]) >= MIN_CHANNELS and quads >= MIN_TILES
+            and quads * s["c_in"] * s["c_out"] >= MIN_MACS)
 
 
 def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, Node | None], expr: str
@@ -121,24 +137,27 @@ def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, No
     if not inside or size < scratch_bytes(s):
         return None
     u = (base - ctx.window_base) // 4
-    v = u + POINTS * s["c_out"] * s["c_in"]
-    mt = v + POINTS * s["c_in"] * s["cols"]
+    batch, m = points(), tile()
+    v = u + batch * s["c_out"] * s["c_in"]
+    mt = v + batch * s["c_in"] * s["cols"]
     fields = dict(s, x=ctx.offset(x), w=ctx.offset(w), bias=ctx.offset(bias) if bias is not None else 0,
                   y=ctx.offset(node), has_bias=int(bias is not None),
                   residual=ctx.offset(residual) if residual is not None else 0,
                   has_residual=int(residual is not None), u=u, v=v, mt=mt)
     c_in, c_out, cols = s["c_in"], s["c_out"], s["cols"]
 
-    def items(kern, total: int, subs: dict[str, object] | None = None) -> Step:
+    def items(kern, total: int, code: str, subs: dict[str, object] | None = None) -> Step:
+        subs = {**(subs or {}), "TILE": m, "TRANSFORM": code}
         return ctx.dispatch(kern, node, ctx.grid_1d(total), subs, False, **{**fields, "total": total})
 
     gemm = dict(m=c_out, n=cols, k=c_in, a=u, w=v, y=mt, bias=0, has_bias=0, stride_a=c_out * c_in,
                 stride_w=c_in * cols, stride_y=c_out * cols, split1=cols, split2=cols, block_rows=c_out,
                 k_len=c_in)
-    bm, bn = choose_tile(c_out, cols, POINTS)
+    bm, bn = choose_tile(c_out, cols, batch)
     vec4 = all(gemm[f] % 4 == 0 for f in ("n", "k", "a", "w", "y"))
-    grid = (math.ceil(cols / bn), math.ceil(c_out / bm), POINTS)
-    return [items(WEIGHTS, c_out * c_in), items(INPUT, c_in * cols),
+    grid = (math.ceil(cols / bn), math.ceil(c_out / bm), batch)
+    return [items(WEIGHTS, c_out * c_in, transforms.weights_code(m)),
+            items(INPUT, c_in * cols, transforms.input_code(m)),
             ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, "v"), False,
                          operands=[x, w], **gemm),
-            items(OUTPUT, c_out * cols, {"EXPR": expr})]
+            items(OUTPUT, c_out * cols, transforms.output_code(m), {"EXPR": expr})]
