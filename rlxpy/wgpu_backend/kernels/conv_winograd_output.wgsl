@@ -13,8 +13,9 @@
 
 const TILE: u32 = {{TILE}}u;  // outputs per tile side (m)
 
-fn finite(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u;
+// |x|'s bits: at least 0x7f800000 exactly for an inf or NaN (the largest over a tile tells whether all are finite)
+fn magnitude(x: f32) -> u32 {
+    return bitcast<u32>(x) & 0x7fffffffu;
 }
 
 // The conv at output (oh, ow) of image n, channel co, summed directly.
@@ -36,18 +37,21 @@ fn direct(n: u32, co: u32, oh: u32, ow: u32) -> f32 {
     return acc;
 }
 
-// Output (oh, ow) of image n, channel co: the transform's value, or the direct sum where the tile is
-// not finite; nothing past the output's edge (a tile at an edge not a multiple of m is partly empty).
-fn store_y(n: u32, co: u32, oh: u32, ow: u32, value: f32, ok: bool) {
+// Output (oh, ow) of image n, channel co from its conv sum; nothing past the output's edge (a tile at
+// an edge not a multiple of m is partly empty).
+fn store_y(n: u32, co: u32, oh: u32, ow: u32, value: f32) {
     if (oh >= p.out_h || ow >= p.out_w) {
         return;
     }
-    var acc = value;
-    if (!ok) {
-        acc = direct(n, co, oh, ow);
-    }
     let index = ((n * p.c_out + co) * p.out_h + oh) * p.out_w + ow;
-    st_f32(p.y + index, finish(co, index, acc));
+    st_f32(p.y + index, finish(co, index, value));
+}
+
+// The tile's m x m outputs summed directly (one call site: the direct sum is not inlined per output).
+fn store_direct(n: u32, co: u32, oh: u32, ow: u32) {
+    for (var t = 0u; t < TILE * TILE; t = t + 1u) {
+        store_y(n, co, oh + t / TILE, ow + t % TILE, direct(n, co, oh + t / TILE, ow + t % TILE));
+    }
 }
 
 fn run_item(i: u32) {

@@ -70,9 +70,10 @@ MIN_CHANNELS = 64
 MIN_TILES = 512
 MIN_MACS = 1 << 23
 #: Benches and tests only: "on" forces Winograd wherever it applies, "off" never; FORCE_TILE forces
-#: m. Not user flags.
+#: m; FORCE_GEMM_TILE the batched GEMM's "BMxBN" (64x64, 64x128, 128x64, 128x128). Not user flags.
 FORCE: str | None = None
 FORCE_TILE: int | None = None
+FORCE_GEMM_TILE: str | None = None
 
 
 def tile() -> int:
@@ -154,6 +155,8 @@ def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, No
                 stride_w=c_in * cols, stride_y=c_out * cols, split1=cols, split2=cols, block_rows=c_out,
                 k_len=c_in)
     bm, bn = choose_tile(c_out, cols, batch)
+    if FORCE_GEMM_TILE:
+        bm, bn = (int(v) for v in FORCE_GEMM_TILE.split("x"))
     vec4 = all(gemm[f] % 4 == 0 for f in ("n", "k", "a", "w", "y"))
     grid = (math.ceil(cols / bn), math.ceil(c_out / bm), batch)
     return [items(WEIGHTS, c_out * c_in, transforms.weights_code(m)),

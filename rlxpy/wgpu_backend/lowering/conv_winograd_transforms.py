@@ -122,14 +122,16 @@ def input_code(m: int) -> str:
 
 
 def output_code(m: int) -> str:
-    """The m x m outputs (A^T M A) of the n x n products at ``first + t * plane``, each to store_y with
-    whether every product is finite."""
+    """The m x m outputs (A^T M A) of the n x n products at ``first + t * plane`` to store_y where every
+    product is finite, else the tile's direct sums (store_direct)."""
     at, _, _ = matrices(m)
     n = m + R - 1
     names = [[f"m{r}_{c}" for c in range(n)] for r in range(n)]
     lines = [f"    let m{r}_{c} = ld_f32(first + {n * r + c}u * plane);" for r in range(n) for c in range(n)]
-    checks = " && ".join(f"finite(m{r}_{c})" for r in range(n) for c in range(n))
-    lines.append(f"    let ok = {checks};")
+    lines.append("    var worst = magnitude(m0_0);")
+    lines += [f"    worst = max(worst, magnitude(m{r}_{c}));" for r in range(n) for c in range(n) if r or c]
+    lines += ["    if (worst >= 0x7f800000u) {", "        store_direct(img, co, oh, ow);", "        return;",
+              "    }"]
     mid, exprs = _two_sided(at, names, at, "s")
-    stores = [f"    store_y(img, co, oh + {t // m}u, ow + {t % m}u, {e}, ok);" for t, e in enumerate(exprs)]
+    stores = [f"    store_y(img, co, oh + {t // m}u, ow + {t % m}u, {e});" for t, e in enumerate(exprs)]
     return "\n".join(lines + mid + stores)
