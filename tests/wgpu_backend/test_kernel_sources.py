@@ -92,7 +92,7 @@ def _shape(g: rlxpy.Graph) -> None:
 
 def _scan(g: rlxpy.Graph) -> None:
     """SelectiveScan: one chunk (decode, carried state) and the chunked scan's three passes; its
-    backward's two kernels; GatedDeltaNet."""
+    backward's two kernels; GatedDeltaNet step by step and in chunks."""
     for steps, carry in ((1, True), (300, False)):
         x, bc = g.input(f"x{steps}", [1, steps, 8]), g.input(f"bc{steps}", [1, steps, 4])
         state = g.param(f"state{steps}", [1, 8, 4]) if carry else None
@@ -101,6 +101,8 @@ def _scan(g: rlxpy.Graph) -> None:
     g.output(g.apply(SelectiveScanBackward(4), [x, x, a, bc, bc, x]))
     q, gate = g.input("q", [1, 3, 2, 4]), g.input("gate", [1, 3, 2])
     g.output(g.gated_delta_net(q, q, q, gate, gate, state=g.param("delta_state", [1, 2, 4, 4])))
+    q, gate = g.input("q20", [1, 20, 2, 4]), g.input("gate20", [1, 20, 2])  # the chunked form
+    g.output(g.gated_delta_net(q, q, q, gate, gate))
 
 
 def _conv(g: rlxpy.Graph) -> None:

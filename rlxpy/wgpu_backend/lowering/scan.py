@@ -14,9 +14,11 @@ A sequence that fits one chunk (decode: S = 1 from the carried state) is one dis
 The chunk length gives the GPU enough invocations (``TARGET_INVOCATIONS``) and keeps each within the
 loop budget of reduce.py; without room in the scratch area the op runs as a host step.
 
-GatedDeltaNet: one workgroup per (batch, head), lane j holding column j of the N x N state (the delta
-rule's columns evolve independently given k, q, g, beta); sequential in time, split into dispatches
-by the loop budget, the state kept in the carried state tensor or scratch between them.
+GatedDeltaNet: sequences of at least scan_delta_chunked.MIN_STEPS steps run in chunks
+(lowering/scan_delta_chunked.py). Shorter ones (decode) and those whose chunk records find no room
+in the scratch run step by step: one workgroup per (batch, head), lane j holding column j of the
+N x N state (the delta rule's columns evolve independently given k, q, g, beta); split into
+dispatches by the loop budget, the state kept in the carried state tensor or scratch between them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import scan_delta_chunked as delta_chunked
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET, chunks
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step, lowers
 
@@ -145,9 +148,11 @@ def delta_steps_per_dispatch(states: int) -> int:
 
 
 def delta_scratch(node: Node, graph: Graph) -> int:
-    """A GatedDeltaNet without a carried state that needs several dispatches keeps its state in scratch
-    between them."""
+    """The chunked form's records (lowering/scan_delta_chunked.py); step by step, a GatedDeltaNet
+    without a carried state that needs several dispatches keeps its state in scratch between them."""
     batch, steps, heads, states = node.shape
+    if delta_chunked.applies(node):
+        return delta_chunked.scratch_bytes(node)
     if node.op.carry_state or steps <= delta_steps_per_dispatch(states):
         return 0
     return 4 * batch * heads * states * states
@@ -162,6 +167,10 @@ def lower_gated_delta_net(node: Node, ctx: LowerCtx) -> list[Step]:
     batch, steps, heads, states = q.shape
     if node.numel == 0:
         return []
+    if delta_chunked.applies(node):
+        chunked = delta_chunked.lower_chunked(node, ctx, state[0] if state else None)
+        if chunked is not None:
+            return chunked
     pieces = chunks(steps, delta_steps_per_dispatch(states))
     if state:
         home = ctx.offset(state[0])
