@@ -1,7 +1,9 @@
-// LogMel's per-spectrogram floor: one workgroup of {{WG}} lanes per spectrogram s of `frames` frames
-// reduces their maxima (maxes, from signal_mel_frames) to floor = max - 8 (NaN-propagating), then either
-// finishes y = (max(L, floor) + 4) / 4 over the spectrogram's frames * mels values (apply = 1) or stores
-// the floor at floors[s] for LogMelBackward (apply = 0). Bindings: 0 = arena window, 1 = SignalMelFloorParams.
+// LogMel's per-spectrogram floor: `parts` workgroups of {{WG}} lanes per spectrogram s of `frames` frames
+// each reduce their maxima (maxes, from signal_mel_frames) to floor = max - 8 (NaN-propagating), then
+// either finish y = (max(L, floor) + 4) / 4 over their part, `span` of the spectrogram's frames * mels
+// values (apply = 1: a 30 s spectrogram's 240k values in one workgroup took most of a log-mel's time),
+// or store the floor at floors[s] for LogMelBackward (apply = 0, one part).
+// Bindings: 0 = arena window, 1 = SignalMelFloorParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_float.wgsl"
@@ -14,7 +16,8 @@ fn tree_merge(tree: u32, a: u32, b: u32) {
     partial[a] = maxp(partial[a], partial[b]);
 }
 
-fn run_row(s: u32, lane: u32) {
+fn run_row(row: u32, lane: u32) {
+    let s = row / p.parts;
     if (s >= p.spectrograms) {
         return;
     }
@@ -33,7 +36,8 @@ fn run_row(s: u32, lane: u32) {
     }
     let count = p.frames * p.mels;
     let base = p.y + s * count;
-    for (var i = lane; i < count; i = i + {{WG}}u) {
+    let end = min(count, (row % p.parts + 1u) * p.span);
+    for (var i = (row % p.parts) * p.span + lane; i < end; i = i + {{WG}}u) {
         st_f32(base + i, (maxp(ld_f32(base + i), floor) + 4.0) * 0.25);
     }
 }

@@ -1,8 +1,9 @@
 """LogMel and LogMelBackward on the GPU: one workgroup per tile of frames stages |X|^2 in workgroup
 memory and runs the mel filterbank product (each filter weight serves the whole tile) and log10
 (signal_mel_frames, signal_mel_backward); the floor is taken per frame in the same dispatch, or per
-spectrogram by a second kernel over the frames' maxima in arena scratch (signal_mel_floor). F64
-spectra or filters run as host steps (no f64 in WGSL)."""
+spectrogram by a second kernel over the frames' maxima in arena scratch (signal_mel_floor, several
+workgroups per spectrogram, each finishing a part of it). F64 spectra or filters run as host steps (no
+f64 in WGSL)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ MEL_LANES = 128
 CHUNK = 256
 FRAMES = 4
 MAX_MELS = 512
+#: Values of y one workgroup of the per-spectrogram floor finishes (each also reduces the spectrogram's
+#: frame maxima, a few loads per lane).
+FLOOR_SPAN = 4096
 _SPECTRA = (DType.F32, DType.C64)
 _SPECTRUM = {name: U32 for name in ("spec", "spec_row", "spec_elem", "spec_im", "bins", "mels", "filters")}
 SIGNAL_MEL_FRAMES = kernel("signal_mel_frames", params(
@@ -30,7 +34,8 @@ SIGNAL_MEL_FRAMES = kernel("signal_mel_frames", params(
     dtypes=accepts(_SPECTRA, DType.F32, DType.F32, out=_SPECTRA),
     shared_bytes=lambda s: 16 * (int(s["CHUNK"]) + int(s["WG"])), sizes={"CHUNK": CHUNK})
 SIGNAL_MEL_FLOOR = kernel("signal_mel_floor", params(
-    "SignalMelFloorParams", spectrograms=U32, frames=U32, mels=U32, maxes=U32, floors=U32, y=U32, apply=U32),
+    "SignalMelFloorParams", spectrograms=U32, frames=U32, mels=U32, maxes=U32, floors=U32, y=U32, apply=U32,
+    parts=U32, span=U32),
     dtypes=accepts(_SPECTRA, DType.F32, DType.F32, out=_SPECTRA), shared_bytes=lambda s: 4 * int(s["WG"]))
 SIGNAL_MEL_BACKWARD = kernel("signal_mel_backward", params(
     "SignalMelBackwardParams", frames=U32, **_SPECTRUM, dy=U32, grad=U32, grad_bins=U32, floors=U32,
@@ -118,11 +123,12 @@ def log_mel_steps(node: Node, ctx: LowerCtx) -> list[Step]:
     maxes = _scratch(node, ctx, spectra.frames)
     per = spectrum.shape[-2]
     spectrograms = spectra.frames // per
+    parts = max(1, math.ceil(per * mels / FLOOR_SPAN))
     return [ctx.dispatch(SIGNAL_MEL_FRAMES, node, grid, subs, scalable=False, frames=spectra.frames,
                          y=ctx.offset(node), maxes=maxes, floor_mode=2, write_y=1, **fields),
-            ctx.dispatch(SIGNAL_MEL_FLOOR, node, ctx.grid_rows(spectrograms), {"WG": MEL_LANES},
+            ctx.dispatch(SIGNAL_MEL_FLOOR, node, ctx.grid_rows(spectrograms * parts), {"WG": MEL_LANES},
                          scalable=False, spectrograms=spectrograms, frames=per, mels=mels, maxes=maxes,
-                         floors=0, y=ctx.offset(node), apply=1)]
+                         floors=0, y=ctx.offset(node), apply=1, parts=parts, span=FLOOR_SPAN)]
 
 
 def log_mel_backward_steps(node: Node, ctx: LowerCtx) -> list[Step]:
@@ -149,7 +155,7 @@ def log_mel_backward_steps(node: Node, ctx: LowerCtx) -> list[Step]:
                               frames=spectra.frames, y=0, maxes=maxes, floor_mode=2, write_y=0, **fields),
                  ctx.dispatch(SIGNAL_MEL_FLOOR, node, ctx.grid_rows(spectrograms), {"WG": MEL_LANES},
                               scalable=False, spectrograms=spectrograms, frames=per, mels=mels, maxes=maxes,
-                              floors=floors, y=0, apply=0)]
+                              floors=floors, y=0, apply=0, parts=1, span=0)]
     subs = {"WG": MEL_LANES, "CHUNK": CHUNK, "MELS": MAX_MELS}
     return steps + [ctx.dispatch(SIGNAL_MEL_BACKWARD, node, grid, subs, scalable=False, frames=spectra.frames,
                                  dy=ctx.offset(dy), grad=ctx.offset(node), grad_bins=spectra.stored_bins,
