@@ -1,7 +1,7 @@
 // Grouped matmul over the routing pass's tile table: workgroup (column block x, tile y) computes
-// y[r] = x[r] @ w[expert] for the <= BM rows r of its tile (gathered through perm) and BN columns, with
-// the register-tiled core (include/matmul_register_tiles); tiles past the table's count return at once,
-// the out-of-range bucket writes zero rows. The arena access is matmul_tiled's (include/matmul_access_*:
+// y[r] = x[r] @ w[expert] for the <= BM rows r of its tile (gathered through perm: each thread looks its
+// x row up once) and BN columns, register-tiled (include/matmul_register_tiles); tiles past the
+// table's count return at once, the out-of-range bucket writes zero rows. The arena access is matmul_tiled's (include/matmul_access_*:
 // vec4 words where x, w, y, K and N sit on 4-element boundaries), with m = the rows of x.
 // Bindings: 0 = arena window, 1 = MatmulGroupedParams.
 #include "matmul_access_{{ACCESS}}.wgsl"
@@ -13,23 +13,8 @@ const SLOTS: u32 = BM;
 #include "matmul_register_tiles.wgsl"
 #include "matmul_grouped_tile.wgsl"
 
-var<private> tile_rows: u32;
-var<private> expert_w: u32;  // the expert's weight matrix
-
-fn rt_load_a(r: u32, k: u32) -> vec4<f32> {
-    var row = p.m;  // a slot past the tile's rows loads zeros
-    if (r < tile_rows) {
-        row = rows[r];
-    }
-    return load_a(p.x, row, k);
-}
-
-fn rt_load_w(k: u32, c: u32) -> vec4<f32> {
-    return load_w(expert_w, k, c);
-}
-
 fn put(r: u32, col: u32, v: vec4<f32>) {
-    if (r < tile_rows && col < p.n) {
+    if (r < job.z && col < p.n) {
         store_y(p.y, rows[r], col, v);
     }
 }
@@ -40,14 +25,47 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     if (task.z == 0u) {
         return;
     }
-    tile_rows = task.z;
     let tx = lane % 16u;
     let ty = lane / 16u;
     let col0 = wid.{{BLOCK_AXIS}} * BN;
     var acc = array<vec4<f32>, {{RT_ACC}}>();
     if (task.x < p.experts) {  // else the out-of-range bucket: zero rows
-        expert_w = p.w + task.x * p.k * p.n;
-        acc = rt_sums(lane, tx, ty, col0, p.k);
+        let w = p.w + task.x * p.k * p.n;
+        let s = rt_share(lane);
+        var row = p.m;  // the x row this thread loads: a slot past the tile's rows loads zeros
+        if (s.ar < task.z) {
+            row = rows[s.ar];
+        }
+        var va = vec4<f32>();
+        var vw = vec4<f32>();
+        if (s.loads_a) {
+            va = load_a(p.x, row, s.ak);
+        }
+        if (s.loads_w) {
+            vw = load_w(w, s.wk, col0 + s.wc);
+        }
+        rt_put(0u, s, va, vw);
+        workgroupBarrier();
+        let steps = (p.k + RT_K - 1u) / RT_K;
+        for (var step = 0u; step < steps; step = step + 1u) {
+            let ahead = step + 1u < steps;
+            if (ahead) {  // issued before the sums below, so the loads' latency hides behind them
+                let k1 = (step + 1u) * RT_K;
+                if (s.loads_a) {
+                    va = load_a(p.x, row, k1 + s.ak);
+                }
+                if (s.loads_w) {
+                    vw = load_w(w, k1 + s.wk, col0 + s.wc);
+                }
+            }
+            let ta = (step & 1u) * RT_A_STEP + ty;
+            let tw = (step & 1u) * RT_W_STEP + tx;
+{{RT_SUMS}}
+            if (ahead) {  // the other buffer: every thread finished reading it before the last barrier
+                rt_put((step + 1u) & 1u, s, va, vw);
+            }
+            workgroupBarrier();
+        }
     }
 {{RT_STORE}}
 }

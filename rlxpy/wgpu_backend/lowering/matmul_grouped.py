@@ -42,7 +42,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 ROUTE_LANES = 256
 MIN_TILE_ROWS = 64  # the smallest BM: the most tiles, which the scratch is sized for
-TILE_K = 8  # K per step of the register-tiled core (it takes 16 too: TILE_K_FORCE)
+TILE_K = 8  # K per step of the register-tiled core
 #: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring
 #: (on an H200, 64x128 beat 128x128 by 5% at 8 experts x 4096 rows x 2048 x 8192 and by 30% at 64
 #: experts, whose 64-row average leaves 128-row tiles half empty; the kernel takes 128-row tiles too)
@@ -57,7 +57,6 @@ FORCE_TILE: tuple[int, int] | None = None
 #: ("x": neighbouring workgroups take neighbouring tiles of one column block). Not user flags.
 BLOCKED = True
 TILE_AXIS = "y"
-TILE_K_FORCE: int | None = None
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
@@ -77,8 +76,8 @@ _GEMM_DTYPES = accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32)
 MATMUL_GROUPED = kernel(
     "matmul_grouped", _gemm_params("MatmulGroupedParams"), dtypes=_GEMM_DTYPES, workgroup=(16, 16, 1),
     # the double-buffered x and w tiles, the tile's row ids and its job
-    shared_bytes=lambda s: 4 * (2 * int(s["RT_K"]) * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
-    sizes={"BM": 64, "BN": 128, "RT_K": TILE_K})
+    shared_bytes=lambda s: 4 * (2 * TILE_K * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
+    sizes={"BM": 64, "BN": 128})
 MATMUL_GROUPED_ROWS = kernel(
     "matmul_grouped_rows", _gemm_params("MatmulGroupedRowsParams"), dtypes=_GEMM_DTYPES,
     workgroup=(16, 16, 1),
@@ -114,11 +113,10 @@ def choose_tile(rows: int, experts: int, n: int) -> tuple[int, int]:
 
 
 def _loop_steps(rows: int, k: int) -> int:
-    """Loop iterations one invocation of the GEMM kernel runs (lavapipe counts them): per K step the
-    step, rt_fetch's and rt_put's loops (at most 2 loads each of a and w, 4 stores per a load)."""
+    """Loop iterations one invocation of the GEMM kernel runs (lavapipe counts them)."""
     if few_rows(rows):
         return math.ceil(k / ROWS_K) * (ROWS_K + 2) + 20
-    return math.ceil(k / 8) * 16 + 16
+    return math.ceil(k / TILE_K) + 16  # the steps (the sums and the stores are written out)
 
 
 def _host_reason(node: Node, ctx: LowerCtx, rows: int, experts: int, k: int) -> str:
@@ -154,7 +152,7 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
         subs = {"WORD": "buf[i]"}  # bound as words
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
-        tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED, TILE_K_FORCE or TILE_K)}
+        tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
         if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # the smallest tile fits 16 KiB
             bm, cols = TILES[-1]
             tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
@@ -169,7 +167,7 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
                          m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
-def register_tiles(bm: int, bn: int, blocked: bool = True, depth: int = TILE_K) -> dict[str, object]:
+def register_tiles(bm: int, bn: int, blocked: bool = True) -> dict[str, object]:
     """The placeholders of include/matmul_register_tiles.wgsl for a BM x BN tile: the sums of one K
     step written out (per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs; no loop counts
     against lavapipe's per-invocation iteration limit) and the buffer sizes. A step's products are
@@ -179,7 +177,7 @@ def register_tiles(bm: int, bn: int, blocked: bool = True, depth: int = TILE_K) 
     count = hs * gs * 4
     sum_to = "part" if blocked else "acc"
     lines = [f"        var part: array<vec4<f32>, {count}>;"] if blocked else []
-    for kk in range(depth):
+    for kk in range(TILE_K):
         reads = [f"let a{h} = rt_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
         reads += [f"let w{g} = rt_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
         sums = []
@@ -198,5 +196,4 @@ def register_tiles(bm: int, bn: int, blocked: bool = True, depth: int = TILE_K) 
     # one thread's outputs: a (BM / 16) x (BN / 16) block, as vec4s (a larger array than the sums
     # touch would sit in memory, not in registers, wherever a compiler keeps it whole)
     return {"RT_SUMS": "\n".join(lines), "RT_STORE": "\n".join(store), "RT_ACC": bm * bn // 1024,
-            "RT_K": depth, "RT_A_LOADS": max(1, depth * bm // 1024), "RT_W_LOADS": max(1, depth * bn // 1024),
-            "RT_A_VECS": 2 * depth * bm // 4, "RT_W_VECS": 2 * depth * bn // 4}
+            "RT_A_VECS": 2 * TILE_K * bm // 4, "RT_W_VECS": 2 * TILE_K * bn // 4}
