@@ -88,9 +88,12 @@ def test_fft_of_a_million_points_in_four_step_passes(device):
 def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch):
     """The variants' shapes under a workgroup budget below the default (signal_fft.SHAPE_*, which every
     other test runs): fewer lines per workgroup, exchanges in rounds (97's 256 points and 2^14's
-    128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup."""
+    128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup; the row
+    passes regrouped (signal_fft.ROW_FAST_IN: each line's points adjacent while they load, the lines side
+    by side when they store), across rounds."""
     monkeypatch.setattr(signal_fft, "SHAPE_POINTS", 256)
     monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 128)
+    monkeypatch.setattr(signal_fft, "ROW_FAST_IN", 1)
     for n in (97, 1000, 4096, 1 << 14):
         z = complex_rand((5, n), n)
         got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})
@@ -101,17 +104,20 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
 @pytest.mark.parametrize("length", [1, 2, 3, 16, 27, 96, 400, 480, 1000, 1024, 2048, 2187, 4096])
 def test_variant_shapes_cover_their_lines(length):
     """Stage radices multiply to the length (each <= 16); a workgroup's lines are whole rounds of the lines
-    its workgroup memory holds, within the budget unless one line needs more; lines side by side XOR
-    their slots only where each slot is whole blocks of 16 points (no device)."""
+    its workgroup memory holds, within the budget unless one line needs more; the lines side by side
+    divide them, in the last stage too (regrouped only where an exchange precedes it); lines side by side
+    XOR their slots only where each slot is whole blocks of 16 points (no device)."""
     for max_radix in (4, 8, 16):
         radices = stage_radices(length, max_radix)
         assert math.prod(radices) == length and all(r <= 16 for r in radices)
     for points, invocations, fast in ((2048, 256, 1), (6144, 1024, 16), (256, 64, 4)):
-        shape = shape_for(length, points, invocations, 16, fast)
+        shape = shape_for(length, points, invocations, 16, fast, fast_out=32 // fast)
         assert shape.lines % shape.group == 0 and shape.lines % shape.fast == 0
+        assert shape.lines % shape.store_fast == 0 and (len(shape.radices) > 1 or shape.store_fast == fast)
         assert shape.invocations <= max(invocations, shape.threads)
         assert shape.group * length <= max(points, length) and shape.shared_points % 16 == 0
-        assert not shape.line_xor or (shape.fast > 1 and shape.group > 1 and length % 16 == 0)
+        side_by_side = max(shape.fast, shape.store_fast) > 1
+        assert not shape.line_xor or (side_by_side and shape.group > 1 and length % 16 == 0)
 
 
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 97])

@@ -12,6 +12,11 @@ fn sw(i: u32, lx: u32) -> u32 {
     return i ^ ((reverseBits(i >> 4u) >> 28u) ^ lx);
 }
 
+// the swizzle key of a line's slot (the same for the invocations that write and that read it)
+fn line_key(line: u32) -> u32 {
+    return {{LINE_XOR}};
+}
+
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -26,6 +31,14 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     let io = line_io(first + line);
     let slot = (line % {{GROUP}}u) * {{LEN}}u;
     let turn = line / {{GROUP}}u;  // the exchange round of this line
-    let lx = {{LINE_XOR}};
+    let lx = line_key(line);
+    // the last stage's grouping: {{FAST_OUT}} lines adjacent (the same values where FAST_OUT = FAST)
+    let t_o = (lane / {{FAST_OUT}}u) % {{THREADS}}u;
+    let line_o = lane % {{FAST_OUT}}u + {{FAST_OUT}}u * (lane / ({{FAST_OUT}}u * {{THREADS}}u));
+    let live_o = first + line_o < p.rows;
+    let io_o = line_io(first + line_o);
+    let slot_o = (line_o % {{GROUP}}u) * {{LEN}}u;
+    let turn_o = line_o / {{GROUP}}u;
+    let lx_o = line_key(line_o);
 {{BODY}}
 }

@@ -64,7 +64,9 @@ SHAPE_INVOCATIONS: int | None = 256
 #: Lines side by side a four-step pass wants at least (32-byte runs of adjacent columns in its strided
 #: reads and writes): its stages take the smallest power-of-two radix from MAX_RADIX up to 16 that leaves
 #: room for them in the workgroup (a 1024-point line: radix 16, 64 invocations per line, 4 lines; H200,
-#: 2^20 x 4: 0.193 -> 0.142 ms against radix 4 throughout); PASS_MAX_RADIX, when set, instead.
+#: 2^20 x 4: 0.193 -> 0.142 ms against radix 4 throughout); PASS_MAX_RADIX, when set, instead. More lines
+#: with larger radices measured slower on an H100 (32 lines of 128 points, radix 16 x 8, 256-byte runs:
+#: 2^14 x 256 0.101 -> 0.203 ms; 16 lines, radix 8: 0.118; benches/RESULTS.md).
 PASS_MIN_LINES = 4
 PASS_MAX_RADIX: int | None = None
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
@@ -73,7 +75,10 @@ PASS_LINES, SINGLE_LINES = 16, 0
 #: Adjacent lines among the invocations (at most the workgroup's lines): columns (reads and writes
 #: strided), rows stored transposed. Rows: 16 measured faster than 4 and 8 on the H200 (longer runs of the
 #: transposed stores outweigh shorter runs of the reads; 2^14 x 256: 0.099 -> 0.092 ms, benches/RESULTS.md).
-COLUMN_FAST, ROW_FAST = 16, 16
+#: ROW_FAST_IN, when below ROW_FAST, regroups a row pass: its lines load ROW_FAST_IN side by side (1: each
+#: line's points adjacent, one contiguous run) and store ROW_FAST side by side (the exchange before the
+#: last stage regroups the invocations).
+COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 16
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
@@ -205,7 +210,8 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     scratch_source = [Source("complex", lines) for lines in scratch]
     budget = _budget(ctx.facts)
     column_shape = shape_for(n1, *budget, PASS_LINES, COLUMN_FAST, max_radix=_pass_radix(n1, budget[1]))
-    row_shape = shape_for(n2, *budget, PASS_LINES, ROW_FAST, max_radix=_pass_radix(n2, budget[1]))
+    row_shape = shape_for(n2, *budget, PASS_LINES, ROW_FAST_IN, max_radix=_pass_radix(n2, budget[1]),
+                          fast_out=ROW_FAST)
     twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
              if length > TWIST_DIRECT and length & (length - 1) == 0 else 0}
 

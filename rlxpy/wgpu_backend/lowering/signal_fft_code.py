@@ -12,7 +12,11 @@ rounds of ``group`` lines. Points in workgroup memory are swizzled (the low 4 bi
 the bit-reversed next 4) so that the strided writes of the early stages hit distinct banks; when lines
 sit side by side among the invocations (``fast`` > 1, as in the four-step passes) their slots are one
 line length apart, which the swizzle does not tell apart, so the low 4 bits also XOR the line
-(``line_xor``).
+(``line_xor``). The last stage may group the invocations differently (``fast_out``): its exchange is
+written by line and point, so any invocation can read any line's points (a four-step row pass can load
+each line's points adjacent and store the lines side by side). Each stage's roots (one table load per
+butterfly) are loaded up front with the first stage's points (``PREFETCH_ROOTS``), off the path between
+the barriers.
 
 Everything here is straight-line code with constant indices (no arrays that the driver could move to
 local memory); the r-point DFTs are built recursively: 2, 4 by hand, 3, 5, 7 by the symmetric direct
@@ -32,6 +36,9 @@ import numpy as np
 MAX_RADIX = 4
 #: Spread the slots of side-by-side lines over the banks (``Shape.line_xor``); a switch for A/B runs.
 LINE_XOR = True
+#: Load every stage's root of unity (one per butterfly) right after the first stage's points, instead of
+#: in its stage: the table loads then wait alongside the data rather than after each barrier.
+PREFETCH_ROOTS = True
 
 
 def stage_radices(length: int, max_radix: int | None = None) -> tuple[int, ...]:
@@ -66,7 +73,9 @@ def stage_radices(length: int, max_radix: int | None = None) -> tuple[int, ...]:
 class Shape:
     """One variant: ``lines`` lines of ``length`` points per workgroup, ``threads`` invocations each;
     ``group`` lines at a time in workgroup memory; ``fast`` lines adjacent among the invocations (1:
-    the points of a line are; more: the same point of adjacent lines, for lines adjacent in memory);
+    the points of a line are; more: the same point of adjacent lines, for lines adjacent in memory) in
+    every stage but the last, ``fast_out`` in the last (the exchange before it regroups the invocations:
+    a pass that reads contiguous lines and stores them transposed reads with 1 and stores with many);
     ``bluestein``: forward transform, times the kernel spectrum, conj, forward transform again."""
 
     length: int
@@ -76,6 +85,7 @@ class Shape:
     group: int
     fast: int
     bluestein: bool = False
+    fast_out: int = 0  # 0: fast
 
     @property
     def invocations(self) -> int:
@@ -90,13 +100,19 @@ class Shape:
     def line_xor(self) -> bool:
         """Do the slots of lines side by side XOR their line into the swizzle? Where several share the
         exchange and each slot is whole blocks of 16 points (the XOR then stays inside the slot)."""
-        return LINE_XOR and self.fast > 1 and self.group > 1 and self.length % 16 == 0
+        return (LINE_XOR and max(self.fast, self.store_fast) > 1 and self.group > 1
+                and self.length % 16 == 0)
+
+    @property
+    def store_fast(self) -> int:
+        """Lines adjacent among the invocations in the last stage (the one that stores)."""
+        return self.fast_out or self.fast
 
     def subs(self, body: str) -> dict[str, object]:
         return {"WG": self.invocations, "SHARED": self.shared_points, "LINES": self.lines,
                 "LINE_XOR": f"(line % {self.group}u) & 15u" if self.line_xor else "0u",
-                "THREADS": self.threads, "GROUP": self.group, "FAST": self.fast, "LEN": self.length,
-                "BODY": body}
+                "THREADS": self.threads, "GROUP": self.group, "FAST": self.fast,
+                "FAST_OUT": self.store_fast, "LEN": self.length, "BODY": body}
 
 
 def line_threads(length: int, max_radix: int | None = None) -> int:
@@ -106,21 +122,30 @@ def line_threads(length: int, max_radix: int | None = None) -> int:
 
 
 def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, fast: int,
-              bluestein: bool = False, max_radix: int | None = None) -> Shape:
+              bluestein: bool = False, max_radix: int | None = None, fast_out: int | None = None) -> Shape:
     """A variant for lines of ``length`` points: ``capacity`` points of workgroup memory, at most
     ``invocations`` per workgroup, about ``lines_wanted`` lines per workgroup (more than the memory
-    holds: exchanges in rounds), up to ``fast`` of them adjacent among the invocations; stages of radix
-    at most ``max_radix`` (default MAX_RADIX)."""
+    holds: exchanges in rounds), up to ``fast`` of them adjacent among the invocations (``fast_out`` in
+    the last stage, where there is an exchange before it; default ``fast``); stages of radix at most
+    ``max_radix`` (default MAX_RADIX)."""
     radices = stage_radices(length, max_radix)
     threads = line_threads(length, max_radix)
     group = max(1, min(capacity // length, invocations // threads))
     lines = max(1, min(invocations // threads, max(group, lines_wanted)))
     lines = lines // group * group if lines >= group else lines
     group = min(group, lines)
+    fast = _divisor_at_most(fast, lines)
+    single = len(radices) < 2 and not bluestein  # no exchange to regroup at
+    out = fast if fast_out is None or single else _divisor_at_most(fast_out, lines)
+    return Shape(length, radices, threads, lines, group, fast, bluestein, 0 if out == fast else out)
+
+
+def _divisor_at_most(fast: int, lines: int) -> int:
+    """The largest divisor of ``lines`` up to ``fast`` (at least 1)."""
     fast = max(1, min(fast, lines))
     while lines % fast:
         fast -= 1
-    return Shape(length, radices, threads, lines, group, fast, bluestein)
+    return fast
 
 
 def _literal(value: float) -> str:
@@ -228,16 +253,34 @@ class _Stages:
         stages = [(r, math.prod(shape.radices[:s])) for s, r in enumerate(shape.radices)]
         self.program = stages + stages if shape.bluestein else stages
         self.mid = len(stages) - 1 if shape.bluestein else -1  # the stage the kernel spectrum follows
+        self.roots: dict[tuple[int, int, int, str], str] = {}  # (r, ns, b, t): the prefetched root
+
+    def root(self, s: int, b: int) -> str:
+        """Stage s's root for butterfly b, w_{ns r}^k = roots[k M / (ns r)] (k = j mod ns): loaded once."""
+        r, ns = self.program[s]
+        key = (r, ns, b, self.v(s, "t"))
+        if key not in self.roots:
+            w = self.w
+            j = w.let(f"{key[3]} + {b * self.shape.threads}u")
+            k = w.let(f"{j} & {ns - 1}u" if ns & (ns - 1) == 0 else f"{j} % {ns}u")
+            self.roots[key] = w.let(f"root({k} * {self.shape.length // (ns * r)}u * p.tw_scale)")
+        return self.roots[key]
+
+    def v(self, s: int, name: str) -> str:
+        """Stage s's name for a per-invocation value (t, io, live, slot, turn, lx): the last stage (after
+        an exchange) has its own, of the ``fast_out`` grouping (the kernel's prologue)."""
+        return f"{name}_o" if s == len(self.program) - 1 and s > 0 else name
 
     def butterflies(self, r: int) -> tuple[int, str | None]:
         """Butterflies per invocation in a radix-r stage, and the guard of butterfly b (None: all real)."""
         count = self.shape.length // r
         per = -(-count // self.shape.threads)
-        return per, None if per * self.shape.threads == count else f"t + {{}}u < {count}u"
+        return per, None if per * self.shape.threads == count else f"{{t}} + {{b}}u < {count}u"
 
-    def guard(self, r: int, b: int) -> str | None:
+    def guard(self, r: int, b: int, s: int) -> str | None:
+        """Is butterfly b of the invocation a real one in stage s (radix r)? None: always."""
         _, guard = self.butterflies(r)
-        return None if guard is None else guard.format(b * self.shape.threads)
+        return None if guard is None else guard.format(t=self.v(s, "t"), b=b * self.shape.threads)
 
     def declare(self, s: int, r: int) -> list[list[str]]:
         """The registers holding stage s's inputs (assigned under guards, so ``var``)."""
@@ -261,36 +304,40 @@ class _Stages:
         r0 = self.program[0][0]
         inputs = self.declare(0, r0)
         for b, row in enumerate(inputs):  # stage 0 reads global memory
-            guard = self.guard(r0, b)
+            guard = self.guard(r0, b, 0)
             self.block("live" if guard is None else f"live && {guard}",
                        [f"{name} = load_at(io, t + {b * threads + q * (length // r0)}u);"
                         for q, name in enumerate(row)])
+        if PREFETCH_ROOTS:
+            for s, (r, ns) in enumerate(self.program):
+                for b in range(self.butterflies(r)[0] if ns > 1 else 0):
+                    self.root(s, b)
         for s, (r, ns) in enumerate(self.program):
             outputs = self.stage(s, r, ns, inputs)
             if s == len(self.program) - 1:  # the last stage writes global memory
+                live, io = self.v(s, "live"), self.v(s, "io")
                 for b, values in enumerate(outputs):
-                    guard = self.guard(r, b)
-                    self.block("live" if guard is None else f"live && {guard}",
-                               [f"store_at(io, {position}, {value});" for position, value in values])
+                    guard = self.guard(r, b, s)
+                    self.block(live if guard is None else f"{live} && {guard}",
+                               [f"store_at({io}, {position}, {value});" for position, value in values])
                 break
             inputs = self.exchange(s, r, outputs)
         return "\n".join(self.w.lines)
 
     def stage(self, s: int, r: int, ns: int, inputs: list[list[str]]) -> list[list[tuple[str, str]]]:
         """Stage s's butterflies: per butterfly b, its outputs as (position in the line, value)."""
-        w, length = self.w, self.shape.length
+        w = self.w
         w.raw(f"    // stage {s}: radix {r}, span {ns}")
         outputs = []
         for b, row in enumerate(inputs):
-            j = w.let(f"t + {b * self.shape.threads}u")
+            j = w.let(f"{self.v(s, 't')} + {b * self.shape.threads}u")
             if ns == 1:
                 start, twisted = w.let(f"{j} * {r}u"), list(row)
             else:
                 k = w.let(f"{j} & {ns - 1}u" if ns & (ns - 1) == 0 else f"{j} % {ns}u")
                 start = w.let(f"({j} - {k}) * {r}u + {k}")
-                step = w.let(f"{k} * {length // (ns * r)}u * p.tw_scale")  # w_{ns r}^k = roots[k M / (ns r)]
                 twisted = [row[0]] + [w.let(f"cmul({row[q]}, {root})") for q, root in enumerate(
-                    self.twiddles(step, r), 1)]
+                    self.twiddles(self.root(s, b), r), 1)]
             values = []
             for q, value in enumerate(w.dft(twisted)):
                 position = start if q == 0 else f"{start} + {q * ns}u"
@@ -300,11 +347,11 @@ class _Stages:
             outputs.append(values)
         return outputs
 
-    def twiddles(self, step: str, r: int) -> list[str]:
-        """w^1 .. w^(r-1) of the stage's root w = roots[step]: w^1 from the table, the others its products
+    def twiddles(self, root: str, r: int) -> list[str]:
+        """w^1 .. w^(r-1) of the stage's root w (from the table): the others its products
         w^q = w^(q // 2) w^(q - q // 2) (one load per butterfly instead of r - 1, measured faster; at
         most log2(r) + 1 roundings, within the tolerance's log2(M) eps)."""
-        powers = {1: self.w.let(f"root({step})")}
+        powers = {1: root}
         for q in range(2, r):
             powers[q] = self.w.let(f"cmul({powers[q // 2]}, {powers[q - q // 2]})")
         return [powers[q] for q in range(1, r)]
@@ -315,22 +362,25 @@ class _Stages:
         r_next = self.program[s + 1][0]
         inputs = self.declare(s + 1, r_next)
         rounds = self.shape.lines // self.shape.group
+        put = {name: self.v(s, name) for name in ("turn", "slot", "lx")}  # writers: stage s's grouping
+        get = {name: self.v(s + 1, name) for name in ("turn", "slot", "lx", "t")}  # readers: stage s + 1's
         for g in range(rounds):
             indent = "    " if rounds == 1 else "        "
             if rounds > 1:
-                self.w.raw(f"    if (turn == {g}u) {{")
+                self.w.raw(f"    if ({put['turn']} == {g}u) {{")
             for b, values in enumerate(outputs):
-                self.block(self.guard(r, b),
-                           [f"sh[sw(slot + {position}, lx)] = {value};" for position, value in values],
-                           indent)
+                self.block(self.guard(r, b, s),
+                           [f"sh[sw({put['slot']} + {position}, {put['lx']})] = {value};"
+                            for position, value in values], indent)
             if rounds > 1:
                 self.w.raw("    }")
             self.w.raw("    workgroupBarrier();")
             if rounds > 1:
-                self.w.raw(f"    if (turn == {g}u) {{")
+                self.w.raw(f"    if ({get['turn']} == {g}u) {{")
             for b, row in enumerate(inputs):
-                self.block(self.guard(r_next, b),
-                           [f"{name} = sh[sw(slot + t + {b * threads + q * (length // r_next)}u, lx)];"
+                self.block(self.guard(r_next, b, s + 1),
+                           [f"{name} = sh[sw({get['slot']} + {get['t']} + "
+                            f"{b * threads + q * (length // r_next)}u, {get['lx']})];"
                             for q, name in enumerate(row)], indent)
             if rounds > 1:
                 self.w.raw("    }")
