@@ -42,7 +42,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 MAX_HEAD_DIM = 256
 DECODE_MAX_Q = 4  # up to this many queries, one workgroup per query row beats a mostly idle flash block
 DECODE_WG = 256
-DECODE_KEYS = 64  # keys per attention_decode tile (4 threads per key in the score phase)
+DECODE_ROWS = 4  # query rows per attention_decode workgroup (a vec4 of rows per key and dim)
 DECODE_BATCH = 32  # most loads one thread issues before using them
 SPLIT_MIN_KEYS = 128  # fewest keys per split-K workgroup
 SPLIT_TARGET_GROUPS = 256  # split until about this many workgroups are in flight (or keys run out)
@@ -64,8 +64,8 @@ ATTENTION_DECODE = kernel(
     params("AttentionDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
     dtypes=ATTENTION_DTYPES,
     workgroup=(DECODE_WG, 1, 1),
-    # the staged queries (QS_LEN vec4s: 4 KiB at most), then red_lo/red_hi (2 x 4 KiB) and ps_lo/ps_hi
-    shared_bytes=lambda s: 16 * int(s["QS_LEN"]) + 2 * 4096 + 2 * 1024, sizes={"QS_LEN": 256},
+    # the staged queries (QD vec4s: 4 KiB at most), then ps and red (2 x 4 KiB) and red16
+    shared_bytes=lambda s: 16 * int(s["QD"]) + 2 * 4096 + 256, sizes={"QD": 256},
 )
 ATTENTION_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
 ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, dtypes=ATTENTION_DTYPES,
@@ -147,39 +147,32 @@ def _mask_strides(node: Node, mask: Node, dims: dict[str, int]) -> tuple[int, in
     return strides["b"], strides["h"], strides["q"], strides["k"]
 
 
-def decode_batches(head_dim: int, rows: int) -> dict[str, str]:
-    """attention_decode's straight-line load batches (WGSL text). Each thread issues all the loads of a
-    batch before using any: written out, not looped, so the shader compiler cannot serialise them
-    into one load round trip per element (what made a looped version latency-bound on an H100)."""
-    score, pv = [], []
-    per_thread = math.ceil(head_dim / 4)  # dims part + 4n of a key
-    for first in range(0, per_thread, DECODE_BATCH):
-        batch = range(first, min(per_thread, first + DECODE_BATCH))
-        score += [f"        let kx{n} = key_dim(k_row, part + {4 * n}u);" for n in batch]
-        score += [f"        dot_lo += qs[(part + {4 * n}u) * RQ] * kx{n};" for n in batch]
-        if rows == 8:
-            score += [f"        dot_hi += qs[(part + {4 * n}u) * RQ + 1u] * kx{n};" for n in batch]
-    groups = DECODE_WG // head_dim
-    for first in range(0, math.ceil(DECODE_KEYS / groups), DECODE_BATCH):
-        batch = range(first, min(math.ceil(DECODE_KEYS / groups), first + DECODE_BATCH))
-        pv += [
-            f"            let vx{n} = ld_f32(v_col + min(g + {groups * n}u, last) * p.k_ss);" for n in batch
-        ]
-        for lanes in ("lo", "hi") if rows == 8 else ("lo",):
-            pv += [
-                f"            acc_{lanes} += select(vec4<f32>(0.0), ps_{lanes}[min(g + {groups * n}u, "
-                f"last)], g + {groups * n}u <= last) * vx{n};"
-                for n in batch
-            ]
+def decode_batches(head_dim: int) -> dict[str, str]:
+    """attention_decode's straight-line load batches (WGSL text): a thread issues all the loads of a
+    batch before using any, written out rather than looped, so that the shader compiler cannot
+    serialise them into one load round trip per element (what made a looped version latency-bound
+    on an H100). Scores: its key's dims; p * v: four dims of four keys."""
+    score = []
+    dims = 4 * math.ceil(head_dim / 4)
+    for first in range(0, dims, DECODE_BATCH):
+        batch = range(first, min(dims, first + DECODE_BATCH))
+        score += [f"        let kx{n} = key_dim(k_row, {n}u);" for n in batch]
+        score += [f"        dot += qs[{n}u] * kx{n};" for n in batch]
+    pv = []
+    for u in range(4):
+        pv += [f"                let c{u} = c + {u}u * DG;",
+               f"                let p{u} = select(vec4<f32>(0.0), ps[min(c{u}, TK - 1u)], c{u} < n);",
+               f"                let vrow{u} = v_base + (k0 + min(c{u}, n - 1u)) * p.k_ss;"]
+        pv += [f"                let v{u}_{e} = key_dim(vrow{u}, 4u * dq + {e}u);" for e in range(4)]
+    for u in range(4):
+        pv += [f"                acc{e} += p{u} * v{u}_{e};" for e in range(4)]
     return {"SCORE_BATCH": "\n".join(score), "PV_BATCH": "\n".join(pv)}
 
 
 def decode_blocks(heads: int, group: int, s_q: int, head_dim: int) -> tuple[int, int]:
-    """(query rows per attention_decode workgroup, row chunks per kv head): the GQA group's heads x S_q rows
-    go 4 or 8 at a time (8 only while their queries fit 4 KiB of workgroup memory)."""
-    rows_per_kv = group * s_q
-    row_block = 4 if rows_per_kv <= 4 or head_dim > 128 else 8
-    return row_block, math.ceil(rows_per_kv / row_block)
+    """(query rows per attention_decode workgroup, row chunks per kv head): the GQA group's heads x S_q
+    rows go four at a time (one vec4 of rows per key and dim)."""
+    return DECODE_ROWS, math.ceil(group * s_q / DECODE_ROWS)
 
 
 def wanted_splits(groups: int, s_k: int) -> int:
@@ -339,21 +332,14 @@ def _lower_decode(
     """attention_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
     head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine."""
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
-    row_block, chunks = decode_blocks(heads, group, s_q, head_dim)
+    _, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
     unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
-    decode_subs = {
-        **subs,
-        "DG": DECODE_WG // head_dim,
-        "ROWS": row_block,
-        "QD": padded,
-        "QS_LEN": padded * row_block // 4,
-        **decode_batches(head_dim, row_block),
-    }
+    decode_subs = {**subs, "DG": DECODE_WG // (padded // 4), "QD": padded, **decode_batches(head_dim)}
     steps = [
         ctx.dispatch(
             ATTENTION_DECODE,
