@@ -35,6 +35,21 @@ fn st4(row: u32, col: u32, v: vec4<f32>) {
     }
 }
 
+// sum over s <= t of w[s] xd[4 s + quad] (w = a row of T' or M in the record), 4 loads in flight.
+fn lower_sum(w: u32, t: u32, quad: u32) -> vec4<f32> {
+    var sum = vec4<f32>();
+    var s = 0u;
+    for (; s + 3u <= t; s = s + 4u) {
+        let w4 = vec4<f32>(ld_f32(w + s), ld_f32(w + s + 1u), ld_f32(w + s + 2u), ld_f32(w + s + 3u));
+        sum = sum + w4.x * xd[4u * s + quad] + w4.y * xd[4u * s + 4u + quad] + w4.z * xd[4u * s + 8u + quad]
+            + w4.w * xd[4u * s + 12u + quad];
+    }
+    for (; s <= t; s = s + 1u) {
+        sum = sum + ld_f32(w + s) * xd[4u * s + quad];
+    }
+    return sum;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let b = wid.y / p.heads;
@@ -60,7 +75,20 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         var qs = vec4<f32>();
         if (t < len) {
             var ks = vec4<f32>();
-            for (var i = 0u; i < p.n; i = i + 1u) {
+            var i = 0u;
+            for (; i + 4u <= p.n; i = i + 4u) {  // 8 loads in flight
+                let k4 = vec4<f32>(ld_f32(p.k + row + i), ld_f32(p.k + row + i + 1u), ld_f32(p.k + row + i + 2u),
+                                   ld_f32(p.k + row + i + 3u));
+                let q4 = vec4<f32>(ld_f32(p.q + row + i), ld_f32(p.q + row + i + 1u), ld_f32(p.q + row + i + 2u),
+                                   ld_f32(p.q + row + i + 3u));
+                let s0 = st[4u * i + quad];
+                let s1 = st[4u * i + 4u + quad];
+                let s2 = st[4u * i + 8u + quad];
+                let s3 = st[4u * i + 12u + quad];
+                ks = ks + k4.x * s0 + k4.y * s1 + k4.z * s2 + k4.w * s3;
+                qs = qs + q4.x * s0 + q4.y * s1 + q4.z * s2 + q4.w * s3;
+            }
+            for (; i < p.n; i = i + 1u) {
                 let s = st[4u * i + quad];
                 ks = ks + ld_f32(p.k + row + i) * s;
                 qs = qs + ld_f32(p.q + row + i) * s;
@@ -71,9 +99,7 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         workgroupBarrier();
         var d = vec4<f32>();
         if (t < len) {
-            for (var s = 0u; s <= t; s = s + 1u) {
-                d = d + ld_f32(base + t * C + s) * xd[4u * s + quad];
-            }
+            d = lower_sum(base + t * C, t, quad);
         }
         workgroupBarrier();
         if (t < len) {
@@ -81,18 +107,25 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         }
         workgroupBarrier();
         if (t < len) {
-            var o = gamma * qs;
-            for (var s = 0u; s <= t; s = s + 1u) {
-                o = o + ld_f32(base + C * C + t * C + s) * xd[4u * s + quad];
-            }
-            st4(p.o + row, col, o * p.scale);
+            st4(p.o + row, col, (gamma * qs + lower_sum(base + C * C + t * C, t, quad)) * p.scale);
         }
         let decay = ld_f32(base + 2u * C * C + len - 1u);
         for (var i = t; i < p.n; i = i + C) {
             var s = decay * st[4u * i + quad];
-            for (var u = 0u; u < len; u = u + 1u) {
-                let ku = ld_f32(p.k + step_index(b, c0 + u, h) * p.n + i);
-                s = s + (ld_f32(base + 2u * C * C + C + u) * ku) * xd[4u * u + quad];
+            let tails = base + 2u * C * C + C;
+            let stride = p.heads * p.n;  // from k_u[i] to k_{u+1}[i]
+            let k0 = p.k + step_index(b, c0, h) * p.n + i;
+            var u = 0u;
+            for (; u + 4u <= len; u = u + 4u) {  // 8 loads in flight
+                let k4 = vec4<f32>(ld_f32(k0 + u * stride), ld_f32(k0 + (u + 1u) * stride),
+                                   ld_f32(k0 + (u + 2u) * stride), ld_f32(k0 + (u + 3u) * stride));
+                let e4 = vec4<f32>(ld_f32(tails + u), ld_f32(tails + u + 1u), ld_f32(tails + u + 2u),
+                                   ld_f32(tails + u + 3u));
+                s = s + (e4.x * k4.x) * xd[4u * u + quad] + (e4.y * k4.y) * xd[4u * u + 4u + quad]
+                    + (e4.z * k4.z) * xd[4u * u + 8u + quad] + (e4.w * k4.w) * xd[4u * u + 12u + quad];
+            }
+            for (; u < len; u = u + 1u) {
+                s = s + (ld_f32(tails + u) * ld_f32(k0 + u * stride)) * xd[4u * u + quad];
             }
             st[4u * i + quad] = s;
         }
