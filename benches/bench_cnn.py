@@ -15,6 +15,8 @@ torch's convolution precision is left at torch's default, which lets cuDNN use T
 convolutions (``torch.backends.cudnn.allow_tf32`` is True unless changed; the rows record both flags).
 ``--torch-f32`` adds a second torch CUDA column with TF32 off (both sides then compute in f32).
 
+``rlxpy_resident_late_ms`` times the resident run again after the other rlxpy timings (the GPU's
+clocks and the host's state move between the two; both are kept).
 ``rlxpy_pipelined_ms`` (with ``--resident``): each resident run submitted before the last is read, the
 time per run of a stream of runs (GPU-bound; the one-call figure adds submit and readback latency).
 The same-footing columns (``--resident``): torch's input is already on the GPU, so rlxpy is also
@@ -151,6 +153,7 @@ def rlxpy_resident(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: i
     out["rlxpy_pipelined_ms"] = pipelined_ms(exe, feeds, repeat)
     out["rlxpy_host_input_ms"] = median_ms(lambda: exe.run({"x": x}), repeat, warmup)  # same input each call
     out.update(upload_breakdown(exe, x, repeat, warmup))
+    out["rlxpy_resident_late_ms"] = median_ms(lambda: exe.run(feeds=feeds), repeat, warmup)  # timed again
     if profile:
         prof = exe.profile({"x": x})
         kernels = prof.by_kernel()

@@ -12,7 +12,7 @@ Conv and ConvTranspose take one of two kernels, both reading x in place (no im2c
   few channels), where a GEMM tile of 16 channels would mostly idle: one invocation per output.
 
 Stride-1 3x3 convs with many channels and tiles (ResNet's 3x3 convs past the stem) take Winograd
-F(2x2, 3x3) instead (conv_winograd.py: transforms around a batched tiled GEMM) where the arena's
+F(4x4, 3x3) instead (conv_winograd.py: transforms around a batched tiled GEMM) where the arena's
 scratch holds its transformed operands.
 
 A transposed conv is the same gather with another tap map (include/conv_window_transpose.wgsl: output
