@@ -159,7 +159,7 @@ def rlxpy_resident(onnx_bytes: bytes, x: np.ndarray, want: np.ndarray, repeat: i
         kernels = prof.by_kernel()
         out["rlxpy_profile_gpu_ms"] = round(sum(g["ms"] for g in kernels), 4)
         out["rlxpy_gpu_ms_by_kernel"] = {g["key"]: [g["steps"], round(g["ms"], 4)] for g in kernels}
-        rows = sorted(prof.rows, key=lambda r: -r.get("gpu_ms", 0.0))[:25]
+        rows = sorted(prof.rows, key=lambda r: -r.get("gpu_ms", 0.0))[:40]
         out["rlxpy_slowest_steps"] = [[r["kernel"], r["node"][-48:], r["out_shape"], str(r["grid"]),
                                        round(r.get("gpu_ms", 0.0), 4)] for r in rows]
     exe.destroy()

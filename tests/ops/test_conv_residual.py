@@ -21,7 +21,7 @@ from rlxpy.wgpu_backend.lowering import conv_gemm, conv_winograd
 PATHS = [("direct", conv_lowering, "FORCE_PATH", "direct", ["conv_direct"]),
          ("gemm", conv_lowering, "FORCE_PATH", "gemm", ["conv_gemm"]),
          ("split", conv_gemm, "FORCE_SPLITS", 3, ["conv_gemm", "conv_split_sum"]),
-         ("winograd", conv_winograd, "FORCE", "on", ["conv_winograd_weights", "conv_winograd_input",
+         ("winograd", conv_winograd, "FORCE", "on", ["conv_winograd_operands",
                                                     "matmul_tiled", "conv_winograd_output"])]
 
 

@@ -25,7 +25,7 @@ from rlxpy import env
 from rlxpy.wgpu_backend.lowering import conv_winograd, conv_winograd_transforms
 
 CONV_TOL = TOL["matmul"]
-WINOGRAD_STEPS = ["conv_winograd_weights", "conv_winograd_input", "matmul_tiled", "conv_winograd_output"]
+WINOGRAD_STEPS = ["conv_winograd_operands", "matmul_tiled", "conv_winograd_output"]
 ACTS = {None: lambda t: t, "relu": torch.relu, "silu": F.silu}
 
 #: (batch, c_in, c_out, (h, w), padding, padding_end, bias, act)
@@ -105,6 +105,15 @@ def test_winograd_matches_torch(device, monkeypatch, m, case):
     inputs = _inputs(case)
     check_op(_build(case), inputs, _oracle(case), tol=CONV_TOL)
     assert _kernels(_build(case), inputs) == WINOGRAD_STEPS
+
+
+def test_operands_in_two_dispatches_match_torch(device, monkeypatch):
+    """The benches' split of the operand transforms (weights, then input) computes the same conv."""
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    monkeypatch.setattr(conv_winograd, "SEPARATE_OPERANDS", True)
+    case = CASES[1]
+    check_op(_build(case), _inputs(case), _oracle(case), tol=CONV_TOL)
+    assert _kernels(_build(case), _inputs(case)) == ["conv_winograd_operands"] + WINOGRAD_STEPS
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -4,9 +4,12 @@ over the arena's scratch, with n = m + 2 transform points per axis (conv_winogra
 the matrices and the kernels' written-out statements).
 
 1. conv_winograd_weights: ``U[t] = G g G^T`` for every (co, ci) kernel g, n^2 matrices [C_out, C_in]
-   (a step of every run: a weight that is a graph input may change between runs).
+   (every run: a weight that is a graph input may change between runs).
 2. conv_winograd_input: ``V[t] = B^T d B`` for every input channel and output tile (m x m outputs,
    an n x n input patch d), n^2 matrices [C_in, cols]; cols = the tiles rounded up to 4 (zero columns).
+   Steps 1 and 2 are one dispatch of conv_winograd_operands (its first items transform the weights):
+   one barrier fewer, and the weights' few items (4096 for 64 channels) no longer leave the GPU idle
+   in a dispatch of their own (``SEPARATE_OPERANDS`` splits it in two, for benches).
 3. the tiled GEMM (matmul_tiled, batched over the n^2 points t): ``M[t] = U[t] V[t]`` [C_out, cols].
 4. conv_winograd_output: ``Y = A^T M A`` per tile and channel, + bias, + residual, activation; a
    tile whose M holds a NaN or inf is recomputed by the direct sum, so non-finite values propagate
@@ -49,10 +52,9 @@ from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step
 WINOGRAD_PARAMS = params(
     "ConvWinogradParams", total=U32, c_in=U32, c_out=U32, in_h=U32, in_w=U32, out_h=U32, out_w=U32,
     p_h=I32, p_w=I32, tiles_h=U32, tiles_w=U32, tiles=U32, cols=U32, x=U32, w=U32, bias=U32, y=U32,
-    has_bias=U32, residual=U32, has_residual=U32, u=U32, v=U32, mt=U32)
+    has_bias=U32, residual=U32, has_residual=U32, u=U32, v=U32, mt=U32, w_items=U32, item0=U32)
 F32 = DType.F32
-WEIGHTS = kernel("conv_winograd_weights", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
-INPUT = kernel("conv_winograd_input", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
+OPERANDS = kernel("conv_winograd_operands", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 OUTPUT = kernel("conv_winograd_output", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 #: outputs per tile side (m of F(m x m, 3x3)): 2 or 4
 TILE = 4
@@ -74,6 +76,8 @@ MIN_MACS = 1 << 23
 FORCE: str | None = None
 FORCE_TILE: int | None = None
 FORCE_GEMM_TILE: str | None = None
+#: Benches only: the weight and input transforms as two dispatches (the default is one).
+SEPARATE_OPERANDS = False
 
 
 def tile() -> int:
@@ -147,9 +151,15 @@ def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, No
                   has_residual=int(residual is not None), u=u, v=v, mt=mt)
     c_in, c_out, cols = s["c_in"], s["c_out"], s["cols"]
 
-    def items(kern, total: int, code: str, subs: dict[str, object] | None = None) -> Step:
-        subs = {**(subs or {}), "TILE": m, "TRANSFORM": code}
-        return ctx.dispatch(kern, node, ctx.grid_1d(total), subs, False, **{**fields, "total": total})
+    w_items = c_out * c_in
+    operand_code = {"TILE": m, "WEIGHTS": transforms.weights_code(m), "INPUT": transforms.input_code(m)}
+
+    def items(kern, first: int, end: int, subs: dict[str, object]) -> Step:
+        return ctx.dispatch(kern, node, ctx.grid_1d(end - first), subs, False,
+                            **{**fields, "total": end, "item0": first, "w_items": w_items})
+
+    parts = [(0, w_items), (w_items, w_items + c_in * cols)] if SEPARATE_OPERANDS else [
+        (0, w_items + c_in * cols)]
 
     gemm = dict(m=c_out, n=cols, k=c_in, a=u, w=v, y=mt, bias=0, has_bias=0, stride_a=c_out * c_in,
                 stride_w=c_in * cols, stride_y=c_out * cols, split1=cols, split2=cols, block_rows=c_out,
@@ -159,8 +169,7 @@ def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, No
         bm, bn = (int(v) for v in FORCE_GEMM_TILE.split("x"))
     vec4 = all(gemm[f] % 4 == 0 for f in ("n", "k", "a", "w", "y"))
     grid = (math.ceil(cols / bn), math.ceil(c_out / bm), batch)
-    return [items(WEIGHTS, c_out * c_in, transforms.weights_code(m)),
-            items(INPUT, c_in * cols, transforms.input_code(m)),
+    return [*(items(OPERANDS, first, end, operand_code) for first, end in parts),
             ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, vec4, "v"), False,
                          operands=[x, w], **gemm),
-            items(OUTPUT, c_out * cols, transforms.output_code(m), {"EXPR": expr})]
+            items(OUTPUT, 0, c_out * cols, {"TILE": m, "TRANSFORM": transforms.output_code(m), "EXPR": expr})]
