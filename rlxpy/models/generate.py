@@ -260,6 +260,8 @@ class BatchGenerator(Generator):
         self.last_reused = 0  # prompt tokens the last admit found in the one-sequence caches
         self.steps = 0
         self._extent = slots  # rows the batch branch's scalable steps run (see _rows_for)
+        self._in_flight = 0  # steps submitted and not read back (submit_step)
+        self._last_read = 0.0
         self.scales = self._batch_only_extent()
 
     @classmethod
@@ -312,6 +314,8 @@ class BatchGenerator(Generator):
               slot: int | None = None) -> tuple[int, int]:
         """Prefill ``ids`` and give the sequence a free slot: (slot, first new token). The slot then
         holds ``len(ids)`` KV rows and feeds the first token at the next :meth:`step`."""
+        if self._in_flight:
+            raise InputError("a decode step is in flight: read it back before admitting a sequence")
         free = self.free_slots()
         if slot is None:
             if not free:
@@ -350,9 +354,27 @@ class BatchGenerator(Generator):
     def step(self) -> dict[int, int]:
         """One decode step of every active slot: {slot: its next token}. Each slot's position
         advances by one; a slot whose cache region is full must be released first."""
+        return self.submit_step()()
+
+    def can_follow(self) -> bool:
+        """Whether :meth:`submit_step` may queue the next step behind one in flight: every live slot
+        has room for one more row, and no debug flag explains each run before the next."""
+        live = [slot for slot in range(self.slots) if self.active[slot]]
+        return (bool(live) and not self.exe.flags.debug()
+                and all(self.positions[slot] < self.config.context for slot in live))
+
+    def submit_step(self, follow: bool = False) -> Callable[[], dict[int, int]]:
+        """Submit one decode step of every active slot without waiting; calling the result waits
+        and returns {slot: next token} for the slots still active then (one released meanwhile
+        has no token: its row was decoded in vain and is overwritten by the slot's next sequence).
+
+        ``follow=True`` feeds each slot the token of the step still in flight, on the GPU, so the
+        GPU decodes step t+1 while the host reads back and streams step t (what
+        :meth:`Generator.generate` does for one sequence). Read each step before submitting the
+        one after the next, and admit nothing while a step is in flight."""
         live = [slot for slot in range(self.slots) if self.active[slot]]
         if not live:
-            return {}
+            return dict
         full = [slot for slot in live if self.positions[slot] >= self.config.context]
         if full:
             raise InputError(f"decode slots {full}: the KV cache region is full "
@@ -361,21 +383,39 @@ class BatchGenerator(Generator):
         pos = np.zeros(self.slots, np.int32)  # free slots decode a dummy token at row 0 of their region
         seeds = np.zeros((self.slots, 2), np.uint32)
         settings = np.zeros((self.slots, 3), np.float32)
-        tokens = np.zeros(self.slots, np.int32)
         for slot in live:
             pos[slot] = self.positions[slot]
-            tokens[slot] = self.tokens[slot]
             settings[slot] = self.settings[slot].row()
             seeds[slot] = step_seed(self.settings[slot].seed, self.positions[slot])
+        inputs = {"batch_pos": pos, "batch_settings": settings, "batch_seeds": seeds}
+        feeds = None
+        if follow:
+            feeds = {"batch_tokens": self.exe.handle("batch_next")}
+        else:
+            tokens = np.zeros(self.slots, np.int32)
+            tokens[live] = self.tokens[live]
+            inputs["batch_tokens"] = tokens
         self._rows_for(live)
-        out = self.exe.run({"batch_tokens": tokens, "batch_pos": pos, "batch_settings": settings,
-                            "batch_seeds": seeds}, outputs=["batch_next"])["batch_next"].reshape(-1)
+        pending = self.exe.submit(inputs, outputs=["batch_next"], feeds=feeds)
         self._stop_on_nan("batch", int(pos[live[0]]), 1)
-        result = {}
         for slot in live:
             self.positions[slot] += 1
-            self.tokens[slot] = int(out[slot])
-            result[slot] = int(out[slot])
-        self.steps += 1
-        self._count_step(time.perf_counter() - started)
-        return result
+        self._in_flight += 1
+
+        def read() -> dict[int, int]:
+            try:
+                out = pending()["batch_next"].reshape(-1)
+            finally:
+                self._in_flight -= 1
+            result = {}
+            for slot in live:
+                if self.active[slot]:
+                    self.tokens[slot] = int(out[slot])
+                    result[slot] = int(out[slot])
+            self.steps += 1
+            now = time.perf_counter()  # steps overlap when followed: count from the last read
+            self._count_step(now - max(started, self._last_read))
+            self._last_read = now
+            return result
+
+        return read

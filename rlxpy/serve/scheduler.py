@@ -220,18 +220,32 @@ class BatchScheduler:
     # -- the worker --------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        pending = None  # a decode step submitted and not yet read back
         try:
-            while self._take(block=not self._live and not self._waiting):
-                self._start_waiting()
+            while self._take(block=not self._live and not self._waiting and pending is None):
+                if pending is not None and (not self._live or self._can_start()):
+                    self._read(pending)  # admissions and plain jobs run between steps
+                    pending = None
+                if pending is None:
+                    self._start_waiting()
                 if self._live:
-                    self._step()
+                    pending = self._advance(pending)
         finally:
+            if pending is not None:
+                self._read(pending)
             for live in list(self._live.values()):
                 live.job.cancel()
                 self._finish(live, "cancelled")
             for job in self._waiting:
                 self._skip(job)
             self._waiting.clear()
+
+    def _can_start(self) -> bool:
+        """Whether the first waiting job could start now (it then waits for no decode step)."""
+        if not self._waiting:
+            return False
+        job = self._waiting[0]
+        return job.cancelled or getattr(job, "generation", None) is None or bool(self.generator.free_slots())
 
     def _take(self, block: bool) -> bool:
         """Move submitted jobs to the waiting line; False once the scheduler closes."""
@@ -301,24 +315,50 @@ class BatchScheduler:
         self.busy_seconds += time.perf_counter() - started
         self._deliver(slot, first)
 
-    def _step(self) -> None:
+    def _advance(self, pending: Callable[[], dict[int, int]] | None) -> Callable[[], dict[int, int]] | None:
+        """Decode one step and deliver its tokens. Where the generator can, the next step is submitted
+        (fed on the GPU) before this one is read back, so the GPU works while the host streams;
+        returns that step, still in flight, or None."""
+        gen = self.generator
+        pipelined = hasattr(gen, "submit_step")
+        started = time.perf_counter()
+        try:
+            if pending is None:
+                pending = gen.submit_step() if pipelined else gen.step
+            following = gen.submit_step(follow=True) if pipelined and gen.can_follow() else None
+        except Exception as error:  # noqa: BLE001  (every sequence of the step fails with it)
+            if pending is not None:
+                self._read(pending)
+            self._fail_all(error)
+            return None
+        finally:
+            self.busy_seconds += time.perf_counter() - started
+        self._read(pending)
+        return following
+
+    def _read(self, pending: Callable[[], dict[int, int]]) -> None:
+        """Wait for a submitted step and hand each live slot its token."""
         started = time.perf_counter()
         self.peak = max(self.peak, len(self._live))
         try:
-            tokens = self.generator.step()
+            tokens = pending()
         except Exception as error:  # noqa: BLE001  (every sequence of the step fails with it)
-            for slot, live in list(self._live.items()):
-                _report(live.job, error)
-                self.generator.release(slot)
-                del self._live[slot]
-                self.completed += 1
-                live.job.emit(END)
+            self._fail_all(error)
             return
         finally:
             self.busy_seconds += time.perf_counter() - started
         self.steps += 1
         for slot, token in tokens.items():
-            self._deliver(slot, token)
+            if slot in self._live:
+                self._deliver(slot, token)
+
+    def _fail_all(self, error: Exception) -> None:
+        for slot, live in list(self._live.items()):
+            _report(live.job, error)
+            self.generator.release(slot)
+            del self._live[slot]
+            self.completed += 1
+            live.job.emit(END)
 
     def _deliver(self, slot: int, token: int) -> None:
         """Hand ``slot``'s new token to its request; free the slot when the request is done."""

@@ -231,6 +231,8 @@ class Encoder:
             if before_submit is not None:
                 before_submit()
             self.device.queue.submit([prepared.commands])
+            if key in self._key_stagings:
+                self._key_stagings[key][2] = prepared.slot  # the buffer the next run must leave alone
             self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
             return lambda: prepared.read(self.arena)
         result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit, timer)
@@ -286,9 +288,12 @@ class Encoder:
         return readback.read(self.arena)
 
     def _key_staging(self, key: tuple, size: int) -> tuple[int, Any]:
-        """(slot, buffer): the next of ``key``'s two readback buffers, grown to ``size`` bytes."""
+        """(slot, buffer): the one of ``key``'s two readback buffers that its last submitted run does
+        not use (that run may still await its read), grown to ``size`` bytes. Chosen against the
+        last *submitted* run, not the last prepared one: a run prepared and then dropped
+        (``invalidate``) must not make its replacement take the in-flight run's buffer."""
         pair = self._key_stagings.setdefault(key, [None, None, 0])
-        slot = pair[2] = pair[2] ^ 1
+        slot = pair[2] ^ 1
         if pair[slot] is None or pair[slot].size < size:
             pair[slot] = self.device.device.create_buffer(
                 label="rlx_readback", size=max(align_up(size, 256), 256),

@@ -5,6 +5,8 @@ the fused QKV + RoPE path; gemma3: q/k norms, sliding windows, two RoPE bases) a
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from tiny_families import write_tiny
@@ -13,6 +15,7 @@ from tiny_llama import write_tiny_llama
 from rlxpy.frontends.gguf import default_model_path, load_generator
 from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
 from rlxpy.models.generate import BatchGenerator, Sampling
+from rlxpy.serve.scheduler import END, BatchScheduler, Generation
 
 
 def run_batched(gen: BatchGenerator, prompts: list[list[int]], lengths: list[int],
@@ -83,6 +86,41 @@ def test_batched_logits_match_one_sequence_decode(device, tiny_llama):
         want = one.exe.run({"decode_tokens": np.array([first], np.int32),
                             "decode_pos": np.array([len(p)], np.int32)}, outputs=["decode_logits"])
         np.testing.assert_allclose(out[slot], want["decode_logits"].reshape(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_server_scheduler_pipelines_steps_and_keeps_each_sequence_exact(device, tiny_llama):
+    """BatchScheduler queues step t+1 (its tokens fed on the GPU) before reading step t back: every
+    request still gets Generator's tokens, a stop token ends its request mid-way although the next
+    step was already decoding, and a request waiting for a slot joins when one frees."""
+    one, _ = load_generator(tiny_llama, context=64, chunk=8)
+    rng = np.random.default_rng(9)
+    prompts = [[1] + rng.integers(3, one.config.vocab_size, n).tolist() for n in (4, 11, 1, 7, 3)]
+    lengths = [10, 6, 12, 3, 8]
+    want = [list(one.generate(p, n)) for p, n in zip(prompts, lengths)]
+    stops = [[want[0][4]], [], [], [], [want[4][2]]]  # end two requests early on a token of their own
+    want = [w[:w.index(s[0]) + 1] if s else w for w, s in zip(want, stops)]
+    gen = BatchGenerator.from_gguf(str(tiny_llama), slots=2, context=64, chunk=8)
+
+    async def main():
+        scheduler = BatchScheduler(gen)
+        jobs = []
+        for prompt, n, stop in zip(prompts, lengths, stops):
+            got: list[int] = []
+            request = Generation(prompt, n, stop, Sampling(), lambda job, t, got=got: got.append(t),
+                                 lambda job, result, got=got: job.emit("done", got))
+            jobs.append(scheduler.submit_generation(request))
+        results = []
+        for job in jobs:
+            while (event := await asyncio.wait_for(job.events.get(), 120))[0] != END:
+                if event[0] == "error":
+                    raise event[1]
+                results.append(event[1]) if event[0] == "done" else None
+        scheduler.close()
+        return results, scheduler.peak
+
+    results, peak = asyncio.run(main())
+    assert results == want and peak == 2
+    assert gen._in_flight == 0
 
 
 def test_per_request_sampling_is_reproducible_and_matches_the_compiled_sampler(device, tiny_llama):

@@ -1,12 +1,15 @@
 """BatchScheduler (continuous batching) on its own, over a stand-in generator (no model, no GPU):
 requests join free slots between steps, leave on a stop token, their limit or a cancel, and each
-gets exactly its own tokens."""
+gets exactly its own tokens. Each test runs over a generator that steps one at a time and over one
+whose next step can be queued behind the step in flight (the GPU generator's pipelining)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+
+import pytest
 
 from rlxpy.serve.scheduler import END, BatchScheduler, Generation
 
@@ -46,6 +49,44 @@ class CountingGenerator:
         self.active[slot] = False
 
 
+class PipelinedGenerator(CountingGenerator):
+    """submit_step/can_follow like BatchGenerator: a followed step continues from the tokens of the
+    step in flight; a slot released meanwhile gets no token; nothing is admitted while steps fly."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight = 0
+        self.followed = 0
+
+    def admit(self, ids, sampling):
+        assert self.in_flight == 0, "admitted while a step was in flight"
+        return super().admit(ids, sampling)
+
+    def can_follow(self):
+        live = [s for s in range(self.slots) if self.active[s]]
+        return bool(live) and all(self.position[s] < self.context for s in live)
+
+    def submit_step(self, follow=False):
+        assert self.in_flight <= (1 if follow else 0)
+        self.followed += follow
+        out = CountingGenerator.step(self)
+        self.in_flight += 1
+
+        def read():
+            self.in_flight -= 1
+            return {s: t for s, t in out.items() if self.active[s]}
+
+        return read
+
+    def step(self):
+        raise AssertionError("a pipelined generator is driven through submit_step")
+
+
+@pytest.fixture(params=[CountingGenerator, PipelinedGenerator])
+def generator(request):
+    return request.param
+
+
 def _generation(start: int, max_tokens: int, stop=(), log=None):
     got = []
 
@@ -70,9 +111,9 @@ async def _done(job):
             return value
 
 
-def test_more_requests_than_slots_all_finish_with_their_own_tokens():
+def test_more_requests_than_slots_all_finish_with_their_own_tokens(generator):
     async def main():
-        gen = CountingGenerator(slots=3)
+        gen = generator(slots=3)
         scheduler = BatchScheduler(gen)
         lengths = [5, 2, 7, 1, 4, 6, 3]
         jobs = [scheduler.submit_generation(_generation(100 * i, n)) for i, n in enumerate(lengths)]
@@ -82,13 +123,15 @@ def test_more_requests_than_slots_all_finish_with_their_own_tokens():
             assert tokens == list(range(100 * i + 1, 100 * i + 1 + n)) and reason == "length"
         assert max(gen.batches) == 3 and scheduler.peak == 3  # slots were shared
         assert scheduler.completed == len(lengths) and scheduler.cancelled == 0 and not any(gen.active)
+        if generator is PipelinedGenerator:
+            assert gen.followed > 0 and gen.in_flight == 0
 
     asyncio.run(main())
 
 
-def test_a_stop_token_frees_the_slot_for_a_waiting_request():
+def test_a_stop_token_frees_the_slot_for_a_waiting_request(generator):
     async def main():
-        gen = CountingGenerator(slots=1)
+        gen = generator(slots=1)
         scheduler = BatchScheduler(gen)
         first = scheduler.submit_generation(_generation(10, 50, stop=[13]))
         second = scheduler.submit_generation(_generation(20, 2))
@@ -99,9 +142,9 @@ def test_a_stop_token_frees_the_slot_for_a_waiting_request():
     asyncio.run(main())
 
 
-def test_cancelled_requests_leave_running_or_never_start_and_plain_jobs_run_between_steps():
+def test_cancelled_requests_leave_running_or_never_start_and_plain_jobs_run_between_steps(generator):
     async def main():
-        gen = CountingGenerator(slots=1, delay=0.01)
+        gen = generator(slots=1, delay=0.01)
         scheduler = BatchScheduler(gen)
         running = scheduler.submit_generation(_generation(0, 10_000))
         waiting = scheduler.submit_generation(_generation(50, 3))
@@ -121,9 +164,9 @@ def test_cancelled_requests_leave_running_or_never_start_and_plain_jobs_run_betw
     asyncio.run(main())
 
 
-def test_close_ends_live_and_waiting_generations():
+def test_close_ends_live_and_waiting_generations(generator):
     async def main():
-        gen = CountingGenerator(slots=2, delay=0.01)
+        gen = generator(slots=2, delay=0.01)
         scheduler = BatchScheduler(gen)
         jobs = [scheduler.submit_generation(_generation(i, 10_000)) for i in range(3)]
         while not gen.batches:

@@ -232,6 +232,26 @@ def test_submitted_runs_in_flight_read_back_their_own_results(device):
     np.testing.assert_array_equal(pending()["y"], np.full(6, 9, np.float32))
 
 
+def test_an_extent_change_between_runs_in_flight_keeps_each_runs_readback(device):
+    """Changing the active extent drops the pre-encoded next run; its replacement must not take the
+    readback buffer of the run still awaiting its read (it did: that run then read the next one's
+    values, a slot of the batched server reporting its following token)."""
+    g = rlxpy.Graph("counter_rows")
+    x = g.input("x", [6])
+    g.output(g.add(x, g.param("one", [6]), name="y"))
+    exe = rlxpy.compile(g)
+    exe.set_param("one", np.ones(6, np.float32))
+    pending = exe.submit({"x": np.zeros(6, np.float32)}, outputs=["y"])
+    for step in range(1, 7):
+        following = exe.submit(feeds={"x": exe.handle("y")}, outputs=["y"])
+        out = pending()
+        exe.set_active_extent((5, 6) if step % 2 else None)  # between reading run `step` and the next submit
+        np.testing.assert_array_equal(out["y"][:5], np.full(5, step, np.float32))
+        pending = following
+    np.testing.assert_array_equal(pending()["y"][:5], np.full(5, 7, np.float32))
+    exe.set_active_extent(None)
+
+
 def test_empty_inputs_and_outputs(device):
     g = rlxpy.Graph()
     x = g.input("x", [0, 3])
