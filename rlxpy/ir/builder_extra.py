@@ -250,11 +250,14 @@ class BuilderExtra(GraphCore):
                            num_kv_heads: int = 0,
                            mask_kind: MaskKind | str = MaskKind.NONE, mask: NodeRef | None = None,
                            score_scale: float | None = None, softcap: float | None = None, window: int = 0,
-                           name: str | None = None) -> Node:
-        """Gradient of ``attention(q, k, v, ...)`` wrt "query", "key" or "value", given dy."""
+                           name: str | None = None, output: NodeRef | None = None) -> Node:
+        """Gradient of ``attention(q, k, v, ...)`` wrt "query", "key" or "value" (or "all", "packed"),
+        given dy; ``output``: the forward's output, from which the kernels take rowsum(dy * o)."""
         op = ops.AttentionBackward(num_heads, head_dim, _enum(AttentionWrt, wrt), num_kv_heads,  # type: ignore[arg-type]
-                                     _enum(MaskKind, mask_kind), score_scale, softcap, window)  # type: ignore[arg-type]
-        return self.apply(op, [q, k, v, dy] + ([mask] if mask is not None else []), name)
+                                     _enum(MaskKind, mask_kind), score_scale, softcap, window,  # type: ignore[arg-type]
+                                     given_output=output is not None)
+        extra = ([output] if output is not None else []) + ([mask] if mask is not None else [])
+        return self.apply(op, [q, k, v, dy] + extra, name)
 
     def activation_backward(self, t: NodeRef, dy: NodeRef, fn: ActKind | str, of_output: bool = False,
                             name: str | None = None) -> Node:

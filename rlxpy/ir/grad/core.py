@@ -133,7 +133,12 @@ class GradContext:
         return total
 
     def _padded(self, parts: Sequence[Slice], axis: int, like: Node) -> Node:
-        """Disjoint slices along ``axis`` (in order) with zeros between them: one Concat."""
+        """Disjoint slices along ``axis`` (in order) with zeros between them: one Concat; or, when the
+        slices are Narrows of one tensor of ``like``'s type that tile it in order (a rule that wrote
+        its inputs' gradients side by side, AttentionBackward's PACKED), that tensor."""
+        whole = self._tiled_by(parts, axis, like)
+        if whole is not None:
+            return whole
         pieces, at = [], 0
         for part in parts:
             if part.start > at:
@@ -143,6 +148,25 @@ class GradContext:
         if at < like.shape[axis]:
             pieces.append(self.zeros_shaped(like, axis, like.shape[axis] - at))
         return pieces[0] if len(pieces) == 1 else self.g.concat(pieces, axis)
+
+    def _tiled_by(self, parts: Sequence[Slice], axis: int, like: Node) -> Node | None:
+        """The tensor that ``parts`` (sorted by start) narrow in order, covering its ``axis``; None when
+        they do not."""
+        sources = set()
+        at = 0
+        for part in parts:
+            op = part.value.op
+            if not isinstance(op, ops.Narrow) or part.start != at:
+                return None
+            source = self.g.nodes[part.value.inputs[0]]
+            if op.axis % source.rank != axis or op.start != at:
+                return None
+            sources.add(source.id)
+            at += op.length
+        if len(sources) != 1:
+            return None
+        source = self.g.nodes[sources.pop()]
+        return source if source.type == like.type and at == like.shape[axis] else None
 
     def zeros_shaped(self, like: Node, axis: int, length: int) -> Node:
         """Zeros of ``like``'s dtype and shape with ``length`` along ``axis``."""

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlxpy.ir.ops.attention import Attention
+from rlxpy.ir.ops.attention import Attention, bshd_layout
 from rlxpy.ir.ops.base import (
     ENUMS,
     ActKind,
@@ -35,12 +35,14 @@ from rlxpy.ir.shape import format_shape
 
 class AttentionWrt(enum.IntEnum):
     """Which input AttentionBackward differentiates (the ids are serialised: keep them stable); ALL
-    gives the three gradients at once, flattened one after the other."""
+    gives the three gradients at once, flattened one after the other; PACKED gives them at once side
+    by side in each token's row (the gradient of a fused QKV projection that was narrowed into q | k | v)."""
 
     QUERY = 0
     KEY = 1
     VALUE = 2
     ALL = 3
+    PACKED = 4
 
 
 ENUMS[AttentionWrt.__name__] = AttentionWrt  # so JSON graphs can name it
@@ -186,13 +188,19 @@ class GatherBackward(Op):
 
 @dataclass(frozen=True)
 class AttentionBackward(Op):
-    """dq, dk or dv (``wrt``) of Attention with the same attributes, or with ``wrt`` ALL the three as
-    one 1-D tensor [dq flat, dk flat, dv flat] (each in its input's layout); inputs q, k, v, dy (+ mask).
+    """dq, dk or dv (``wrt``) of Attention with the same attributes; with ``wrt`` ALL the three as one
+    1-D tensor [dq flat, dk flat, dv flat] (each in its input's layout); with ``wrt`` PACKED the three
+    as one [B, S, (H + 2 H_kv) D] tensor, each token's row holding its dq, dk and dv side by side
+    (self-attention with token-major q, k, v: [B, S, H, D] or [B, S, H*D], one B and S). Inputs q, k,
+    v, dy, then the forward's output o when ``given_output``, then the mask (CUSTOM / BIAS).
 
     With ``P = softmax(mask(cap(scale q k^T)))``: ``dV = P^T dY``, ``dP = dY V^T``,
     ``dS = P (dP - rowsum(P dP))``, zeroed where the mask replaced the score, times
     ``1 - tanh^2`` under a softcap; ``dQ = scale dS K``, ``dK = scale dS^T Q``. GQA sums dK/dV over
-    the query heads sharing a kv head. dy has q's shape and layout."""
+    the query heads sharing a kv head. dy has q's shape and layout. ``rowsum(P dP)`` equals
+    ``rowsum(dY * O)`` (O = P V, the forward's output, q's shape and layout): with ``given_output``
+    it is computed from o instead of from the probabilities, which saves recomputing dY V^T for it.
+    o must then be the forward's output for these q, k, v (the op does not check it)."""
 
     num_heads: int
     head_dim: int
@@ -202,7 +210,8 @@ class AttentionBackward(Op):
     score_scale: float | None = None
     softcap: float | None = None
     window: int = 0
-    arity = (4, 5)
+    given_output: bool = False
+    arity = (4, 6)
 
     def forward(self) -> Attention:
         return Attention(self.num_heads, self.head_dim, self.num_kv_heads, self.mask_kind, self.score_scale,
@@ -210,12 +219,24 @@ class AttentionBackward(Op):
 
     def infer(self, ins: Sequence[TensorType]) -> TensorType:
         q, k, v, dy = ins[:4]
-        self.forward().infer([q, k, v, *ins[4:]])
+        rest = list(ins[4:])
+        if self.given_output:
+            need(bool(rest), "given_output needs the forward's output o as input 4")
+            o = rest.pop(0)
+            need(o == q, f"o {o} must have q's type {q}")
+        self.forward().infer([q, k, v, *rest])
         need(dy.shape == q.shape, f"dy {dy} must have q's shape {format_shape(q.shape)}")
         need(isinstance(self.wrt, AttentionWrt), f"wrt must be an AttentionWrt, got {self.wrt!r}")
         if self.wrt is AttentionWrt.ALL:
             need_static(q.shape + k.shape, "attention backward wrt all")
             return TensorType((math.prod(q.shape) + 2 * math.prod(k.shape),), q.dtype)
+        if self.wrt is AttentionWrt.PACKED:
+            kv_heads = self.forward().kv_heads
+            need(bshd_layout(q, self.num_heads, self.head_dim) and bshd_layout(k, kv_heads, self.head_dim)
+                 and k.shape[:2] == q.shape[:2] and v.shape == k.shape,
+                 f"wrt PACKED needs token-major q {q}, k {k}, v {v} over one batch and sequence")
+            width = (self.num_heads + 2 * kv_heads) * self.head_dim
+            return TensorType((q.shape[0], q.shape[1], width), q.dtype)
         return (q, k, v)[self.wrt]
 
 

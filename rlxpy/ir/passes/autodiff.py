@@ -8,7 +8,7 @@ loss back in reverse order. A node is *active* when it is a float tensor that de
 tensor and that the loss depends on; each active node's rule (``rlxpy/ir/grad/<family>.py``,
 registered with ``@vjp``) turns the gradient of its output into gradients of its active inputs.
 Gradients that reach one tensor by several paths (fan-out, tied weights) are summed (the slices that
-Narrows hand back are merged into one Concat first); inactive inputs
+Narrows hand back are merged into one Concat first, or are the whole tensor they tile); inactive inputs
 (integer indices, masks, constants) get none. An active node whose op has no rule is an
 UnsupportedOpError naming the node and op.
 
@@ -67,6 +67,7 @@ def grad(graph: Graph, loss: NodeRef | str, wrt: Iterable[NodeRef | str] | None 
         if not differentiable(node):
             raise GraphError(f"{where(node)}: cannot differentiate with respect to a {node.dtype} tensor")
     active = _active(out, loss_node, {n.id for n in targets})
+    forward_nodes = len(out.nodes)
     found = _backward(out, loss_node, active, {n.id for n in targets})
     grads, unreached = {}, []
     for node in targets:
@@ -80,7 +81,18 @@ def grad(graph: Graph, loss: NodeRef | str, wrt: Iterable[NodeRef | str] | None 
     if loss_node.id not in out.outputs:
         out.output(loss_node)
     out.output(*(out[name] for name in grads.values()))
-    return Gradients(out, loss_name, grads, tuple(unreached))
+    return Gradients(_drop_unread(out, forward_nodes), loss_name, grads, tuple(unreached))
+
+
+def _drop_unread(graph: Graph, first: int) -> Graph:
+    """``graph`` without the gradient nodes (ids from ``first``) that nothing reads, e.g. the Narrows
+    of a rule's output that the traversal replaced by the output itself (AttentionBackward PACKED)."""
+    users, outputs = graph.consumers(), set(graph.outputs)
+    unread: set[int] = set()
+    for node in reversed(graph.nodes[first:]):
+        if node.id not in outputs and all(user in unread for user in users[node.id]):
+            unread.add(node.id)
+    return copy_graph(graph, drop=unread) if unread else graph
 
 
 def _name_of(graph: Graph, ref: NodeRef | str, what: str) -> str:

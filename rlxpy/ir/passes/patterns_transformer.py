@@ -9,7 +9,9 @@ pattern off (the tests check exactly that):
   contiguous block, and every Narrow becomes a view of its block. Saves one copy step per part.
 * **packed BSHD attention** (``packed_attention``) — an Attention whose q, k and v are token-major
   slices (through Reshape / Cast views) of one packed parent: PackedAttention reads them in place
-  with the parent's row stride. Saves the narrow copies. ``RLX_WGPU_NO_PACKED_BSHD_ATTN`` turns it off.
+  with the parent's row stride. Saves the narrow copies; taken only when every narrow goes (one that
+  another node reads, e.g. an attention gradient, is left to split QKV, which makes it a view).
+  ``RLX_WGPU_NO_PACKED_BSHD_ATTN`` turns it off.
 * **residual + norm tee** (``residual_norm``) — ``s = x + r`` read by a LayerNorm/RmsNorm: one
   ResidualNormTee step writes s (for the residual stream) and the norm; with no other reader of s
   the catalogue's FusedResidualLN / FusedResidualRmsNorm (when the norm has beta) does it without
@@ -123,15 +125,17 @@ def match_packed_attention(graph: Graph) -> list[PackedQkv]:
         if found is None:
             continue
         packed, parent, chains = found
-        replaced.add(att.id)
         slices: set[int] = set()
         # the slices' copies are dropped when this attention was their only reader
         for chain in chains:
             for node_id in chain:
-                if node_id in outputs or not set(users[node_id]) <= replaced | {att.id}:
+                if node_id in outputs or not set(users[node_id]) <= replaced | slices | {att.id}:
                     break
-                replaced.add(node_id)
                 slices.add(node_id)
+        narrows = {chain[-1] for chain in chains}
+        if not narrows <= slices:
+            continue  # a narrow stays (another reader, e.g. a gradient): split QKV can make it a view
+        replaced |= slices | {att.id}
         matches.append(PackedQkv(att, packed, parent, frozenset(slices)))
     return matches
 

@@ -158,7 +158,8 @@ def _layout(t: np.ndarray, heads: int, head_dim: int) -> str:
 @reference(AttentionBackward)
 def ref_attention_backward(op: AttentionBackward, args, node):
     q, k, v, dy = args[:4]
-    grads = attention_grads(op, q, k, v, dy, args[4] if len(args) > 4 else None)
+    rest = list(args[4:])[1:] if op.given_output else list(args[4:])  # o: the reference recomputes P
+    grads = attention_grads(op, q, k, v, dy, rest[0] if rest else None)
     laid_out = []
     for wrt in (AttentionWrt.QUERY, AttentionWrt.KEY, AttentionWrt.VALUE):
         target = (q, k, v)[wrt]
@@ -167,6 +168,8 @@ def ref_attention_backward(op: AttentionBackward, args, node):
         laid_out.append(grad)
     if op.wrt is AttentionWrt.ALL:
         return np.concatenate([g.reshape(-1) for g in laid_out])
+    if op.wrt is AttentionWrt.PACKED:  # token-major: each token's dq | dk | dv
+        return np.concatenate([g.reshape(g.shape[0], g.shape[1], -1) for g in laid_out], axis=-1)
     return laid_out[op.wrt]
 
 

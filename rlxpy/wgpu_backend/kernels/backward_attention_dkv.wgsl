@@ -70,11 +70,11 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
             }
         }
     }
-    let out = b * p.k_sb + hk * p.k_sh;
+    let out = b * p.ok_sb + hk * p.ok_sh;  // k's layout, or the packed rows
     if (WANT_K) {
-        store_grads(&acc_k, p.out + out, p.k_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, p.scale);
+        store_grads(&acc_k, p.out + out, p.ok_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, p.scale);
     }
     if (WANT_V) {
-        store_grads(&acc_v, select(p.out, p.out2, WRT == 3u) + out, p.k_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, 1.0);
+        store_grads(&acc_v, select(p.out, p.out2, WRT == 3u) + out, p.ok_ss, j0 + 4u * t.y, p.s_k, 4u * t.x, 1.0);
     }
 }

@@ -3,7 +3,8 @@
 // Never materialises S_q x S_k. Workgroup = (64 queries, head, batch); thread (tx, ty) = query rows
 // 4 ty + a, keys 2 tx + c of each tile (score_block), then rows 4 ty + a and head dims 64 g + 4 tx + e of
 // dQ (row_product over the tile's K rows). Key tiles [start, start + count) per dispatch; a later
-// dispatch adds to what the earlier ones wrote. Bindings: 0 = arena window, 1 = BackwardAttentionParams.
+// dispatch adds to what the earlier ones wrote. dQ is stored with the strides oq_* (q's layout, or the packed
+// rows). Bindings: 0 = arena window, 1 = BackwardAttentionParams.
 #include "common_arena.wgsl"
 
 #include "backward_attention_tiles.wgsl"
@@ -38,5 +39,6 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
                                      select(zero, ds1, in_rows & vec4<bool>(j + 1u < k_last))));
         row_product(t, lane, qb.k_base, p.k_ss, k0, k_last, &acc);
     }
-    store_grads(&acc, p.out + qb.b * p.q_sb + qb.h * p.q_sh, p.q_ss, qb.q0 + 4u * t.y, p.s_q, 4u * t.x, p.scale);
+    store_grads(&acc, p.out + qb.b * p.oq_sb + qb.h * p.oq_sh, p.oq_ss, qb.q0 + 4u * t.y, p.s_q, 4u * t.x,
+                p.scale);
 }

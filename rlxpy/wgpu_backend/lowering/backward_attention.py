@@ -8,7 +8,12 @@ sum_j exp(s - m) dP_ij, from which D = dO . O), into declared scratch; then
 * wrt key / value: backward_attention_dkv, one workgroup per (64 keys, kv head, batch) walking tiles of 32
   queries of every query head in its GQA group (the group's gradients are summed in the workgroup);
 * wrt all: the statistics once, then both, the dkv pass computing dK and dV together; the output is
-  [dq, dk, dv] flat, each in its input's layout.
+  [dq, dk, dv] flat, each in its input's layout;
+* wrt packed: the same passes, dq, dk and dv stored side by side in each token's row (the output
+  strides oq_* / ok_* differ from the inputs' strides only there).
+
+With ``given_output`` the statistics pass takes D = dO . O from the forward's output instead of summing
+exp(s - m) dO . V over the keys, so it computes one product (Q K^T) per tile instead of two.
 
 The five products (Q K^T, dO V^T, then dS K, or P^T dO and dS^T Q) are register-tiled like the
 GEMMs: a thread owns a 4 x 2 block of scores and 4 rows x 4 head dims (per 64) of a gradient, reads
@@ -46,7 +51,8 @@ COLS = 32  # columns (keys, or queries) per tile
 MAX_HEAD_DIM = 256
 _FIELDS = dict(
     s_q=U32, s_k=U32, group=U32, heads=U32, q=U32, k=U32, v=U32, dy=U32, out=U32, out2=U32, stats=U32,
-    q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32,
+    q_sb=U32, q_sh=U32, q_ss=U32, k_sb=U32, k_sh=U32, k_ss=U32, o=U32,
+    oq_sb=U32, oq_sh=U32, oq_ss=U32, ok_sb=U32, ok_sh=U32, ok_ss=U32,
     mask=U32, m_sb=U32, m_sh=U32, m_sq=U32, m_sk=U32, scale=F32, softcap=F32, window=U32, start=U32,
     count=U32,
 )
@@ -113,6 +119,17 @@ def _sizes(node: Node, graph: Graph) -> tuple[int, int, int]:
     return batch, s_q, s_k
 
 
+def output_strides(op: ops.AttentionBackward, q: Node, k: Node, q_strides: Strides, k_strides: Strides
+                   ) -> tuple[Strides, Strides]:
+    """(batch, head, seq) strides of dq and of dk / dv in the output: their inputs' layouts, or with
+    wrt PACKED the rows of (H + 2 H_kv) D per token."""
+    if op.wrt is not AttentionWrt.PACKED:
+        return q_strides, k_strides
+    row = (op.num_heads + 2 * op.forward().kv_heads) * op.head_dim
+    packed = (q.shape[1] * row, op.head_dim, row)
+    return packed, packed
+
+
 def stats_bytes(node: Node, graph: Graph) -> int:
     """Scratch for the row statistics: 3 floats per (batch, head, query)."""
     batch, s_q, _ = _sizes(node, graph)
@@ -176,6 +193,7 @@ def tile_subs(head_dim: int, mask_kind: int, load_mask: str, storage: int) -> di
 def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
     op: ops.AttentionBackward = node.op  # type: ignore[assignment]
     q, k, v, dy, *extra = ctx.inputs(node)
+    o = extra.pop(0) if op.given_output else None
     mask = extra[0] if extra else None
     heads, kv_heads, head_dim = op.num_heads, op.forward().kv_heads, op.head_dim
     if head_dim > MAX_HEAD_DIM:
@@ -197,24 +215,28 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
         m_sb, m_sh, m_sq, m_sk = mask_strides(node, mask, {"b": batch, "h": heads, "q": s_q, "k": s_k})
         load_mask = word_type(mask.dtype, f"{where(node)} mask")[1]
     out = ctx.offset(node)
+    out_q, out_k = output_strides(op, q, k, q_strides, k_strides)
     fields = dict(
         s_q=s_q, s_k=s_k, group=heads // kv_heads, heads=heads, q=ctx.offset(q), k=ctx.offset(k),
         v=ctx.offset(v), dy=ctx.offset(dy), out=out, out2=0, stats=(base - ctx.window_base) // 4,
         q_sb=q_strides[0], q_sh=q_strides[1], q_ss=q_strides[2],
-        k_sb=k_strides[0], k_sh=k_strides[1], k_ss=k_strides[2],
+        k_sb=k_strides[0], k_sh=k_strides[1], k_ss=k_strides[2], o=ctx.offset(o) if o is not None else 0,
+        oq_sb=out_q[0], oq_sh=out_q[1], oq_ss=out_q[2], ok_sb=out_k[0], ok_sh=out_k[1], ok_ss=out_k[2],
         mask=ctx.offset(mask) if mask is not None else 0, m_sb=m_sb, m_sh=m_sh, m_sq=m_sq, m_sk=m_sk,
         scale=op.score_scale if op.score_scale is not None else 1.0 / math.sqrt(head_dim),
         softcap=op.softcap or 0.0, window=op.window,
     )
     subs = tile_subs(head_dim, int(op.mask_kind), load_mask, ctx.facts.max_workgroup_storage)
+    stats_subs = {**subs, "GIVEN_O": str(o is not None).lower()}
     key_tiles, query_tiles = math.ceil(s_k / COLS), math.ceil(s_q / COLS)
     per_dispatch = steps_per_dispatch(node, _tile_steps(head_dim, int(subs["U"]), int(subs["KS"])), 128,
                                        "AttentionBackward")
     query_grid = (math.ceil(s_q / ROWS), heads, batch)
-    steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, subs, scalable=False, start=start,
+    steps = [ctx.dispatch(BACKWARD_ATTENTION_STATS, node, query_grid, stats_subs, scalable=False, start=start,
                           count=count, **fields)
              for start, count in chunks(key_tiles, per_dispatch)]
-    if op.wrt in (AttentionWrt.QUERY, AttentionWrt.ALL):
+    both = op.wrt in (AttentionWrt.ALL, AttentionWrt.PACKED)
+    if op.wrt is AttentionWrt.QUERY or both:
         steps += [ctx.dispatch(BACKWARD_ATTENTION_DQ, node, query_grid, subs, scalable=False, start=start,
                                count=count, **fields)
                   for start, count in chunks(key_tiles, per_dispatch)]
@@ -225,7 +247,9 @@ def lower_attention_backward(node: Node, ctx: LowerCtx) -> list[Step]:
         raise LimitError(f"{where(node)}: {heads // kv_heads} query heads per kv head exceed the loop budget")
     if op.wrt is AttentionWrt.ALL:  # dK after dq, dV after dK, in the flat output
         fields |= {"out": out + q.numel, "out2": out + q.numel + k.numel}
-    kv_subs = {**subs, "WRT": int(op.wrt)}
+    elif op.wrt is AttentionWrt.PACKED:  # dK after dq, dV after dK, in each token's row
+        fields |= {"out": out + heads * head_dim, "out2": out + (heads + kv_heads) * head_dim}
+    kv_subs = {**subs, "WRT": int(AttentionWrt.ALL) if both else int(op.wrt)}
     steps += [ctx.dispatch(BACKWARD_ATTENTION_DKV, node, (math.ceil(s_k / ROWS), kv_heads, batch), kv_subs,
                            scalable=False, start=start, count=count, **fields)
               for start, count in chunks(query_tiles, group_steps)]
