@@ -65,7 +65,8 @@ BACKWARD_CUMSUM = kernel("backward_cumsum", params(
 _INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 BACKWARD_GATHER = kernel("backward_gather", params(
     "BackwardGatherParams", outer=U32, dim=U32, inner=U32, blocks=U32, count_all=U32, start=U32, count=U32,
-    accumulate=U32, dy=U32, idx=U32, y=U32), dtypes=accepts(DType.F32, tuple(_INDEX_TYPES), out=DType.F32))
+    accumulate=U32, dy=U32, idx=U32, y=U32), dtypes=accepts(DType.F32, tuple(_INDEX_TYPES), out=DType.F32),
+    shared_bytes=lambda s: int(s["WG"]) // 2, sizes={"WG": 64})  # the chunk's match bits: 4 WG indices
 BACKWARD_ACTIVATION = kernel("backward_activation", params(
     "BackwardActivationParams", ("n",), n=U32, t=U32, dy=U32, dx=U32),
     dtypes=accepts(DType.F32, DType.F32, out=DType.F32), extent_axis=0)
