@@ -214,14 +214,10 @@ class Arena:
         """Map and copy out ``size`` bytes of a readback buffer: ``staging`` when given (the one a
         command buffer recorded into: a slot's buffer may have been replaced by a larger one since),
         else the slot's current buffer."""
-        wgpu = wgpu_module()
+        from rlxpy.wgpu_backend.readback import map_read  # wgpu-native's C calls: device side only
+
         staging = staging if staging is not None else self._stagings[slot]
-        staging.map_sync(wgpu.MapMode.READ, 0, align_up(size, 8))
-        try:
-            data = bytes(staging.read_mapped(0, size, copy=False))
-        finally:
-            staging.unmap()
-        return data
+        return map_read(self.device.device, staging, size, align_up(size, 8))
 
     def destroy(self) -> None:
         self.buffer.destroy()
