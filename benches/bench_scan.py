@@ -5,7 +5,8 @@
   (discretise every step at once, then a Python loop of S state updates, y_t = h_t @ C_t), and against
   a chunked torch formulation (decays as cumulative sums of dt * A in log space inside 64-step chunks,
   one matmul per chunk, a short loop over chunks): the fastest plain-torch scan we could write.
-* GatedDeltaNet prefill and decode (B=1, H=16, N=128) against a torch loop of the delta rule.
+* GatedDeltaNet prefill (chunked: lowering/scan_delta_chunked.py) and decode (B=1, H=16, N=128)
+  against a torch loop of the delta rule.
 * GroupedMatMul (MoE, f32) with 8 and 64 experts, prefill (4096 routed rows) and decode (8 rows)
   against the per-expert torch matmuls of an HF MoE block (rows sorted by expert, one matmul each).
 * A Mamba-1 LM of mamba-130m's shape with random weights (rlxpy.models.mamba): a 512-token prefill
@@ -16,8 +17,9 @@ are medians: rlxpy per run with dispatches only (no readback) and, where the ada
 queries, the sum of its GPU step times; torch CUDA with a synchronize. Without CUDA the torch side
 runs on the CPU (a smoke run: the ratios then mean nothing). Each ratio is torch ms / rlxpy ms (> 1:
 rlxpy is faster): ``wall`` against rlxpy's wall time per run with its inputs already on the GPU (fed
-as GpuHandles, like torch's tensors), ``wall_host`` with the inputs hashed and uploaded from the host
-each run, and ``gpu`` against the sum of its GPU step times.
+as GpuHandles, like torch's tensors), ``wall_read`` the same with the outputs read back to the host,
+``wall_host`` with the inputs hashed and uploaded from the host each run, and ``gpu`` against the sum
+of its GPU step times.
 One command: ``python benches/bench_scan.py [--quick] [--json out.json]``.
 """
 
@@ -128,7 +130,8 @@ class Side:
 def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
     """Median ms per run (dispatches only, one wait per run) with the inputs already on the GPU (fed
     from their own arena slots, as torch's tensors are: ``resident_ms``) and uploaded from the host
-    each run (``ms``: hashed, compared with the last upload, copied), plus the GPU step times when
+    each run (``ms``: hashed, compared with the last upload, copied); ``resident_readback_ms``: inputs
+    on the GPU and the outputs read back to the host (a whole ``run``); plus the GPU step times when
     measurable."""
     exe.run(feeds)
     resident = {name: exe.handle(name) for name in feeds}
@@ -142,6 +145,8 @@ def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
             times.append(time.perf_counter() - started)
         return 1e3 * statistics.median(times)
 
+    exe.run(feeds=resident)
+    readback_ms = 1e3 * timeit(lambda: exe.run(feeds=resident), repeat=repeat, warmup=1)
     with exe.flags.override(dispatch_only=1):
         exe.run(feeds=resident)
         resident_ms = median_ms(lambda: exe.run(feeds=resident))
@@ -151,8 +156,8 @@ def rlxpy_ms(exe, feeds: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
         except UnsupportedOpError:  # no timestamp queries on this adapter
             steps = {}
     kernels = [s.kernel or s.kind for s in exe.schedule.steps]
-    return {"resident_ms": resident_ms, "ms": host_ms, "gpu_ms": sum(steps.values()) if steps else None,
-            "steps": kernels}
+    return {"resident_ms": resident_ms, "ms": host_ms, "resident_readback_ms": readback_ms,
+            "gpu_ms": sum(steps.values()) if steps else None, "steps": kernels}
 
 
 def rel_error(got: np.ndarray, want) -> float:
@@ -162,11 +167,12 @@ def rel_error(got: np.ndarray, want) -> float:
 
 def ratio(torch_ms: float, ours: dict[str, Any]) -> dict[str, float | None]:
     """torch ms over rlxpy's wall ms with its inputs on the GPU (``wall``: the same footing as torch,
-    whose tensors stay on the GPU), over its wall ms with host inputs (``wall_host``: each run also
-    hashes and uploads them) and over its GPU ms (``gpu``: its steps alone)."""
+    whose tensors stay on the GPU), the same with the outputs read back to the host (``wall_read``:
+    torch's side keeps its outputs on the GPU), over its wall ms with host inputs (``wall_host``: each
+    run also hashes and uploads them) and over its GPU ms (``gpu``: its steps alone)."""
     gpu = ours["gpu_ms"]
-    return {"wall": torch_ms / ours["resident_ms"], "wall_host": torch_ms / ours["ms"],
-            "gpu": torch_ms / gpu if gpu else None}
+    return {"wall": torch_ms / ours["resident_ms"], "wall_read": torch_ms / ours["resident_readback_ms"],
+            "wall_host": torch_ms / ours["ms"], "gpu": torch_ms / gpu if gpu else None}
 
 
 # -- cases --------------------------------------------------------------------------------------------
