@@ -13,11 +13,14 @@ Two dispatches, no host step:
      with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows, gathered through the
      permutation, and their expert's weight; each weight tile is read once per BM rows. The tile
      (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups.
-   * matmul_grouped_rows (at most FEW_ROWS rows, decode: the weight read dominates): 64 x 64 tiles,
-     16-deep K steps whose loads are all issued before one barrier, word by word; on an H200 it
-     beat the register-tiled kernel at 8 experts x 8 rows (0.42 against 0.58-0.69 ms).
+   * matmul_grouped_rows (at most FEW_ROWS rows, decode: the weight read dominates): 64 columns a
+     workgroup, its 256 lanes streaming the expert's weight rows in 16 k groups (4 rows in flight
+     per lane, no barrier in the K loop), one register sum per tile row, the k groups added in
+     workgroup memory at the end. (Its predecessor staged 64 x 64 x and w tiles per 16-deep K step
+     behind a barrier: 0.42 / 0.38 ms on an H100 at 8 / 64 experts x 8 rows, K 2048, where reading
+     the weights the rows touch takes ~0.1 / ~0.03 ms.)
 
-   matmul_grouped reads the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
+   Both read the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
    (matmul_tiled's access includes), else word by word.
 
 Scratch: the tile table and the permutation (sized for 64-row tiles, the most tiles). Without room for
@@ -48,8 +51,8 @@ TILE_K = 8  # K per step of the register-tiled core
 #: experts, whose 64-row average leaves 128-row tiles half empty; the kernel takes 128-row tiles too)
 TILES = ((64, 128), (64, 64))
 MIN_GROUPS = 256
-#: the few-rows kernel: at most this many rows; 64 columns a workgroup, K steps of ROWS_K
-FEW_ROWS, ROWS_K, ROWS_COLS = 16, 16, 64
+#: the few-rows kernel: at most this many rows (each lane keeps one sum per row), 64 columns a workgroup
+FEW_ROWS, ROWS_COLS = 16, 64
 MAX_EXPERTS = 1024
 #: Benches and tests only: force a (BM, BN) of the tiled kernel. Not a user flag.
 FORCE_TILE: tuple[int, int] | None = None
@@ -81,8 +84,8 @@ MATMUL_GROUPED = kernel(
 MATMUL_GROUPED_ROWS = kernel(
     "matmul_grouped_rows", _gemm_params("MatmulGroupedRowsParams"), dtypes=_GEMM_DTYPES,
     workgroup=(16, 16, 1),
-    # the x and w tiles of one K step, the tile's row ids and its job
-    shared_bytes=4 * (2 * ROWS_K * ROWS_COLS + MIN_TILE_ROWS + 4))
+    # one row's partial sums of the 16 k groups, the tile's row ids and its job
+    shared_bytes=4 * (4 * 256 + MIN_TILE_ROWS + 4))
 
 
 def max_tiles(rows: int, experts: int, bm: int = MIN_TILE_ROWS) -> int:
@@ -115,7 +118,7 @@ def choose_tile(rows: int, experts: int, n: int) -> tuple[int, int]:
 def _loop_steps(rows: int, k: int) -> int:
     """Loop iterations one invocation of the GEMM kernel runs (lavapipe counts them)."""
     if few_rows(rows):
-        return math.ceil(k / ROWS_K) * (ROWS_K + 2) + 20
+        return math.ceil(k / 64) + 4 * FEW_ROWS + 20  # 16 k groups x 4 rows per step; ld4/stores
     return math.ceil(k / TILE_K) + 16  # the steps (the sums and the stores are written out)
 
 
@@ -149,7 +152,7 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
                                "WORD": "buf[i >> 2u][i & 3u]" if vec4 else "buf[i]"}
     if few_rows(rows):
         bm, gemm, cols = MIN_TILE_ROWS, MATMUL_GROUPED_ROWS, ROWS_COLS
-        subs = {"WORD": "buf[i]"}  # bound as words
+        subs |= few_rows_source(FEW_ROWS)
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
         tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
@@ -197,3 +200,28 @@ def register_tiles(bm: int, bn: int, blocked: bool = True) -> dict[str, object]:
     # touch would sit in memory, not in registers, wherever a compiler keeps it whole)
     return {"RT_SUMS": "\n".join(lines), "RT_STORE": "\n".join(store), "RT_ACC": bm * bn // 1024,
             "RT_A_VECS": 2 * TILE_K * bm // 4, "RT_W_VECS": 2 * TILE_K * bn // 4}
+
+
+def few_rows_source(count: int) -> dict[str, object]:
+    """matmul_grouped_rows' placeholders, written out per tile row so its sums stay in registers:
+    the row ids (row m of x for a slot past the tile's rows), per 4 k the sums of the rows present,
+    and per row the k groups' sum through workgroup memory and the store."""
+    ids = [f"    let x{r} = select(p.m, rows[{r}], {r}u < count);" for r in range(count)]
+    sums = [f"            if (count > {r}u) {{ let a = load_a(p.x, x{r}, k4); "
+            f"acc[{r}] = acc[{r}] + a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3; }}" for r in range(count)]
+    stores = []
+    for r in range(count):
+        stores += [f"    if (count > {r}u) {{",
+                   f"        part[lane] = acc[{r}];",
+                   "        workgroupBarrier();",
+                   "        if (ty == 0u && col < p.n) {",
+                   "            var sum = part[tx];",
+                   "            for (var g = 1u; g < 16u; g = g + 1u) {",
+                   "                sum = sum + part[16u * g + tx];",
+                   "            }",
+                   f"            store_y(p.y, x{r}, col, sum);",
+                   "        }",
+                   "        workgroupBarrier();",
+                   "    }"]
+    return {"ROWS": count, "ROW_IDS": "\n".join(ids), "ROW_SUMS": "\n".join(sums),
+            "ROW_STORES": "\n".join(stores)}
