@@ -283,6 +283,15 @@ class BuilderExtra(GraphCore):
         op = ops.AdamStep(beta1, beta2, eps, weight_decay, decoupled)
         return self.apply(op, [param, grad, m, v, hyper] + ([scale] if scale is not None else []), name)
 
+    def adam_step_group(self, quads: Sequence[Sequence[NodeRef]], hyper: NodeRef,
+                        scale: NodeRef | None = None, beta1: float = 0.9, beta2: float = 0.999,
+                        eps: float = 1e-8, weight_decay: float = 0.0, decoupled: bool = False,
+                        name: str | None = None) -> Node:
+        """adam_step over several (param, grad, m, v) at once (one dispatch per 8 on the GPU)."""
+        op = ops.AdamStepGroup(beta1, beta2, eps, weight_decay, decoupled, len(quads))
+        tensors = [t for quad in quads for t in quad]
+        return self.apply(op, tensors + [hyper] + ([scale] if scale is not None else []), name)
+
     def accumulate_grad(self, acc: NodeRef, grad: NodeRef, hyper: NodeRef, name: str | None = None) -> Node:
         return self.apply(ops.AccumulateGrad(), [acc, grad, hyper], name)
 

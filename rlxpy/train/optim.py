@@ -46,6 +46,12 @@ class Adam:
         return g.adam_step(param, grad, state[0], state[1], hyper, scale, self.betas[0], self.betas[1],
                            self.eps, self.weight_decay, self.decoupled, name=name)
 
+    def update_group(self, g: Graph, quads: Sequence[Sequence[Node]], hyper: Node, scale: Node | None,
+                     name: str) -> Node:
+        """One node updating every (param, grad, exp_avg, exp_avg_sq) of ``quads``."""
+        return g.adam_step_group(quads, hyper, scale, self.betas[0], self.betas[1], self.eps,
+                                 self.weight_decay, self.decoupled, name=name)
+
 
 @dataclass(frozen=True)
 class AdamW(Adam):

@@ -77,6 +77,48 @@ def test_adam_and_adamw_on_the_gpu_match_torch(device, decoupled, wd):
     assert_close(got["v"], state["exp_avg_sq"].numpy(), 1e-5, 1e-7, "v")
 
 
+GROUP_SHAPES = [(1,), (3,), (17, 5), (255,), (2, 257), (33,), (7, 3), (300,), (1,), (255, 3), (5,)]
+
+
+@pytest.mark.parametrize("decoupled, wd", [(False, 0.1), (True, 0.1)])
+def test_adam_step_group_matches_torch_per_parameter(device, decoupled, wd):
+    """11 parameters of odd shapes in one AdamStepGroup: two dispatches (8 + 3 slots), each parameter
+    against torch's Adam / AdamW over steps with a changing lr; a run with apply = 0 changes nothing."""
+    g = rlxpy.Graph("update_group")
+    hyper, scale = g.input("hyper", (3,)), g.input("s", (1,))
+    quads = [[g.param(f"p{i}", shape), g.input(f"g{i}", shape), g.param(f"m{i}", shape),
+              g.param(f"v{i}", shape)] for i, shape in enumerate(GROUP_SHAPES)]
+    g.output(g.adam_step_group(quads, hyper, scale, 0.9, 0.95, 1e-8, wd, decoupled))
+    exe = rlxpy.compile(g)
+    assert [s.kernel for s in exe.schedule.steps] == ["optim_adam_group"] * 2
+    params0 = [rand(shape, 40 + i) for i, shape in enumerate(GROUP_SHAPES)]
+    grads = [[rand(shape, 60 + 20 * t + i) for i, shape in enumerate(GROUP_SHAPES)] for t in range(len(LRS))]
+    for i, p0 in enumerate(params0):
+        exe.set_param(f"p{i}", p0)
+        for name in "mv":
+            exe.set_param(f"{name}{i}", np.zeros_like(p0))
+    feeds = {"s": np.array([0.7], np.float32)}
+    for t, lr in enumerate(LRS, start=1):
+        step = {**feeds, "hyper": np.array([lr, t, 1.0], np.float32)}
+        exe.run(step | {f"g{i}": grad for i, grad in enumerate(grads[t - 1])})
+    gated = {**feeds, "hyper": np.array([0.5, len(LRS) + 1, 0.0], np.float32)}
+    exe.run(gated | {f"g{i}": grad for i, grad in enumerate(grads[0])})  # apply = 0: no change
+    kind = torch.optim.AdamW if decoupled else torch.optim.Adam
+    for i, p0 in enumerate(params0):
+        want, state = _torch(lambda ps: kind(ps, lr=0.1, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd), p0,
+                             [grads[t][i] for t in range(len(LRS))], 0.7)
+        assert_close(exe.read_node(f"p{i}"), want, 1e-5, 1e-5, f"param {i} {GROUP_SHAPES[i]}")
+        assert_close(exe.read_node(f"m{i}"), state["exp_avg"].numpy(), 1e-5, 1e-6, f"m {i}")
+        assert_close(exe.read_node(f"v{i}"), state["exp_avg_sq"].numpy(), 1e-5, 1e-7, f"v {i}")
+
+
+def test_adam_step_group_refuses_a_wrong_input_count():
+    g = rlxpy.Graph("bad_group")
+    p, hyper = g.param("p", (3,)), g.input("hyper", (3,))
+    with pytest.raises(rlxpy.GraphError, match="2 parameters"):
+        g.apply(rlxpy.ir.ops.AdamStepGroup(count=2), [p, p, p, p, hyper])
+
+
 def test_accumulation_gates_the_update(device):
     g = rlxpy.Graph("accumulate")
     acc, grad, hyper = g.param("acc", SHAPE), g.input("g", SHAPE), g.input("hyper", (3,))

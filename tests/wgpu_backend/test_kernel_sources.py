@@ -141,7 +141,9 @@ def _loss_backward(g: rlxpy.Graph) -> None:
     scale = g.grad_clip_scale([w, x], 1.0)
     g.output(scale, g.adam_step(w, w, g.param("om", [20]), g.param("ov", [20]), hyper, scale, decoupled=True),
              g.sgd_step(g.param("op", [20]), w, hyper, g.param("ob", [20]), momentum=0.9),
-             g.accumulate_grad(g.param("oa", [20]), w, hyper))
+             g.accumulate_grad(g.param("oa", [20]), w, hyper),
+             g.adam_step_group([[g.param(f"g{n}{i}", [20]) if n else w for n in ("p", "", "m", "v")]
+                                for i in range(2)], hyper, scale))
 
 
 def _region(g: rlxpy.Graph) -> None:

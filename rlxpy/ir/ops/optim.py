@@ -89,6 +89,36 @@ class AdamStep(Op):
 
 
 @dataclass(frozen=True)
+class AdamStepGroup(Op):
+    """AdamStep (same attributes and semantics) over ``count`` parameters at once, so that one GPU
+    dispatch serves several of them; inputs param_1, grad_1, m_1, v_1, ..., param_n, grad_n, m_n, v_n,
+    hyper, [scale]. Each parameter's update is AdamStep's on its own four tensors."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled: bool = False
+    count: int = 1
+    arity = (5, None)
+
+    def mutated_inputs(self) -> tuple[int, ...]:
+        return tuple(4 * i + k for i in range(self.count) for k in (0, 2, 3))
+
+    def single(self) -> AdamStep:
+        return AdamStep(self.beta1, self.beta2, self.eps, self.weight_decay, self.decoupled)
+
+    def infer(self, ins: Sequence[TensorType]) -> TensorType:
+        need(self.count >= 1 and len(ins) in (4 * self.count + 1, 4 * self.count + 2),
+             f"{self.count} parameters take {4 * self.count} tensors, hyper and an optional scale; got "
+             f"{len(ins)} inputs")
+        rest = list(ins[4 * self.count:])
+        for i in range(self.count):
+            self.single().infer(list(ins[4 * i:4 * i + 4]) + rest)
+        return TOKEN
+
+
+@dataclass(frozen=True)
 class AccumulateGrad(Op):
     """Gradient accumulation over micro-batches: inputs acc (updated in place), grad, hyper;
     ``acc = 0`` when hyper's apply is set (the update consumed acc + grad), else ``acc += grad``."""

@@ -59,6 +59,14 @@ def ref_adam_step(op: ops.AdamStep, args, node):
     return _token()
 
 
+@reference(ops.AdamStepGroup)
+def ref_adam_step_group(op: ops.AdamStepGroup, args, node):
+    rest = list(args[4 * op.count:])
+    for i in range(op.count):
+        ref_adam_step(op.single(), list(args[4 * i:4 * i + 4]) + rest, node)
+    return _token()
+
+
 @reference(ops.AccumulateGrad)
 def ref_accumulate_grad(op: ops.AccumulateGrad, args, node):
     acc, grad, hyper = args

@@ -9,6 +9,7 @@
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
 #include "common_entry_items.wgsl"
+#include "optim_adam.wgsl"
 
 const MODE: u32 = {{MODE}}u;
 
@@ -27,39 +28,25 @@ fn run_item(e: u32) {
     if (!apply) {
         return;
     }
+    if (MODE == 1u) {
+        adam_update(p.param + e, p.grad + e, p.m + e, p.v + e);
+        return;
+    }
     let lr = ld_f32(p.hyper);
     let t = ld_f32(p.hyper + 1u);
     var scale = 1.0;
     if (p.has_scale == 1u) {
         scale = ld_f32(p.scale);
     }
-    var w = ld_f32(p.param + e);
-    var g = ld_f32(p.grad + e) * scale;
-    if (MODE == 0u) {
-        g = g + p.weight_decay * w;
-        if (p.has_state == 1u) {
-            var buf = g;
-            if (t > 1.5) {
-                buf = p.momentum * ld_f32(p.m + e) + (1.0 - p.dampening) * g;
-            }
-            st_f32(p.m + e, buf);
-            g = select(buf, g + p.momentum * buf, p.nesterov == 1u);
+    let w = ld_f32(p.param + e);
+    var g = ld_f32(p.grad + e) * scale + p.weight_decay * w;
+    if (p.has_state == 1u) {
+        var buf = g;
+        if (t > 1.5) {
+            buf = p.momentum * ld_f32(p.m + e) + (1.0 - p.dampening) * g;
         }
-        st_f32(p.param + e, w - lr * g);
-        return;
+        st_f32(p.m + e, buf);
+        g = select(buf, g + p.momentum * buf, p.nesterov == 1u);
     }
-    if (p.decoupled == 1u) {
-        w = w * (1.0 - lr * p.weight_decay);
-    } else {
-        g = g + p.weight_decay * w;
-    }
-    let m_old = ld_f32(p.m + e);
-    let m = m_old + (1.0 - p.beta1) * (g - m_old);
-    let v = p.beta2 * ld_f32(p.v + e) + (1.0 - p.beta2) * g * g;
-    let correction1 = 1.0 - pow(p.beta1, t);
-    let correction2 = 1.0 - pow(p.beta2, t);
-    let denom = sqrt(v) / sqrt(correction2) + p.eps;
-    st_f32(p.param + e, w - lr / correction1 * m / denom);
-    st_f32(p.m + e, m);
-    st_f32(p.v + e, v);
+    st_f32(p.param + e, w - lr * g);
 }

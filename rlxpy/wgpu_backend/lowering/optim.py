@@ -1,5 +1,7 @@
 """Optim family on f32: the updates are one optim_update dispatch each (one thread per element, the
-parameter and state written in place: the kernel declares them ``mutates``); GradClipScale is one
+parameter and state written in place: the kernel declares them ``mutates``), and an AdamStepGroup one
+optim_adam_group dispatch per 8 parameters (the dispatch's fixed cost, not its bytes, is what a bias or
+a norm gain's update costs); GradClipScale is one
 optim_norm dispatch per 8 gradients (partial sums of squares, one per workgroup, into declared scratch)
 and one that combines them into the factor. A GradClipScale whose scratch lies outside its bind window
 runs its reference as a host step.
@@ -23,6 +25,17 @@ OPTIM_UPDATE = kernel("optim_update", params(
     has_scale=U32, has_state=U32, beta1=F32, beta2=F32, eps=F32, weight_decay=F32, decoupled=U32,
     momentum=F32, dampening=F32, nesterov=U32), dtypes=accepts(rest=DType.F32, out=DType.F32),
     mutates=("param", "m", "v"))
+#: parameters per optim_adam_group dispatch (its fields param0..7, grad0..7, m0..7, v0..7, n0..7)
+GROUP_SLOTS = 8
+GROUP_LANES = 256
+MAX_GROUPS_X = 65535
+_SLOT_FIELDS = ("param", "grad", "m", "v", "n")
+OPTIM_ADAM_GROUP = kernel("optim_adam_group", params(
+    "OptimAdamGroupParams", first=U32, hyper=U32, scale=U32, token=U32, has_scale=U32, beta1=F32, beta2=F32,
+    eps=F32, weight_decay=F32, decoupled=U32,
+    **{f"{name}{k}": U32 for name in _SLOT_FIELDS for k in range(GROUP_SLOTS)}),
+    dtypes=accepts(rest=DType.F32, out=DType.F32),
+    mutates=tuple(f"{name}{k}" for name in ("param", "m", "v") for k in range(GROUP_SLOTS)))
 NORM_LANES = 256
 NORM_CHUNK = 16  # elements per lane of a partial sum
 NORM_PER_DISPATCH = 8  # gradients summed by one optim_norm dispatch (its fields x0..x7, n0..n7, slot0..slot7)
@@ -67,6 +80,35 @@ def lower_adam_step(node: Node, ctx: LowerCtx) -> list[Step]:
     hyper, *scale = ins[4:]
     return _update(node, ctx, ADAM, ins[2:4], hyper, scale[0] if scale else None, has_state=1, beta1=op.beta1,
                    beta2=op.beta2, eps=op.eps, weight_decay=op.weight_decay, decoupled=int(op.decoupled))
+
+
+@lowers(ops.AdamStepGroup)
+def lower_adam_step_group(node: Node, ctx: LowerCtx) -> list[Step]:
+    """One optim_adam_group dispatch per GROUP_SLOTS parameters (grid y = the parameter; x = blocks of
+    the largest, in several dispatches past MAX_GROUPS_X); unused slots repeat the first parameter's
+    offsets with n = 0 (declared mutated, never written)."""
+    op: ops.AdamStepGroup = node.op  # type: ignore[assignment]
+    ins = ctx.inputs(node)
+    quads = [ins[4 * i:4 * i + 4] for i in range(op.count)]
+    hyper, *scale = ins[4 * op.count:]
+    fields = dict(hyper=ctx.offset(hyper), scale=ctx.offset(scale[0]) if scale else 0, token=ctx.offset(node),
+                  has_scale=int(bool(scale)), beta1=op.beta1, beta2=op.beta2, eps=op.eps,
+                  weight_decay=op.weight_decay, decoupled=int(op.decoupled))
+    steps = []
+    for first in range(0, op.count, GROUP_SLOTS):
+        group = quads[first:first + GROUP_SLOTS]
+        slots: dict[str, int] = {}
+        for k in range(GROUP_SLOTS):
+            quad = group[k] if k < len(group) else group[0]
+            slots |= {f"{name}{k}": ctx.offset(t) for name, t in zip(_SLOT_FIELDS, quad)}
+            slots[f"n{k}"] = quad[0].numel if k < len(group) else 0
+        blocks = max(1, max(math.ceil(quad[0].numel / GROUP_LANES) for quad in group))
+        operands = [t for quad in group for t in quad] + [hyper, *scale]
+        for x0 in range(0, blocks, MAX_GROUPS_X):
+            grid = (min(MAX_GROUPS_X, blocks - x0), len(group), 1)
+            steps.append(ctx.dispatch(OPTIM_ADAM_GROUP, node, grid, {"WG": GROUP_LANES}, scalable=False,
+                                      operands=operands, first=x0 * GROUP_LANES, **fields, **slots))
+    return steps
 
 
 @lowers(ops.AccumulateGrad)
