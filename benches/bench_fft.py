@@ -18,8 +18,7 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 ``gb_s`` = moved_mb / GPU time; ``step_ms`` = each pass's GPU time.
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
-[--shape-cap P,I] [--max-radix R] [--pass-radix R] [--row-fast-in F] [--prefetch-roots 0|1]
-[--blocks B,G]``;
+[--shape-cap P,I] [--max-radix R] [--pass-radix R] [--row-fast-in F] [--prefetch-roots 0|1]``;
 ``--quick`` uses small batches and a 5 s clip (lavapipe);
 ``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
 log-mel rows); ``--shape-cap P,I`` shapes the FFT variants for at most P points of workgroup memory
@@ -28,9 +27,8 @@ and I invocations (default 2048,256, lowering/signal_fft.py; a large pair means 
 ``--pass-radix R`` fixes it for the four-step passes (default: chosen per line length,
 lowering/signal_fft.py ``PASS_MIN_LINES``); ``--row-fast-in F`` sets the lines side by side while a
 four-step row pass loads (``ROW_FAST_IN``; 1: each line's points adjacent, regrouped before it stores);
-``--prefetch-roots 0`` loads each stage's roots in its stage (lowering/signal_fft_code.py
-``PREFETCH_ROOTS``); ``--blocks B,G``: at most B blocks of lines per workgroup while at least G
-workgroups remain (``MAX_BLOCKS``, ``MIN_GROUPS``; 1 block: no loads ahead).
+``--prefetch-roots 1`` loads every stage's roots with the first stage's points
+(lowering/signal_fft_code.py ``PREFETCH_ROOTS``).
 """
 
 from __future__ import annotations
@@ -252,9 +250,6 @@ def main() -> None:
     prefetch = take_option("--prefetch-roots")
     if prefetch:  # stage roots loaded up front or in their stage (lowering/signal_fft_code.py)
         signal_fft_code.PREFETCH_ROOTS = prefetch[0] == "1"
-    blocks = take_option("--blocks")
-    if blocks:  # blocks of lines per workgroup, loaded one ahead (lowering/signal_fft.py)
-        signal_fft.MAX_BLOCKS, signal_fft.MIN_GROUPS = int(blocks[0]), int(blocks[1])
     args = parse_args("FFT and log-mel throughput, rlxpy vs torch (cuFFT)")
     side = Torch()
     repeat = QUICK_REPEAT if args.quick else REPEAT
@@ -277,7 +272,6 @@ def main() -> None:
     emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "shape_cap": cap or None,
           "max_radix": signal_fft_code.MAX_RADIX, "pass_radix": signal_fft.PASS_MAX_RADIX,
           "row_fast_in": signal_fft.ROW_FAST_IN, "prefetch_roots": signal_fft_code.PREFETCH_ROOTS,
-          "blocks": [signal_fft.MAX_BLOCKS, signal_fft.MIN_GROUPS],
           "results": results}, args.json)
     print(table(results))
 

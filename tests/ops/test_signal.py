@@ -90,12 +90,10 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
     other test runs): fewer lines per workgroup, exchanges in rounds (97's 256 points and 2^14's
     128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup; the row
     passes regrouped (signal_fft.ROW_FAST_IN: each line's points adjacent while they load, the lines side
-    by side when they store), across rounds; each workgroup running up to 4 blocks of lines, the last
-    one partial (signal_fft.MIN_GROUPS: the next block's points loaded during this one's stages)."""
+    by side when they store), across rounds."""
     monkeypatch.setattr(signal_fft, "SHAPE_POINTS", 256)
     monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 128)
     monkeypatch.setattr(signal_fft, "ROW_FAST_IN", 1)
-    monkeypatch.setattr(signal_fft, "MIN_GROUPS", 1)
     for n in (97, 1000, 4096, 1 << 14):
         z = complex_rand((5, n), n)
         got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})

@@ -20,16 +20,14 @@ fn line_key(line: u32) -> u32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    // p.blocks blocks of {{LINES}} lines, one after the other (the body loads the next block's points
-    // while the stages of this one run)
-    let first = (wid.x + wid.y * nwg.x) * {{LINES}}u * p.blocks;
+    let first = (wid.x + wid.y * nwg.x) * {{LINES}}u;
     if (first >= p.rows) {
         return;  // the whole workgroup: barriers stay in uniform control flow
     }
     // {{FAST}} lines adjacent among the invocations, then the points of those lines, then the next lines
     let t = (lane / {{FAST}}u) % {{THREADS}}u;
     let line = lane % {{FAST}}u + {{FAST}}u * (lane / ({{FAST}}u * {{THREADS}}u));
-    let live = first + line < p.rows;  // of the first block
+    let live = first + line < p.rows;
     let io = line_io(first + line);
     let slot = (line % {{GROUP}}u) * {{LEN}}u;
     let turn = line / {{GROUP}}u;  // the exchange round of this line
@@ -37,6 +35,8 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     // the last stage's grouping: {{FAST_OUT}} lines adjacent (the same values where FAST_OUT = FAST)
     let t_o = (lane / {{FAST_OUT}}u) % {{THREADS}}u;
     let line_o = lane % {{FAST_OUT}}u + {{FAST_OUT}}u * (lane / ({{FAST_OUT}}u * {{THREADS}}u));
+    let live_o = first + line_o < p.rows;
+    let io_o = line_io(first + line_o);
     let slot_o = (line_o % {{GROUP}}u) * {{LEN}}u;
     let turn_o = line_o / {{GROUP}}u;
     let lx_o = line_key(line_o);

@@ -40,7 +40,7 @@ FFT_FIELDS = {
     **{name: U32 for name in ("rows", "sub_rows", "t_sub", "t_k", "o_sub", "o_k", "load_len", "out_len",
                               "table", "tw_scale", "twist_mask", "n_full", "bins", "pad", "pad_mode",
                               "window", "conj_in", "pre", "mid", "conj_a", "post", "conj_b", "in_line0",
-                              "out_line0", "blocks")},
+                              "out_line0")},
     **{f"in_{name}": U32 for name in _LINES},
     **{f"out_{name}": U32 for name in _LINES},
     "scale": F32,
@@ -77,12 +77,10 @@ PASS_LINES, SINGLE_LINES = 16, 0
 #: transposed stores outweigh shorter runs of the reads; 2^14 x 256: 0.099 -> 0.092 ms, benches/RESULTS.md).
 #: ROW_FAST_IN, when below ROW_FAST, regroups a row pass: its lines load ROW_FAST_IN side by side (1: each
 #: line's points adjacent, one contiguous run) and store ROW_FAST side by side (the exchange before the
-#: last stage regroups the invocations).
+#: last stage regroups the invocations). Off: measured only beside other changes that were dropped (H100,
+#: 1 against 16 there: 2^20 x 4 0.161 -> 0.152 ms, 4099 x 255 0.215 -> 0.206, 2^14 x 256 0.111 -> 0.110;
+#: benches/RESULTS.md); a switch for A/B runs.
 COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 16
-#: Blocks of lines a workgroup runs one after the other, loading the next block's points while the stages
-#: of one run (the loads then overlap the exchanges and barriers): at most MAX_BLOCKS, and only while at
-#: least MIN_GROUPS workgroups remain (enough to fill the GPU).
-MAX_BLOCKS, MIN_GROUPS = 4, 512
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
@@ -290,9 +288,6 @@ def _pass(ctx: LowerCtx, job: FftJob, shape: Shape, rows: int, sub_rows: int, lo
              for flag, name in (("PRE", "has_pre"), ("TWIST", "twiddle"), ("POST", "has_post"))}
     values.update(fields)
     groups = math.ceil(rows / shape.lines)
-    blocks = max(1, min(MAX_BLOCKS, groups // MIN_GROUPS)) if shape.radices else 1  # length 1: one
-    groups = math.ceil(rows / (shape.lines * blocks))
-    values["blocks"] = blocks
     subs = {**shape.subs(_body(shape)), "LOAD": LOADERS[load_kind], "STORE": STORES[store_kind], **steps}
     return ctx.dispatch(SIGNAL_FFT_LINES, job.node, ctx.grid_1d(groups, 1), subs, scalable=False, **values)
 

@@ -14,9 +14,8 @@ sit side by side among the invocations (``fast`` > 1, as in the four-step passes
 line length apart, which the swizzle does not tell apart, so the low 4 bits also XOR the line
 (``line_xor``). The last stage may group the invocations differently (``fast_out``): its exchange is
 written by line and point, so any invocation can read any line's points (a four-step row pass can load
-each line's points adjacent and store the lines side by side). Each stage's roots (one table load per
-butterfly) are loaded up front with the first stage's points (``PREFETCH_ROOTS``), off the path between
-the barriers.
+each line's points adjacent and store the lines side by side). ``PREFETCH_ROOTS`` loads each stage's
+roots (one table load per butterfly) up front with the first stage's points.
 
 Everything here is straight-line code with constant indices (no arrays that the driver could move to
 local memory); the r-point DFTs are built recursively: 2, 4 by hand, 3, 5, 7 by the symmetric direct
@@ -37,8 +36,10 @@ MAX_RADIX = 4
 #: Spread the slots of side-by-side lines over the banks (``Shape.line_xor``); a switch for A/B runs.
 LINE_XOR = True
 #: Load every stage's root of unity (one per butterfly) right after the first stage's points, instead of
-#: in its stage: the table loads then wait alongside the data rather than after each barrier.
-PREFETCH_ROOTS = True
+#: in its stage (the table loads then wait alongside the data rather than after a barrier). Measured mixed
+#: on an H100, so off: 2^14 x 256 0.0996 -> 0.0970 ms, but 2^20 x 4 0.151 -> 0.173, 2^10 x 4096 0.0458 ->
+#: 0.0471 (benches/RESULTS.md); a switch for A/B runs.
+PREFETCH_ROOTS = False
 
 
 def stage_radices(length: int, max_radix: int | None = None) -> tuple[int, ...]:
@@ -267,11 +268,9 @@ class _Stages:
         return self.roots[key]
 
     def v(self, s: int, name: str) -> str:
-        """Stage s's name for a per-invocation value (t, slot, turn, lx; io, live of the block): the last
-        stage (after an exchange) has its own, of the ``fast_out`` grouping (the kernel's prologue; io and
-        live: the block loop's, whichever stage stores)."""
-        last = s == len(self.program) - 1
-        return f"{name}_o" if last and (s > 0 or name in ("io", "live")) else name
+        """Stage s's name for a per-invocation value (t, io, live, slot, turn, lx): the last stage (after
+        an exchange) has its own, of the ``fast_out`` grouping (the kernel's prologue)."""
+        return f"{name}_o" if s == len(self.program) - 1 and s > 0 else name
 
     def butterflies(self, r: int) -> tuple[int, str | None]:
         """Butterflies per invocation in a radix-r stage, and the guard of butterfly b (None: all real)."""
@@ -301,45 +300,18 @@ class _Stages:
         self.w.lines += [indent + "    " + line for line in lines]
         self.w.raw(f"{indent}}}")
 
-    def load(self, names: list[list[str]], io: str, live: str) -> None:
-        """Stage 0's inputs of one block from global memory."""
-        length, threads, r0 = self.shape.length, self.shape.threads, self.program[0][0]
-        for b, row in enumerate(names):
-            guard = self.guard(r0, b, 0)
-            self.block(live if guard is None else f"{live} && {guard}",
-                       [f"{name} = load_at({io}, t + {b * threads + q * (length // r0)}u);"
-                        for q, name in enumerate(row)])
-
     def text(self) -> str:
-        """The first block's loads; then, per block (a loop over p.blocks), the next block's loads, the
-        stages, the stores."""
-        w, lines = self.w, self.shape.lines
         inputs = self.declare(0, self.program[0][0])
-        self.load(inputs, "io", "live")
+        length, threads, r0 = self.shape.length, self.shape.threads, self.program[0][0]
+        for b, row in enumerate(inputs):  # stage 0 reads global memory
+            guard = self.guard(r0, b, 0)
+            self.block("live" if guard is None else f"live && {guard}",
+                       [f"{name} = load_at(io, t + {b * threads + q * (length // r0)}u);"
+                        for q, name in enumerate(row)])
         if PREFETCH_ROOTS:
             for s, (r, ns) in enumerate(self.program):
                 for b in range(self.butterflies(r)[0] if ns > 1 else 0):
                     self.root(s, b)
-        w.raw("    for (var c = 0u; c < p.blocks; c = c + 1u) {")
-        w.raw(f"    let at = first + c * {lines}u;")
-        w.raw("    let live_o = at + line_o < p.rows;")
-        w.raw("    let io_o = line_io(at + line_o);")
-        ahead = [[f"n_{name}" for name in row] for row in inputs]
-        for row in ahead:
-            for name in row:
-                w.raw(f"    var {name} = vec2<f32>();")
-        w.raw(f"    let ahead = at + {lines}u + line;")
-        w.raw("    let live_n = c + 1u < p.blocks && ahead < p.rows;")
-        w.raw("    let io_n = line_io(ahead);")
-        self.load(ahead, "io_n", "live_n")
-        self.stages(inputs)
-        w.lines += [f"    {name} = {next_name};" for row, next_row in zip(inputs, ahead)
-                    for name, next_name in zip(row, next_row)]
-        w.raw("    }")
-        return "\n".join(w.lines)
-
-    def stages(self, inputs: list[list[str]]) -> None:
-        """The stages of one block, from its inputs to its stores."""
         for s, (r, ns) in enumerate(self.program):
             outputs = self.stage(s, r, ns, inputs)
             if s == len(self.program) - 1:  # the last stage writes global memory
@@ -350,6 +322,7 @@ class _Stages:
                                [f"store_at({io}, {position}, {value});" for position, value in values])
                 break
             inputs = self.exchange(s, r, outputs)
+        return "\n".join(self.w.lines)
 
     def stage(self, s: int, r: int, ns: int, inputs: list[list[str]]) -> list[list[tuple[str, str]]]:
         """Stage s's butterflies: per butterfly b, its outputs as (position in the line, value)."""
