@@ -136,6 +136,26 @@ def test_winograd_propagates_nan_and_inf_like_torch(device, monkeypatch, m):
     assert _kernels(build, [x, w]) == WINOGRAD_STEPS
 
 
+def test_a_non_finite_tile_of_a_deep_conv_is_summed_in_full(device, monkeypatch):
+    """A tile holding a NaN recomputes its 16 outputs over all 512 input channels, as torch sums them:
+    the direct sums (one loop step per output and channel) stay inside the per-invocation loop budget
+    (lavapipe stops a shader after 65535 loop iterations)."""
+    monkeypatch.setattr(conv_winograd, "FORCE", "on")
+    x = rand((1, 512, 4, 4), 11, low=-1.0, high=1.0)
+    x[0, 7, 0, 0] = np.nan
+    w = rand((2, 512, 3, 3), 12) / 68
+
+    def build(g, xn, wn):
+        return g.conv(xn, wn, padding=1)
+
+    def oracle(a, b):
+        return F.conv2d(a.double(), b.double(), padding=1).float()
+
+    out = next(iter(check_op(build, [x, w], oracle, tol=CONV_TOL).values()))
+    assert np.isnan(out).any() and np.isfinite(out).any()
+    assert _kernels(build, [x, w]) == WINOGRAD_STEPS
+
+
 def test_winograd_error_stays_near_the_implicit_gemms(device, monkeypatch):
     """Max error / max |y| against float64 at C_in = 256: F(2x2)'s within 3x of the implicit GEMM's
     (the transforms add a few roundings per term), F(4x4)'s below 5e-6 (its transforms' entries up to 8

@@ -18,21 +18,33 @@ fn magnitude(x: f32) -> u32 {
     return bitcast<u32>(x) & 0x7fffffffu;
 }
 
-// The conv at output (oh, ow) of image n, channel co, summed directly.
+// x at (ih, iw) of the plane at base where it lies in the input, else 0.0 (a padding tap)
+fn x_tap(base: u32, ih: i32, iw: i32) -> f32 {
+    if (ih < 0 || ih >= i32(p.in_h) || iw < 0 || iw >= i32(p.in_w)) {
+        return 0.0;
+    }
+    return ld_f32(base + u32(ih) * p.in_w + u32(iw));
+}
+
+// The conv at output (oh, ow) of image n, channel co, summed directly: channels in order, each
+// channel's 9 taps row by row (written out: one loop iteration per channel, so a tile's m * m sums
+// stay within the loop budget conv_winograd.py checks).
 fn direct(n: u32, co: u32, oh: u32, ow: u32) -> f32 {
+    let h = i32(oh) - p.p_h;
+    let w = i32(ow) - p.p_w;
     var acc = 0.0;
     for (var ci = 0u; ci < p.c_in; ci = ci + 1u) {
         let base = p.x + (n * p.c_in + ci) * p.in_h * p.in_w;
         let wb = p.w + (co * p.c_in + ci) * 9u;
-        for (var t = 0u; t < 9u; t = t + 1u) {
-            let ih = i32(oh + t / 3u) - p.p_h;
-            let iw = i32(ow + t % 3u) - p.p_w;
-            var xv = 0.0;
-            if (ih >= 0 && ih < i32(p.in_h) && iw >= 0 && iw < i32(p.in_w)) {
-                xv = ld_f32(base + u32(ih) * p.in_w + u32(iw));
-            }
-            acc = acc + xv * ld_f32(wb + t);
-        }
+        acc = acc + x_tap(base, h, w) * ld_f32(wb);
+        acc = acc + x_tap(base, h, w + 1) * ld_f32(wb + 1u);
+        acc = acc + x_tap(base, h, w + 2) * ld_f32(wb + 2u);
+        acc = acc + x_tap(base, h + 1, w) * ld_f32(wb + 3u);
+        acc = acc + x_tap(base, h + 1, w + 1) * ld_f32(wb + 4u);
+        acc = acc + x_tap(base, h + 1, w + 2) * ld_f32(wb + 5u);
+        acc = acc + x_tap(base, h + 2, w) * ld_f32(wb + 6u);
+        acc = acc + x_tap(base, h + 2, w + 1) * ld_f32(wb + 7u);
+        acc = acc + x_tap(base, h + 2, w + 2) * ld_f32(wb + 8u);
     }
     return acc;
 }

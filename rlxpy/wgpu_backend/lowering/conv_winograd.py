@@ -123,7 +123,8 @@ def chosen(node: Node, x: Node) -> bool:
     if FORCE == "off" or not applies(node, x):
         return False
     s = sizes(node, x)
-    if math.ceil(s["cols"] / 64) > MAX_GROUPS or s["c_in"] * 10 > LOOP_BUDGET:  # grid; the direct fallback
+    # the grid; a non-finite tile's direct sums (one loop step per output and input channel)
+    if math.ceil(s["cols"] / 64) > MAX_GROUPS or tile() ** 2 * (s["c_in"] + 1) > LOOP_BUDGET:
         return False
     if FORCE == "on":
         return True
