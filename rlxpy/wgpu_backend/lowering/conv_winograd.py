@@ -57,7 +57,12 @@ WINOGRAD_PARAMS = params(
 F32 = DType.F32
 OPERANDS = kernel("conv_winograd_operands", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
 OUTPUT = kernel("conv_winograd_output", WINOGRAD_PARAMS, dtypes=accepts(F32, F32, F32, out=F32))
-#: outputs per tile side (m of F(m x m, 3x3)): 2 or 4
+#: outputs per tile side (m of F(m x m, 3x3)): 2 or 4. Measured on an H100 (2026-11-26,
+#: benches/bench_conv.py, ResNet-18's stride-1 3x3 convs + bias + ReLU at batch 32, GPU ms, F(4x4) /
+#: F(2x2) / implicit GEMM): layer1 0.212 / 0.273 / 0.291, layer2 0.176 / 0.208 / 0.290, layer3 0.183 /
+#: 0.212 / 0.342, layer4 0.205 / 0.206 / 0.383; the whole resnet18 at batch 32 (bench_cnn.py, GPU
+#: profile) 3.78 against 4.25 ms. The batched GEMM's tile: 64 x 64 everywhere gave the same model
+#: time (3.76), 128 x 128 more (4.28), so choose_tile's stays.
 TILE = 4
 #: Convs with fewer input or output channels than MIN_CHANNELS, fewer 2 x 2 output tiles (all images;
 #: counted in 2 x 2 tiles whatever m is) than MIN_TILES or fewer MACs per point of F(2x2) (2 x 2 tiles x
