@@ -4,7 +4,10 @@ pooling, where one invocation would walk thousands of taps alone.
 
 Both fold only the taps inside the input (a tap in the padding, or past it with ceil_mode, is the
 identity); a mean divides by the IR's divisor (override, or the taps inside the padded input or the
-input), computed per output from the window's bounds.
+input), computed per output from the window's bounds. A windowed (not adaptive) pool walks its whole
+window from the corner and tests each tap, one index decode per output: ResNet-18's 3x3 / 2 max pool
+at batch 32 went 0.175 -> 0.127 ms on an H100 (torch CUDA 0.118) against the per-axis ranges, whose
+bounds take integer divisions.
 """
 
 from __future__ import annotations
