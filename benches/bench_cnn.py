@@ -18,7 +18,9 @@ convolutions (``torch.backends.cudnn.allow_tf32`` is True unless changed; the ro
 ``rlxpy_resident_late_ms`` times the resident run again after the other rlxpy timings (the GPU's
 clocks and the host's state move between the two; both are kept).
 ``rlxpy_pipelined_ms`` (with ``--resident``): each resident run submitted before the last is read, the
-time per run of a stream of runs (GPU-bound; the one-call figure adds submit and readback latency).
+time per run of a stream of runs (a diagnostic: on an H100, 2026-11-26, it came out at or above the
+one-call figure, 3.96-4.63 against 3.94-3.97 ms for resnet18 at batch 32, so the one-call latency is
+not what keeps rlxpy's time above its GPU profile).
 The same-footing columns (``--resident``): torch's input is already on the GPU, so rlxpy is also
 timed with its input already in the arena (``exe.run(feeds={"x": exe.handle("x")})``: a GPU copy,
 no host upload and no host-side comparison with the last input), logits still read back; the host
