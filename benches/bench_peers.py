@@ -7,8 +7,9 @@ Three systems read the same file:
   like llama-bench's tg128), pipelined as ``rlxpy generate`` runs them; the median of ``--reps``.
 * llama.cpp: ``llama-bench -m FILE -p 512 -n 128 -r REPS -o json`` (``--llama-bench PATH``, a build
   of its CUDA backend); its avg_ts of pp512 and tg128.
-* transformers + torch.compile, fp16, static cache, CUDA graphs (``mode="reduce-overhead"``): the
-  GGUF dequantised by transformers (``gguf_file=``). One ``generate`` of 129 tokens after a
+* transformers + torch.compile, fp16, static cache, CUDA graphs (``generate`` compiles the decoding
+  forward itself for a static cache, ``mode="reduce-overhead"``): the GGUF dequantised by
+  transformers (``gguf_file=``). One ``generate`` of 129 tokens after a
   512-token prompt gives both figures: the first step is the prefill, the other 128 the decode (a
   static cache attends over its whole length, so the position does not change the decode cost).
 
@@ -106,8 +107,10 @@ class TransformersSide:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                      torch_dtype=torch.float16)
         self.model = model.to("cuda").eval()
+        # generate compiles the decoding forward itself for a static cache (CompileConfig: fullgraph,
+        # "reduce-overhead" = CUDA graphs); a forward compiled by hand trips over the cache's in-place
+        # updates between graph replays
         self.model.generation_config.cache_implementation = "static"
-        self.model.forward = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=True)
         self.stamps: list[float] = []
         stamps = self.stamps
 
@@ -118,7 +121,7 @@ class TransformersSide:
 
         self.processors = LogitsProcessorList([Stamp()])
         rng = np.random.default_rng(0)
-        self.prompt = torch.tensor([rng.integers(100, 40000, size=PROMPT)], device="cuda")
+        self.prompt = torch.from_numpy(rng.integers(100, 40000, size=(1, PROMPT))).to("cuda")
         self.reps = reps
         self._generate()  # compiles the prefill and decode graphs
         self._generate()
@@ -137,8 +140,26 @@ class TransformersSide:
 
     def measure(self) -> dict[str, Any]:
         runs = [self._generate() for _ in range(self.reps)]
+        import transformers
+
         return {"load_compile_s": self.load_s, "prefill_tps": statistics.median(r[0] for r in runs),
-                "decode_tps": statistics.median(r[1] for r in runs), "torch": self.torch.__version__}
+                "decode_tps": statistics.median(r[1] for r in runs), "torch": self.torch.__version__,
+                "transformers": transformers.__version__,
+                # graphs torch.compile made in this process (0: generate ran eagerly)
+                "compiled_graphs": int(self.torch._dynamo.utils.counters["stats"]["unique_graphs"])}
+
+
+def attempt(results: dict[str, Any], key: str, fn: Any, keep: bool = False) -> Any:
+    """``fn()``, or None with the failure recorded under ``results[key]`` (the other sides still run);
+    ``keep``: the value goes to ``results[key]`` too."""
+    try:
+        value = fn()
+    except Exception as e:  # a peer that cannot run is reported, not fatal
+        results[key] = {"error": f"{type(e).__name__}: {e}"[-2000:]}
+        return None
+    if keep:
+        results[key] = value
+    return value
 
 
 def wait_for(binary: str, seconds: float) -> None:
@@ -188,14 +209,15 @@ def main() -> None:
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "device": get_device().describe(),
                                "model": path.name, "random_weights": bool(args.skeleton)}
     mine = RlxpySide(path, args.chunk, args.reps)
-    torch_side = None if args.no_transformers else TransformersSide(path, args.reps)
+    torch_side = None if args.no_transformers else attempt(results, "transformers_compile_fp16",
+                                                           lambda: TransformersSide(path, args.reps))
     if args.llama_bench and args.wait_llama:
-        wait_for(args.llama_bench, args.wait_llama)
+        attempt(results, "llama_cpp_cuda", lambda: wait_for(args.llama_bench, args.wait_llama))
     results["rlxpy"] = mine.measure()
     if args.breakdown:
         results["rlxpy_decode_breakdown"] = mine.breakdown()
-    if args.llama_bench:
-        results["llama_cpp_cuda"] = llama_side(args.llama_bench, path, args.reps)
+    if args.llama_bench and "llama_cpp_cuda" not in results:
+        attempt(results, "llama_cpp_cuda", lambda: llama_side(args.llama_bench, path, args.reps), True)
     if torch_side is not None:
         results["transformers_compile_fp16"] = torch_side.measure()
     results["ratios"] = ratios(results)

@@ -1,8 +1,8 @@
 // Attention for few queries (decode), f32: the query rows sharing a kv head (GQA group x S_q, four at a
 // time) read each K/V row together. Workgroup = (key split, kv head + H_kv * row chunk, batch); keys go
-// in blocks of 256, one key per thread for the scores (its dims loaded in straight-line batches), a
-// block max and an online softmax over the blocks; then thread (g = t / DQ, quad dq = t % DQ) sums p * v
-// over keys g + DG n for four dims. Split partials go to attention_combine.
+// in blocks of 256: four lanes per key load its dims in straight-line batches, thread t scores key t,
+// a block max and an online softmax over the blocks; then thread (g = t / DQ, quad dq = t % DQ) sums
+// p * v over keys g + DG n for four dims. Split partials go to attention_combine.
 // Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
@@ -98,10 +98,37 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     var acc3 = vec4<f32>(0.0);
     workgroupBarrier();
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        let j = k0 + t;
-        let k_row = k_base + min(j, k_end - 1u) * p.k_ss;
-        var dot = vec4<f32>(0.0);
+        // partial dots of key k0 + 64 s + t / 4 (s = 0..3) over dims part + 4 n: the four lanes of a key
+        // read adjacent words (one key per lane made every load touch 32 rows); then thread t sums
+        // the four parts of key k0 + t
+        let kq = t / 4u;
+        let part = t % 4u;
+        var dot0 = vec4<f32>(0.0);
+        var dot1 = vec4<f32>(0.0);
+        var dot2 = vec4<f32>(0.0);
+        var dot3 = vec4<f32>(0.0);
 {{SCORE_BATCH}}
+        let four = 4u * (t % 64u);
+        red[t] = dot0;
+        ps[t] = dot1;
+        workgroupBarrier();
+        var dot = vec4<f32>(0.0);
+        if (t < 64u) {
+            dot = red[four] + red[four + 1u] + red[four + 2u] + red[four + 3u];
+        } else if (t < 128u) {
+            dot = ps[four] + ps[four + 1u] + ps[four + 2u] + ps[four + 3u];
+        }
+        workgroupBarrier();
+        red[t] = dot2;
+        ps[t] = dot3;
+        workgroupBarrier();
+        if (t >= 192u) {
+            dot = ps[four] + ps[four + 1u] + ps[four + 2u] + ps[four + 3u];
+        } else if (t >= 128u) {
+            dot = red[four] + red[four + 1u] + red[four + 2u] + red[four + 3u];
+        }
+        workgroupBarrier();
+        let j = k0 + t;
         var s = vec4<f32>(neg_inf());
         if (j < k_end) {
             for (var r = 0u; r < 4u; r++) {

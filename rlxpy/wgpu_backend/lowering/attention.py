@@ -151,13 +151,15 @@ def decode_batches(head_dim: int) -> dict[str, str]:
     """attention_decode's straight-line load batches (WGSL text): a thread issues all the loads of a
     batch before using any, written out rather than looped, so that the shader compiler cannot
     serialise them into one load round trip per element (what made a looped version latency-bound
-    on an H100). Scores: its key's dims; p * v: four dims of four keys."""
-    score = []
-    dims = 4 * math.ceil(head_dim / 4)
-    for first in range(0, dims, DECODE_BATCH):
-        batch = range(first, min(dims, first + DECODE_BATCH))
-        score += [f"        let kx{n} = key_dim(k_row, {n}u);" for n in batch]
-        score += [f"        dot += qs[{n}u] * kx{n};" for n in batch]
+    on an H100). Scores: dims part + 4n of its key in each of the block's four 64-key parts; p * v:
+    four dims of four keys."""
+    score = [f"        let k_row{s} = k_base + min(k0 + {64 * s}u + kq, k_end - 1u) * p.k_ss;"
+             for s in range(4)]
+    loads = [(s, n) for s in range(4) for n in range(math.ceil(head_dim / 4))]  # sub-block s, dims part + 4n
+    for first in range(0, len(loads), DECODE_BATCH):
+        batch = loads[first: first + DECODE_BATCH]
+        score += [f"        let kx{s}_{n} = key_dim(k_row{s}, part + {4 * n}u);" for s, n in batch]
+        score += [f"        dot{s} += qs[part + {4 * n}u] * kx{s}_{n};" for s, n in batch]
     pv = []
     for u in range(4):
         pv += [f"                let c{u} = c + {u}u * DG;",
