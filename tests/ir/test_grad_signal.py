@@ -307,3 +307,60 @@ def test_log_mel_of_stft_gradients_run_on_the_gpu(device):
     for name, want in (("x", tx.grad), ("filters", tf.grad)):
         np.testing.assert_allclose(out[result.grads[name]], want.numpy(), rtol=1e-3, atol=1e-4,
                                    err_msg=f"d loss / d {name} on the GPU vs torch.autograd")
+
+
+def _mean_power(re, im, segments):
+    """|X|^2 of the one-sided bins averaged over each batch entry's segments (rows batch-major)."""
+    rows, bins = re.shape
+    return (re * re + im * im).reshape(rows // segments, segments, bins).mean(1)
+
+
+def _welch_torch(segments, k, n_fft):
+    """WelchPeaks in torch: the one-sided PSD (bins doubled but DC and an even n_fft's Nyquist bin),
+    its top k bins as (bin, power) pairs (torch.topk's choice, constant)."""
+    bins = n_fft // 2 + 1
+    factor = torch.full((bins,), 2.0, dtype=torch.float64)
+    factor[0] = 1.0
+    if n_fft % 2 == 0:
+        factor[-1] = 1.0
+
+    def peaks(re, im):
+        psd = _mean_power(re, im, segments) * factor
+        idx = torch.topk(psd.detach(), k, dim=-1).indices
+        return torch.stack([idx.double(), psd.gather(1, idx)], -1).reshape(psd.shape[0], 2 * k)
+
+    return peaks
+
+
+@pytest.mark.parametrize("batch,segments,n_fft,k", [(1, 1, 4, 1), (2, 3, 9, 3), (3, 2, 16, 5), (1, 4, 17, 9)],
+                         ids=str)
+def test_welch_peaks_gradients(batch, segments, n_fft, k):
+    """The powers differentiated through the PSD at the chosen bins (block layout and C64), the bins
+    themselves not, vs torch.autograd with torch.topk's choice."""
+    blocks = rand((batch * segments, 2 * n_fft), batch + n_fft)
+    bins = n_fft // 2 + 1
+    peaks = _welch_torch(segments, k, n_fft)
+    check_grads(lambda g, x: g.welch_peaks(x, k, segments),
+                lambda x: peaks(x[:, :bins], x[:, n_fft:n_fft + bins]), {"spectrum": blocks}, fd=False)
+    pairs = np.ascontiguousarray(np.stack([blocks[:, :n_fft], blocks[:, n_fft:]], -1))
+    check_grads(lambda g, x: g.welch_peaks(g.view_as_complex(x), k, segments),
+                lambda x: peaks(x[:, :bins, 0], x[:, :bins, 1]), {"spectrum": pairs}, fd=False)
+
+
+def test_welch_peaks_gradients_run_on_the_gpu(device):
+    """The differentiated graph compiles with no host step and matches torch.autograd on the GPU."""
+    batch, segments, n_fft, k = 3, 2, 16, 4
+    blocks = rand((batch * segments, 2 * n_fft), 6)
+    cot = rand((batch, 2 * k), 7)
+    g = Graph("welch_grad")
+    x = g.input("x", blocks.shape)
+    y = g.welch_peaks(x, k, segments)
+    g.output(g.sum(g.reshape(g.mul(y, g.constant(cot)), (batch * 2 * k,)), 0, name="loss"))
+    result = grad(g, "loss", ["x"])
+    exe = rlxpy.compile(result.graph)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    got = exe.run({"x": blocks})[result.grads["x"]]
+    tx = torch.from_numpy(blocks.astype(np.float64)).requires_grad_()
+    peaks = _welch_torch(segments, k, n_fft)(tx[:, :9], tx[:, 16:25])
+    (peaks * torch.from_numpy(cot).double()).sum().backward()
+    np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg="welch gradient, GPU")

@@ -1,4 +1,4 @@
-"""Gradient rules of the signal family: Fft (complex, rfft, irfft; every norm), Stft and ComplexView.
+"""Gradient rules of the signal family: Fft (every kind and norm), Stft, LogMel, WelchPeaks, ComplexView.
 
 A complex tensor's gradient is complex, ``dL/d re + i dL/d im`` (torch's convention for a real
 loss), so a C-linear map ``y = c A z`` has the adjoint ``dz = c A^H dy``. The DFT matrix is
@@ -25,7 +25,11 @@ as torch's autograd of whisper's formula does: a mel above the floor takes dy/4,
 dy/4 to the floor, which is the maximum minus 8, so to the maximal logs (shared evenly by ties, as
 amax); a tie with the floor splits in half (torch.maximum); energies below the clamp get 0. Its
 filters get ``sum dE P^T``. (LogMelBackward, the kernel for a hand-built backward, treats the floor
-as a constant.) WelchPeaks has no rule.
+as a constant.)
+
+WelchPeaks' rule differentiates the powers it outputs through the PSD at the bins it chose; the bins
+themselves (the output's index entries) are constants of the choice, as torch.topk's indices are, so
+their gradient is dropped.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.grad.core import GradContext, vjp
 from rlxpy.ir.graph import Node
 from rlxpy.ir.ops.base import ActKind, CmpOp, FftNorm, ReduceOp
-from rlxpy.ir.ops.signal import LOG_MEL_MIN_ENERGY, LOG_MEL_RANGE, block_length
+from rlxpy.ir.ops.signal import LOG_MEL_MIN_ENERGY, LOG_MEL_RANGE, block_length, spectrum_length
 from rlxpy.ir.shape import normalize_axis
 
 
@@ -245,6 +249,39 @@ def grad_log_mel(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
         grads[1] = g.matmul(g.transpose(d_rows, (1, 0)), g.reshape(power, (rows, bins)),
                             ctx.name(node, "filters"))
     return grads
+
+
+@vjp(ops.WelchPeaks)
+def grad_welch_peaks(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
+    """out[b, 2j] = bin_j (no gradient), out[b, 2j + 1] = psd[b, bin_j] with psd[b, n] = c_n / S
+    sum_s |X_{b,s}[n]|^2 (c_n = 2 but for DC and an even n_fft's Nyquist bin, S segments): the power
+    cotangents go to their bins by comparing each chosen bin with every bin (the k bins are distinct),
+    and dX_{b,s}[n] = 2 c_n / S g[b, n] X_{b,s}[n] (d |z|^2 = 2 z, as a complex gradient); bins that
+    were not chosen, and the spectrum's upper half, get 0."""
+    (x,) = ctx.inputs(node)
+    op: ops.WelchPeaks = node.op  # type: ignore[assignment]
+    g = ctx.g
+    n_fft = spectrum_length(x.type, "welch_peaks")
+    bins, batch, k, segments = n_fft // 2 + 1, node.shape[0], op.k, op.n_segments
+    chosen = g.narrow(g.reshape(node, (batch, k, 2)), 2, 0, 1)  # [batch, k, 1] bin numbers (exact in f32)
+    d_power = g.narrow(g.reshape(dy, (batch, k, 2)), 2, 1, 1)
+    every_bin = g.constant(np.arange(bins, dtype=np.float64).reshape(1, 1, bins), dtype=DType.F32)
+    per_bin = ctx.reduce_sum(ctx.mul(_mask(ctx, chosen, every_bin, CmpOp.EQ, d_power), d_power), [1],
+                             keep_dim=False)  # [batch, bins]
+    factor = np.full(bins, 4.0 / segments)
+    factor[0] = 2.0 / segments
+    if n_fft % 2 == 0:
+        factor[-1] = 2.0 / segments
+    scaled = ctx.mul(per_bin, g.constant(factor.reshape(1, bins), dtype=DType.F32))
+    rows = g.reshape(g.expand(g.reshape(scaled, (batch, 1, bins)), (batch, segments, bins)),
+                     (batch * segments, bins))
+    if n_fft > bins:
+        rows = g.concat([rows, ctx.zeros_shaped(rows, 1, n_fft - bins)], 1)
+    name = ctx.name(node, "spectrum")
+    if x.dtype is DType.C64:
+        pairs = g.view_as_real(x)
+        return [g.view_as_complex(ctx.mul(pairs, g.reshape(rows, (batch * segments, n_fft, 1))), name)]
+    return [ctx.mul(x, g.concat([rows, rows], 1), name)]
 
 
 @vjp(ops.ComplexView)
