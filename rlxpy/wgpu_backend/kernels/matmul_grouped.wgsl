@@ -21,13 +21,13 @@ fn put(r: u32, col: u32, v: vec4<f32>) {
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let task = grouped_tile(lane, wid.{{TILE_AXIS}});
+    let task = grouped_tile(lane, wid.y);
     if (task.z == 0u) {
         return;
     }
     let tx = lane % 16u;
     let ty = lane / 16u;
-    let col0 = wid.{{BLOCK_AXIS}} * BN;
+    let col0 = wid.x * BN;
     var acc = array<vec4<f32>, {{RT_ACC}}>();
     if (task.x < p.experts) {  // else the out-of-range bucket: zero rows
         let w = p.w + task.x * p.k * p.n;
