@@ -19,15 +19,13 @@ fn pick_after(base: u32, count: u32, lane: u32, last_value: ptr<function, f32>, 
     let previous_index = *last_index;
     var value: f32 = 0.0;
     var index: u32 = NONE;
-    // sixteen strides at a time, their loads issued before the first comparison (a load per step made
-    // a long row latency-bound: 49152 logits took ~50 us on an H100); the same order of comparisons
+    // four strides at a time, their loads issued before the first comparison (a load per step made a
+    // long row latency-bound: 49152 logits took ~50 us on an H100); the same order of comparisons
     var c = lane;
-    for (; c + 15u * {{WG}}u < count; c = c + 16u * {{WG}}u) {
-        var vs: array<f32, 16>;
-        for (var u = 0u; u < 16u; u = u + 1u) {
-            vs[u] = ld_f32(base + c + u * {{WG}}u);
-        }
-        for (var u = 0u; u < 16u; u = u + 1u) {
+    for (; c + 3u * {{WG}}u < count; c = c + 4u * {{WG}}u) {
+        var vs = vec4<f32>(ld_f32(base + c), ld_f32(base + c + {{WG}}u), ld_f32(base + c + 2u * {{WG}}u),
+                           ld_f32(base + c + 3u * {{WG}}u));
+        for (var u = 0u; u < 4u; u = u + 1u) {
             let cu = c + u * {{WG}}u;
             let eligible = previous_index == NONE || beats(previous_value, previous_index, vs[u], cu);
             if (eligible && beats(vs[u], cu, value, index)) {
