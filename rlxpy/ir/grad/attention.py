@@ -33,10 +33,10 @@ def grad_attention(ctx: GradContext, node: Node, dy: Node) -> list[Node | None]:
     args = (op.num_heads, op.head_dim, op.num_kv_heads, op.mask_kind, mask[0] if mask else None,
             op.score_scale, op.softcap, op.window)
     named = {"output": node}  # rowsum(dy * o) from the forward's output instead of recomputed
-    if all(wanted) and _packed_columns(ctx, node) is not None:
+    columns = _packed_columns(ctx, node) if all(wanted) else None
+    if columns is not None:
         packed = ctx.g.attention_backward(q, k, v, dy, AttentionWrt.PACKED, *args, name=ctx.name(node, "qkv"),
                                           **named)
-        columns = _packed_columns(ctx, node)
         return [ctx.g.narrow(packed, 2, start, width, ctx.name(node, part))
                 for (start, width), part in zip(columns, "qkv")] + [None] * len(mask)
     if sum(wanted) >= 2:  # one node: the softmax statistics once, dK and dV in one pass
