@@ -10,6 +10,8 @@ import torch
 from grad_helpers import check_grads, rand
 
 from rlxpy.errors import UnsupportedOpError
+from rlxpy.ir import Graph, ops
+from rlxpy.ir.passes.autodiff import grad
 
 
 def torch_attention(q, k, v, heads, kv_heads, head_dim, layout, mask_kind="none", mask=None, scale=None,
@@ -70,6 +72,34 @@ def test_attention_gradients_with_a_custom_keep_mask_and_scale():
     check_grads(lambda g, a, b, c, m: g.attention(a, b, c, 2, 4, mask_kind="custom", mask=m, score_scale=0.3),
                 lambda a, b, c, m: torch_attention(a, b, c, 2, 2, 4, "bhsd", "custom", m, scale=0.3),
                 {"q": q, "k": k, "v": v, "mask": keep}, wrt=["q", "k", "v"])
+
+
+@pytest.mark.parametrize("heads, kv_heads, seq, mask_kind", [(2, 2, 5, "causal"), (4, 2, 17, "none"),
+                                                             (1, 1, 1, "causal")], ids=str)
+def test_attention_gradient_of_a_fused_qkv_is_one_packed_node(heads, kv_heads, seq, mask_kind):
+    """q | k | v narrowed from one [B, S, (H + 2 H_kv) D] tensor: one AttentionBackward PACKED whose
+    output is that tensor's gradient (no Concat, no Narrow left), equal to torch.autograd's."""
+    d = 4
+    widths = (heads * d, kv_heads * d, kv_heads * d)
+
+    def build(g, x):
+        q, k, v = (g.narrow(x, 2, sum(widths[:i]), widths[i]) for i in range(3))
+        return g.attention(q, k, v, heads, d, kv_heads, mask_kind)
+
+    def reference(x):
+        q, k, v = torch.split(x, widths, dim=2)
+        return torch_attention(q, k, v, heads, kv_heads, d, "bs(hd)", mask_kind)
+
+    x = rand((2, seq, sum(widths)), 11)
+    check_grads(build, reference, {"x": x})
+    g = Graph("packed")
+    y = build(g, g.input("x", x.shape))
+    g.output(g.sum(g.reshape(y, (y.numel,)), 0, name="loss"))
+    nodes = grad(g, "loss", ["x"]).graph.nodes
+    kinds = [type(n.op) for n in nodes]
+    backward = [n for n in nodes if isinstance(n.op, ops.AttentionBackward)]
+    assert [n.op.wrt.name for n in backward] == ["PACKED"] and backward[0].op.given_output
+    assert ops.Concat not in kinds and kinds.count(ops.Narrow) == 3  # the forward's q, k, v only
 
 
 def test_attention_through_its_mask_is_refused():
