@@ -28,10 +28,10 @@ def kernels(exe) -> list[str]:
 
 
 @pytest.mark.parametrize("batch, steps, heads, n", [(1, 1, 1, 1), (2, 3, 2, 5), (1, 17, 3, 33),
-                                                    (1, 255, 2, 128), (1, 1000, 1, 33)])
+                                                    (1, 255, 2, 16), (1, 1000, 1, 33), (1, 130, 1, 128)])
 def test_chunked_matches_the_torch_loop(device, always_chunked, batch, steps, heads, n):
-    """One partial chunk (1, 3, 17 steps), chunks with a partial tail (255 = 3 x 64 + 63, 1000), head
-    dims below, across and at the 16-column blocks (1, 5, 33, 128)."""
+    """One partial chunk (1, 3, 17 steps), chunks with a partial tail (255 = 3 x 64 + 63, 1000, 130),
+    head dims below, at and across the 16-column blocks and the largest (1, 5, 16, 33, 128)."""
     feeds = delta_inputs(batch, steps, heads, n, seed=steps + n)
     exe = rlxpy.compile(build_delta(batch, steps, heads, n))
     assert kernels(exe) == CHUNKED
