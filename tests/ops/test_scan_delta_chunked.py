@@ -11,6 +11,7 @@ from helpers import assert_close
 from test_scan import build_delta, delta_inputs, delta_torch
 
 import rlxpy
+from rlxpy import env
 from rlxpy.wgpu_backend.lowering import scan_delta_chunked
 
 CHUNKED = ["scan_gated_delta_prep", "scan_gated_delta_chunks"]
@@ -100,3 +101,16 @@ def test_nan_and_inf_reach_what_the_step_rule_reaches(device):
     assert np.isnan(got[0, 100:, 1]).all() and not np.isnan(got[0, :100, 1]).any()
     assert np.isnan(got[0, 64, 2]).all() and np.isnan(got[0, :, 2]).sum() == 9
     assert np.isfinite(got[0, :, 5]).all()
+
+
+@pytest.mark.parametrize("cap, kernels_wanted", [(1 << 20, CHUNKED), (192 << 10, ["scan_gated_delta"])])
+def test_under_a_binding_cap(device, cap, kernels_wanted):
+    """RLX_WGPU_MAX_BINDING caps: with room for the chunk records in the node's window the chunked
+    form runs; without it (the records alone exceed the window) the step kernel does; never a host
+    step, and both match the torch loop."""
+    feeds = delta_inputs(1, 200, 2, 16, seed=12)
+    with env.override(RLX_WGPU_MAX_BINDING=cap):
+        exe = rlxpy.compile(build_delta(1, 200, 2, 16))
+    assert kernels(exe) == kernels_wanted
+    want, _ = delta_torch(*feeds.values())
+    assert_close(exe.run(feeds)["o"], want, *TOL, f"under a {cap} B binding cap")
