@@ -10,6 +10,7 @@ import torch
 from helpers import TOL, assert_close
 
 import rlxpy
+from rlxpy import env
 from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
@@ -191,3 +192,24 @@ def test_long_k_rounding_is_no_worse_than_torch_f32(device):
         return float(np.sqrt(((a.astype(np.float64) - want) ** 2).mean() / (want ** 2).mean()))
 
     assert rms(got) <= 1.5 * rms(ours.numpy()), (rms(got), rms(ours.numpy()))
+
+
+@pytest.mark.parametrize("rows", [8, 100])
+def test_under_a_binding_cap(device, rows):
+    """RLX_WGPU_MAX_BINDING caps the arena window below the graph's size: both GEMM kernels (few rows,
+    tiled) read and write through their node's window, no host step, against torch."""
+    r = np.random.default_rng(rows)
+    x = r.standard_normal((rows, 20)).astype(np.float32)
+    w = r.standard_normal((4, 20, 70)).astype(np.float32)
+    idx = r.integers(0, 4, rows).astype(np.int32)
+    g = rlxpy.Graph("moe_capped")
+    h = g.relu(g.input("x", x.shape))
+    y = g.grouped_matmul(h, g.param("w", w.shape), g.input("idx", idx.shape, "i32"))
+    g.output(g.relu(y, name="z"))
+    with env.override(RLX_WGPU_MAX_BINDING=80 << 10):
+        exe = rlxpy.compile(g)
+    assert exe.schedule.window_size <= 80 << 10 < exe.schedule.arena.size
+    assert "host" not in [s.kind for s in exe.schedule.steps]
+    exe.set_param("w", w)
+    want = np.maximum(experts_torch(np.maximum(x, 0), w, idx), 0)
+    assert_close(exe.run({"x": x, "idx": idx})["z"], want, *TOL["matmul"], "capped vs torch")
