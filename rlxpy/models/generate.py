@@ -262,7 +262,7 @@ class BatchGenerator(Generator):
         self._extent = slots  # rows the batch branch's scalable steps run (see _rows_for)
         self._in_flight = 0  # steps submitted and not read back (submit_step)
         self._last_read = 0.0
-        self.scales = self._batch_only_extent()
+        self.scales = self._batch_extent()
 
     @classmethod
     def from_gguf(cls, path: str, slots: int, context: int = 2048, chunk: int = 32) -> BatchGenerator:
@@ -286,22 +286,32 @@ class BatchGenerator(Generator):
         return {"prefill_settings": np.array([want.row()], np.float32),
                 "prefill_seeds": step_seed(want.seed, self._first_step)[None, :]}
 
-    def _batch_only_extent(self) -> bool:
-        """Whether the executable's active extent (run the first k of ``slots`` rows) touches only the
-        batch branch: then a step with few live slots skips the rows past the last live one (the
-        steps that scale leave the live rows' arithmetic as it is)."""
+    def _batch_extent(self) -> bool:
+        """Whether the batch branch has steps that an active extent (the first k of ``slots`` rows)
+        scales: then a step with few live slots skips the rows past the last live one (the steps
+        that scale leave the live rows' arithmetic as it is). Other branches may have steps of
+        ``slots`` rows too (a prefill chunk of that size): every other run resets the extent first."""
         exe = self.exe
-        batch = set(exe.step_indices(["batch_next"]))
-        scaled = [i for i, step in enumerate(exe.schedule.steps)
-                  if step.kind == "gpu" and step.scales and step.extent_rows == self.slots]
-        return self.slots > 1 and bool(scaled) and all(i in batch for i in scaled)
+        batch = exe.step_indices(["batch_next"])
+        steps = exe.schedule.steps
+        return self.slots > 1 and any(steps[i].kind == "gpu" and steps[i].scales
+                                      and steps[i].extent_rows == self.slots for i in batch)
 
-    def _rows_for(self, live: list[int]) -> None:
-        """Run the batch branch over rows [0, last live slot] only (where that is safe)."""
-        rows = live[-1] + 1 if self.scales else self.slots
+    def _rows_for(self, live: list[int] | None) -> None:
+        """Run the batch branch over rows [0, last live slot] only; ``None``: every row (the extent
+        every run but a decode step needs)."""
+        rows = live[-1] + 1 if self.scales and live else self.slots
         if rows != self._extent:
             self.exe.set_active_extent(None if rows == self.slots else (rows, self.slots))
             self._extent = rows
+
+    def prefill(self, ids: Sequence[int], start: int = 0) -> int:
+        self._rows_for(None)
+        return super().prefill(ids, start)
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        self._rows_for(None)
+        return super().logits(ids)
 
     def free_slots(self) -> list[int]:
         return [slot for slot in range(self.slots) if not self.active[slot]]

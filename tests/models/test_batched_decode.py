@@ -91,15 +91,19 @@ def test_batched_logits_match_one_sequence_decode(device, tiny_llama):
 def test_the_server_scheduler_pipelines_steps_and_keeps_each_sequence_exact(device, tiny_llama):
     """BatchScheduler queues step t+1 (its tokens fed on the GPU) before reading step t back: every
     request still gets Generator's tokens, a stop token ends its request mid-way although the next
-    step was already decoding, and a request waiting for a slot joins when one frees."""
-    one, _ = load_generator(tiny_llama, context=64, chunk=8)
+    step was already decoding, and a request waiting for a slot joins when one frees. Steps with
+    one live slot run one row."""
+    one, _ = load_generator(tiny_llama, context=64, chunk=2)
     rng = np.random.default_rng(9)
     prompts = [[1] + rng.integers(3, one.config.vocab_size, n).tolist() for n in (4, 11, 1, 7, 3)]
     lengths = [10, 6, 12, 3, 8]
     want = [list(one.generate(p, n)) for p, n in zip(prompts, lengths)]
     stops = [[want[0][4]], [], [], [], [want[4][2]]]  # end two requests early on a token of their own
     want = [w[:w.index(s[0]) + 1] if s else w for w, s in zip(want, stops)]
-    gen = BatchGenerator.from_gguf(str(tiny_llama), slots=2, context=64, chunk=8)
+    # prefill chunks of as many rows as there are slots: a lone slot's steps run one row (active
+    # extent), and each prefill must run its whole chunk again
+    gen = BatchGenerator.from_gguf(str(tiny_llama), slots=2, context=64, chunk=2)
+    assert gen.scales
 
     async def main():
         scheduler = BatchScheduler(gen)
@@ -121,6 +125,11 @@ def test_the_server_scheduler_pipelines_steps_and_keeps_each_sequence_exact(devi
     results, peak = asyncio.run(main())
     assert results == want and peak == 2
     assert gen._in_flight == 0
+    # a sequence admitted after steps of one live slot (one row) prefills its whole chunks
+    slot, first = gen.admit(prompts[0])
+    tokens = [first] + [gen.step()[slot] for _ in range(3)]
+    other, second = gen.admit(prompts[1])
+    assert (slot, other) == (0, 1) and tokens == want[0][:4] and second == want[1][0]
 
 
 def test_per_request_sampling_is_reproducible_and_matches_the_compiled_sampler(device, tiny_llama):
