@@ -364,3 +364,24 @@ def test_welch_peaks_gradients_run_on_the_gpu(device):
     peaks = _welch_torch(segments, k, n_fft)(tx[:, :9], tx[:, 16:25])
     (peaks * torch.from_numpy(cot).double()).sum().backward()
     np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg="welch gradient, GPU")
+
+
+def test_a_complex_tensor_read_twice_sums_its_gradients_on_the_gpu(device):
+    """Fan-out of a C64 tensor: its two complex gradient parts are added as (re, im) pairs (there is no
+    complex element-wise add), on the GPU with no host step, as torch.autograd sums them."""
+    x = rand((3, 17, 2), 1)
+    g = Graph("complex_fan_out")
+    xn = g.input("x", x.shape)
+    c = g.fft(g.view_as_complex(xn))
+    a, b = g.view_as_real(c), g.view_as_real(g.fft(c))
+    g.output(g.sum(g.reshape(g.add(g.mul(a, a), b), (3 * 17 * 2,)), 0, name="loss"))
+    result = grad(g, "loss", ["x"])
+    exe = rlxpy.compile(result.graph)
+    assert not [s.label for s in exe.schedule.steps if s.kind == "host"], "host steps"
+    got = exe.run({"x": x})[result.grads["x"]]
+
+    tx = torch.from_numpy(x).double().requires_grad_()
+    tc = torch.fft.fft(torch.view_as_complex(tx))
+    (torch.view_as_real(tc) ** 2 + torch.view_as_real(torch.fft.fft(tc))).sum().backward()
+    np.testing.assert_allclose(got, tx.grad.numpy(), rtol=FFT_TOL[0], atol=1e-4,
+                               err_msg="d loss / d x through a complex tensor read twice vs torch.autograd")

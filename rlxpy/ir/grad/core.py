@@ -129,8 +129,15 @@ class GradContext:
             full += [self._padded([part], part.axis, like) for part in rest]
         total = full[0]
         for value in full[1:]:
-            total = self.add(total, value)
+            total = self._sum(total, value)
         return total
+
+    def _sum(self, a: Node, b: Node) -> Node:
+        """a + b; complex gradients add as their (re, im) pairs (element-wise kernels take real words)."""
+        if a.dtype is not DType.C64:
+            return self.add(a, b)
+        pairs = self.add(self.g.apply(ops.ComplexView(False), [a]), self.g.apply(ops.ComplexView(False), [b]))
+        return self.g.apply(ops.ComplexView(True), [pairs])
 
     def _padded(self, parts: Sequence[Slice], axis: int, like: Node) -> Node:
         """Disjoint slices along ``axis`` (in order) with zeros between them: one Concat; or, when the
