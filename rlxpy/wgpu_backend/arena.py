@@ -210,14 +210,16 @@ class Arena:
         self.device.queue.submit([encoder.finish()])
         return self.map_staging(size4, SYNC_SLOT)[:size]
 
-    def map_staging(self, size: int, slot: int = 0, staging: Any = None) -> bytes:
+    def map_staging(self, size: int, slot: int = 0, staging: Any = None, submission: int | None = None
+                    ) -> bytes:
         """Map and copy out ``size`` bytes of a readback buffer: ``staging`` when given (the one a
         command buffer recorded into: a slot's buffer may have been replaced by a larger one since),
-        else the slot's current buffer."""
+        else the slot's current buffer. ``submission``: the index of the submit that filled it
+        (readback.map_read waits for that submission only)."""
         from rlxpy.wgpu_backend.readback import map_read  # wgpu-native's C calls: device side only
 
         staging = staging if staging is not None else self._stagings[slot]
-        return map_read(self.device.device, staging, size, align_up(size, 8))
+        return map_read(self.device.device, staging, size, align_up(size, 8), submission)
 
     def destroy(self) -> None:
         self.buffer.destroy()

@@ -21,6 +21,7 @@ from wgpu.backends.wgpu_native._ffi import ffi, lib  # the raw path: three C cal
 from rlxpy.wgpu_backend.arena import Arena
 from rlxpy.wgpu_backend.device import Device
 from rlxpy.wgpu_backend.memplan import align_up
+from rlxpy.wgpu_backend.readback import submit_for_index
 from rlxpy.wgpu_backend.schedule import Step
 
 
@@ -42,11 +43,12 @@ class Prepared:
     size: int
     slot: int
     staging: Any = None  # the readback buffer the commands copy into
+    submission: int | None = None  # the index of the submit that ran the commands (set by Encoder.submit)
 
     def read(self, arena: Arena) -> list[bytes]:
         if not self.size:
             return [b"" for _ in self.placed]
-        data = arena.map_staging(self.size, self.slot, self.staging)
+        data = arena.map_staging(self.size, self.slot, self.staging, self.submission)
         return [data[dst : dst + size] for dst, size in self.placed]
 
 
@@ -230,7 +232,8 @@ class Encoder:
             prepared = self._prepared.pop(key, None) or self._prepare(segments, reads, copies, key)
             if before_submit is not None:
                 before_submit()
-            self.device.queue.submit([prepared.commands])
+            # its readback waits for this submission only, not for a next run submitted meanwhile
+            prepared.submission = submit_for_index(self.device.queue, prepared.commands)
             if key in self._key_stagings:
                 self._key_stagings[key][2] = prepared.slot  # the buffer the next run must leave alone
             self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work

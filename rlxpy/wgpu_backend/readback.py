@@ -6,7 +6,12 @@ waits on a promise that its polling thread resolves: two thread hand-offs. On an
 0.21 ms per wait, against 0.07 ms for ``wgpuBufferMapAsync`` + a blocking ``wgpuDevicePoll`` on the
 calling thread, which is what ``map_read`` does (wgpu-native's C calls, as encode.py's dispatch loop
 uses them). The map callback may run on any thread that polls the device; it only records the
-status."""
+status.
+
+A pipelined caller (the decode loop) has the next run submitted while it reads this one: a poll
+without a submission index waits until the queue is idle, i.e. for the next run too, and the GPU
+then idles while the host submits the one after. ``map_read`` takes the index of the submission
+that filled the buffer (``submit_for_index``) and waits for that one only."""
 
 from __future__ import annotations
 
@@ -24,9 +29,18 @@ def _mapped(status: int, _message: Any, box: Any, _unused: Any) -> None:
     ffi.from_handle(box).append(int(status))
 
 
-def map_read(device: Any, buffer: Any, size: int, mapped: int) -> bytes:
+def submit_for_index(queue: Any, commands: Any) -> int:
+    """``queue.submit([commands])``, returning the submission's index (for ``map_read``)."""
+    handles = ffi.new("WGPUCommandBuffer[]", [commands._internal])
+    return int(lib.wgpuQueueSubmitForIndex(queue._internal, 1, handles))
+
+
+def map_read(device: Any, buffer: Any, size: int, mapped: int, submission: int | None = None) -> bytes:
     """The first ``size`` bytes of ``buffer`` (a MAP_READ buffer whose copies were submitted), mapping
-    ``mapped`` bytes (a multiple of 4). Raises RuntimeError when the map fails (say a lost device)."""
+    ``mapped`` bytes (a multiple of 4). ``submission``: the index of the submission that wrote it (the
+    polls wait for that one only), else they wait for the queue to be idle. Raises RuntimeError when
+    the map fails (say a lost device)."""
+    index = ffi.NULL if submission is None else ffi.new("WGPUSubmissionIndex *", submission)
     status: list[int] = []
     box = ffi.new_handle(status)
     info = ffi.new("WGPUBufferMapCallbackInfo *")
@@ -37,7 +51,7 @@ def map_read(device: Any, buffer: Any, size: int, mapped: int) -> bytes:
     for _ in range(MAX_POLLS):
         if status:
             break
-        lib.wgpuDevicePoll(device._internal, True, ffi.NULL)
+        lib.wgpuDevicePoll(device._internal, True, index)
     if status != [lib.WGPUMapAsyncStatus_Success]:
         raise RuntimeError(f"could not map the readback buffer (map status {status or 'pending'})")
     try:
