@@ -2,7 +2,7 @@
 16-byte and word-by-word access) and the skinny GEMM that takes few-row GEMMs on a 2-D weight
 (matmul_skinny). 2-D, [..,M,K]x[K,N], batched [L..,M,K]x[L..,K,N], FusedMatMulBiasAct with every
 activation, SplitMatMul's split store and the active extent, on sizes around the 64/128 tiles, the
-8-wide K step, the 4-element vec4 groups and the skinny kernel's row limit."""
+8- and 16-deep K steps, the 4-element vec4 groups and the skinny kernel's row limit."""
 
 from __future__ import annotations
 
@@ -84,16 +84,18 @@ def test_matmul_schedule_is_one_tiled_dispatch(device):
     assert (fields["m"], fields["k"], fields["n"], fields["has_bias"]) == (65, 33, 129, 0)
 
 
-def test_tile_grows_with_the_work():
-    assert matmul.choose_tile(4096, 4096, 1) == (64, 128)
-    assert matmul.choose_tile(1024, 2048, 1) == (64, 128)
-    assert matmul.choose_tile(1024, 1024, 1) == (64, 64), "128 tiles of 64x128 are too few"
-    assert matmul.choose_tile(65, 129, 1) == (64, 64)
-    assert matmul.choose_tile(64, 128, 256) == (64, 128), "the batch counts towards the grid"
+def test_default_plan_is_64x64_tiles_in_16_deep_steps():
+    for m, n, batch in [(4096, 4096, 1), (1024, 1024, 1), (65, 129, 1), (64, 128, 256)]:
+        assert matmul.choose_tile(m, n, batch) == (64, 64)
+    assert matmul.core(64, 64) == (16, "step")
+    assert matmul.core(128, 128) == (8, "step"), "tiles CORES does not list take 8-deep steps"
     g = rlxpy.Graph("big")
     g.output(g.matmul(g.input("a", (2048, 256)), g.input("w", (256, 4100))))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
-    assert step.grid == (33, 32, 1) and "const BN: u32 = 128u" in step.source and uses_vec4(step)
+    assert step.grid == (65, 32, 1) and uses_vec4(step)
+    assert "const BN: u32 = 64u" in step.source and "const BK: u32 = 16u" in step.source
+    (step,) = lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192)).steps
+    assert "const BK: u32 = 8u" in step.source, "16-deep tiles (16 KiB) do not fit: 8-deep ones (8 KiB)"
 
 
 @pytest.mark.parametrize("vec4", [True, False], ids=["vec4", "words"])

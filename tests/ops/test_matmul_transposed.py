@@ -53,12 +53,15 @@ def test_transposed_operands_match_torch(device, monkeypatch, vec4, flags, m, k,
     assert_close(got, want, *TOL["matmul"], what=f"transposes {flags}")
 
 
-@pytest.mark.parametrize("tile", [(128, 128), (64, 128)], ids=str)
-def test_every_tile_reads_transposed_operands(device, monkeypatch, tile):
+@pytest.mark.parametrize("tile,core", [((128, 128), (16, "rows")), ((64, 128), None)], ids=str)
+def test_every_tile_reads_transposed_operands(device, monkeypatch, tile, core):
+    """Also a 16-deep 128x128 core (two vec4s of each operand per thread and step, block sums per
+    64-row group) on K = 20: one full step and a partial one."""
     monkeypatch.setattr(matmul, "FORCE_TILE", tile)
+    monkeypatch.setattr(matmul, "FORCE_CORE", core)
     for flags in FLAGS:
         got, want, _ = run_transposed((130, 20), (20, 136), flags, seed=3)
-        assert_close(got, want, *TOL["matmul"], what=f"tile {tile}, transposes {flags}")
+        assert_close(got, want, *TOL["matmul"], what=f"tile {tile}, core {core}, transposes {flags}")
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((3, 17, 33), (3, 33, 65)), ((2, 2, 65, 8), (2, 2, 8, 3))],

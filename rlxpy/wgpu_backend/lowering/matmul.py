@@ -3,8 +3,9 @@ epilogue, batched over grid z); a 2-D weight with few rows, or any f16 weight (t
 the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <= 16 rows. GroupedMatMul
 (MoE) is lowered in matmul_grouped.py.
 
-The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread;
-the larger tile wins while it still gives the GPU enough workgroups. Where every offset, row length and
+The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread,
+summing BK = 8 or 16 k per double-buffered step (``core``); 64 x 64 tiles in 16-deep steps are the
+default (TILES, CORES: measured below). Where every offset, row length and
 split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
 otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
 
@@ -39,12 +40,14 @@ MATMUL_TILED = kernel(
     # the double-buffered a and w tiles, [2][BK][BM] and [2][BK][BN] (a 128 x 128 tile: 16 KiB)
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
     sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1)
-BK = 8  # K per step (kernel constant)
+BK = 8  # K per step of the tiles CORES does not list, and the unit of the K split's chunks
 #: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken. On an
-#: H100, 64x128 (4 x 8 per thread) matched or beat 128x128 at 2048^3 and 4096^3 (28.6 TFLOP/s), and
-#: 64x64 won once 64x128 gave fewer than ~256 workgroups (M = 64 or 128 on N = 8192, 1024^3).
-#: The kernel also takes 128x128 and 128x64 (FORCE_TILE).
-TILES = ((64, 128), (64, 64))
+#: H100 (benches/bench_gemm.py, 2026-11-26) 64x64 tiles in 16-deep steps beat every other tile and
+#: depth at 4096^3, 1024^3, 256 x 4096 x 4096 and the GPT training step's 4096 x 384 x 1536 and
+#: 4096 x 1536 x 384 (1.03-1.44x the former 64x128 / 64x64 8-deep plan); larger tiles per thread
+#: (128x128, 128x256) lost at every shape, 16-deep ones most. The kernel also takes 128x128, 128x64,
+#: 64x128, 128x256 and 256x128 (FORCE_TILE).
+TILES = ((64, 64),)
 MIN_GROUPS = 256
 MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
                                                      y=U32), dtypes=accepts(DType.F32, out=DType.F32))
@@ -59,6 +62,12 @@ SPLIT_MIN_K = 256
 FORCE_TILE: tuple[int, int] | None = None
 VEC4 = True
 FORCE_SPLITS: int | None = None
+#: (BK, sums) per (BM, BN) tile (fma_block); tiles not listed take (BK, "step"). FORCE_CORE (benches
+#: and tests) sets one for every tile. 64x64 in 16-deep steps: 16 KiB of workgroup memory (WebGPU's
+#: minimum limit), half the barriers of 8-deep ones, and a blocked sum over 16 products whose error
+#: against float64 is lower still (0.26-0.52x torch f32's on the H100 vs 0.36-0.71x 8-deep).
+CORES: dict[tuple[int, int], tuple[int, str]] = {(64, 64): (16, "step")}
+FORCE_CORE: tuple[int, str] | None = None
 
 def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
     if FORCE_TILE is not None:
@@ -125,28 +134,41 @@ def split_scratch_bytes(node: Node, graph) -> int:
     return 0 if splits == 1 else 4 * splits * dims[0] * dims[1]
 
 
-def fma_block(bm: int, bn: int) -> str:
+def fma_block(bm: int, bn: int, bk: int = 8, sums: str = "step") -> str:
     """The sums of one K step, unrolled: per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs
     (written out so no loop counts against lavapipe's per-thread iteration limit).
 
-    A blocked sum: the step's BK products are summed on their own, then added to the running sum.
-    One running f32 sum over K = 768-1536 terms had twice torch's error against float64, and a
-    24-layer Mamba carried that to 2.4x torch's logit error; blocked, it is at torch's level
-    (benches/RESULTS.md, "where Mamba's f32 gap comes from")."""
+    A blocked sum (``sums`` "step"): the step's BK products are summed on their own, then added to the
+    running sum. One running f32 sum over K = 768-1536 terms had twice torch's error against float64,
+    and a 24-layer Mamba carried that to 2.4x torch's logit error; blocked, it is at torch's level
+    (benches/RESULTS.md, "where Mamba's f32 gap comes from"). "rows" blocks the same sums one 64-row
+    group at a time (w's vec4s are read again per group, but the block sum holds a quarter or half as
+    many registers); "none" is the running sum (benches only)."""
     hs, gs = bm // 64, bn // 64
-    lines = [f"        var part: array<vec4<f32>, {hs * gs * 4}>;"]
-    for kk in range(BK):
-        lines.append("        {")
-        lines += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
-        lines += [f"            let w{g} = tile_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
-        for h in range(hs):
-            for i, lane in enumerate("xyzw"):
-                for g in range(gs):
-                    acc = (4 * h + i) * gs + g
-                    before = f"part[{acc}] + " if kk else ""
-                    lines.append(f"            part[{acc}] = {before}a{h}.{lane} * w{g};")
-        lines.append("        }")
-    lines += [f"        acc[{i}] = acc[{i}] + part[{i}];" for i in range(hs * gs * 4)]
+    groups = [list(range(hs))] if sums == "step" else [[h] for h in range(hs)]
+    lines = []
+    for rows in groups:
+        if sums != "none":
+            lines.append(f"        var part{rows[0]}: array<vec4<f32>, {len(rows) * gs * 4}>;")
+        for kk in range(bk):
+            lines.append("        {")
+            lines += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in rows]
+            lines += [f"            let w{g} = tile_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
+            for h in rows:
+                for i, lane in enumerate("xyzw"):
+                    for g in range(gs):
+                        acc = (4 * h + i) * gs + g
+                        if sums == "none":
+                            lines.append(f"            acc[{acc}] = acc[{acc}] + a{h}.{lane} * w{g};")
+                            continue
+                        slot = acc - rows[0] * 4 * gs
+                        before = f"part{rows[0]}[{slot}] + " if kk else ""
+                        lines.append(f"            part{rows[0]}[{slot}] = {before}a{h}.{lane} * w{g};")
+            lines.append("        }")
+        if sums != "none":
+            first = rows[0] * 4 * gs
+            lines += [f"        acc[{first + i}] = acc[{first + i}] + part{rows[0]}[{i}];"
+                      for i in range(len(rows) * gs * 4)]
     return "\n".join(lines)
 
 
@@ -156,13 +178,26 @@ def store_block(bm: int, bn: int) -> str:
                      for h in range(hs) for i in range(4) for g in range(gs))
 
 
-def tiled_source(bm: int, bn: int, vec4: bool, expr: str, trans: tuple[bool, bool] = (False, False)
-                 ) -> dict[str, object]:
-    """The placeholders of matmul_tiled.wgsl for one tile shape, access mode (include/matmul_access_*)
-    and operand layout (``trans``: a stored [K, M], w stored [N, K])."""
-    return {"ACCESS": "vec4" if vec4 else "words", "EXPR": expr, "BM": bm, "BN": bn,
-            "A_VECS": 2 * BK * bm // 4, "W_VECS": 2 * BK * bn // 4, "ACC": bm * bn // 64,
-            "FMA": fma_block(bm, bn), "STORE": store_block(bm, bn),
+def core(bm: int, bn: int, storage: int = 1 << 30) -> tuple[int, str]:
+    """(BK, sums) of the tiled GEMM for a BM x BN tile: CORES' (or FORCE_CORE's), else 8-deep steps
+    when the double-buffered tiles of the deeper ones would not fit ``storage`` bytes."""
+    bk, sums = FORCE_CORE or CORES.get((bm, bn), (BK, "step"))
+    if 2 * 4 * bk * (bm + bn) > storage:
+        return BK, sums
+    return bk, sums
+
+
+def tiled_source(bm: int, bn: int, vec4: bool, expr: str, trans: tuple[bool, bool] = (False, False),
+                 bk: int | None = None, sums: str | None = None) -> dict[str, object]:
+    """The placeholders of matmul_tiled.wgsl for one tile shape, access mode (include/matmul_access_*),
+    operand layout (``trans``: a stored [K, M], w stored [N, K]), K step and block sum (fma_block;
+    unset: the tile's ``core``)."""
+    if bk is None or sums is None:
+        bk, sums = core(bm, bn)
+    return {"ACCESS": "vec4" if vec4 else "words", "EXPR": expr, "BM": bm, "BN": bn, "BK": bk,
+            "A_VECS": 2 * bk * bm // 4, "W_VECS": 2 * bk * bn // 4, "ACC": bm * bn // 64,
+            "A_LOADS": max(1, bk * bm // 1024), "W_LOADS": max(1, bk * bn // 1024),
+            "FMA": fma_block(bm, bn, bk, sums), "STORE": store_block(bm, bn),
             "TRANS_A": str(trans[0]).lower(), "TRANS_B": str(trans[1]).lower()}
 
 
@@ -191,8 +226,10 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     bm, bn = choose_tile(m, n, batch)
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
     grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), batch)
+    bk, sums = core(bm, bn, ctx.facts.max_workgroup_storage)
     # rows scale with the active extent only when they are the flattened leading dims
-    return [ctx.dispatch(MATMUL_TILED, node, grid, tiled_source(bm, bn, _vec4(fields, trans[0]), expr, trans),
+    source = tiled_source(bm, bn, _vec4(fields, trans[0]), expr, trans, bk, sums)
+    return [ctx.dispatch(MATMUL_TILED, node, grid, source,
                          scalable=w.rank == 2 and not trans[0], **fields)]
 
 
@@ -221,8 +258,9 @@ def _split_gemm(node: Node, ctx: LowerCtx, fields: dict[str, int], chunks: int) 
               "stride_w": k_len if trans_b else k_len * n, "stride_y": m * n}
     bm, bn = choose_tile(m, n, 1)
     grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), chunks)
+    bk, sums = core(bm, bn, ctx.facts.max_workgroup_storage)
     gemm_step = ctx.dispatch(MATMUL_TILED, node, grid,
-                             tiled_source(bm, bn, _vec4(fields, trans_a), "v", (trans_a, trans_b)),
+                             tiled_source(bm, bn, _vec4(fields, trans_a), "v", (trans_a, trans_b), bk, sums),
                              scalable=False, **fields)
     total = m * n
     return [gemm_step, ctx.dispatch(MATMUL_SPLIT_SUM, node, ctx.grid_1d(total), scalable=False,

@@ -1,0 +1,126 @@
+"""f32 GEMM core (matmul_tiled) against torch CUDA f32 (TF32 off), side by side in one process.
+
+For each shape M x N x K (a [M, K] @ w [K, N]) the default plan and every ``--variants`` entry (a forced
+tile, K step and block sum of matmul.py's tiled GEMM, split K off) run on the same inputs. Times are
+GPU times: the median over ``--reps`` replays of the schedule's summed step timestamps (rlxpy) and of
+CUDA-event times (torch). ``tflops`` counts 2 M N K; ``ratio`` = torch ms / rlxpy ms (> 1: rlxpy is
+faster). ``err`` is each result's rms error against torch's float64 product, relative to that
+product's rms, and ``err_vs_torch`` divides it by torch f32's.
+
+One command: ``python benches/bench_gemm.py [--quick] [--json out.json]``; a variant is
+``TILE_BK_SUMS`` (e.g. ``128x128_16_rows``; sums: step, rows, none, see matmul.fma_block).
+``--quick`` runs small shapes (a lavapipe smoke run; without CUDA the torch side runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import numpy as np
+from common import emit, torch_cuda
+
+import rlxpy
+from rlxpy.wgpu_backend.lowering import matmul
+from rlxpy.wgpu_backend.profile import step_times_ms
+
+#: (M, N, K): square GEMMs, a 256-row prefill block, and the GPT training step's MLP GEMMs
+SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 4096, 4096), (4096, 384, 1536), (4096, 1536, 384)]
+QUICK_SHAPES = [(256, 256, 256), (130, 96, 200)]
+VARIANTS = ["64x128_8_step", "128x128_8_step", "128x128_16_step", "128x128_16_rows", "128x128_8_rows",
+            "64x128_16_step", "128x64_16_step", "64x64_16_step", "64x64_8_step", "128x256_8_rows",
+            "128x256_16_rows", "256x128_8_rows", "128x128_8_none", "64x128_8_none"]
+
+
+def parse_variant(spec: str) -> tuple[tuple[int, int], tuple[int, str]]:
+    tile, bk, sums = spec.split("_")
+    bm, bn = (int(v) for v in tile.split("x"))
+    return (bm, bn), (int(bk), sums)
+
+
+def rlxpy_run(a: np.ndarray, w: np.ndarray, reps: int) -> tuple[np.ndarray, float, list[str]]:
+    g = rlxpy.Graph("gemm")
+    y = g.matmul(g.input("a", list(a.shape)), g.input("w", list(w.shape)), name="y")
+    g.output(y)
+    exe = rlxpy.compile(g)
+    got = exe.run({"a": a, "w": w})["y"]
+    ms = statistics.median(sum(step_times_ms(exe).values()) for _ in range(reps))
+    kernels = [f"{s.kernel}{list(s.grid)}" for s in exe.schedule.steps]
+    return got, ms, kernels
+
+
+def torch_side(torch: Any, cuda: bool, a: np.ndarray, w: np.ndarray, reps: int) -> tuple[Any, float, Any]:
+    """torch's f32 product, its time (ms) and the float64 product."""
+    dev = "cuda" if cuda else "cpu"
+    ta, tw = torch.from_numpy(a).to(dev), torch.from_numpy(w).to(dev)
+    want = (ta.double() @ tw.double())
+    if not cuda:
+        return (ta @ tw), float("nan"), want
+    times = []
+    for i in range(reps + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = ta @ tw
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end))
+    return out, statistics.median(times), want
+
+
+def rel_rms(torch: Any, got: Any, want: Any) -> float:
+    got = torch.as_tensor(got).to(want.device).double()
+    return float(((got - want).square().mean() / want.square().mean()).sqrt())
+
+
+def bench_shape(torch: Any, cuda: bool, shape: tuple[int, int, int], variants: list[str], reps: int
+                ) -> dict[str, Any]:
+    m, n, k = shape
+    r = np.random.default_rng(0)
+    a = r.standard_normal((m, k)).astype(np.float32)
+    w = (r.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    ours, torch_ms, want = torch_side(torch, cuda, a, w, reps)
+    torch_err = rel_rms(torch, ours, want)
+    tflop = 2 * m * n * k / 1e9
+    row: dict[str, Any] = {"shape": list(shape), "torch_ms": torch_ms, "torch_tflops": tflop / torch_ms,
+                           "torch_err": torch_err, "rlxpy": {}}
+    for name in ["default", *variants]:
+        tile, core = (None, None) if name == "default" else parse_variant(name)
+        matmul.FORCE_TILE, matmul.FORCE_CORE = tile, core
+        matmul.FORCE_SPLITS = None if name == "default" else 1
+        try:
+            got, ms, kernels = rlxpy_run(a, w, reps)
+        finally:
+            matmul.FORCE_TILE, matmul.FORCE_CORE, matmul.FORCE_SPLITS = None, None, None
+        err = rel_rms(torch, got, want)
+        row["rlxpy"][name] = {"ms": round(ms, 4), "tflops": round(tflop / ms, 2),
+                              "ratio": round(torch_ms / ms, 3), "err": err,
+                              "err_vs_torch": round(err / torch_err, 3), "steps": kernels}
+        print(f"{shape} {name:18s} {ms:8.4f} ms {tflop / ms:6.2f} TFLOP/s ratio {torch_ms / ms:5.3f} "
+              f"err/torch {err / torch_err:5.2f}", flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", nargs="*", default=None, help="TILE_BK_SUMS entries (default: a sweep)")
+    parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK entries")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    cuda = torch_cuda()
+    import torch
+
+    if cuda is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes
+              else QUICK_SHAPES if args.quick else SHAPES)
+    variants = VARIANTS if args.variants is None else args.variants
+    rows = [bench_shape(torch, cuda is not None, shape, variants, args.reps) for shape in shapes]
+    emit({"bench": "gemm", "torch_tf32": False, "shapes": rows}, args.json)
+
+
+if __name__ == "__main__":
+    main()
