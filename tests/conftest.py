@@ -27,6 +27,27 @@ def device():
         pytest.fail(f"no WebGPU adapter ({e}); `make test` installs mesa-vulkan-drivers (lavapipe)")
 
 
+#: `make test` reruns the op suite on llvmpipe's GL (RLX_WGPU_ADAPTER=OpenGL) to catch kernels that lean
+#: on one backend's behaviour. llvmpipe's GL compiles a few large kernels for minutes on two cores (an
+#: attention backward with 200-dim heads: ~3 min). Cases marked ``gl_deselect`` differ from the GL run's
+#: other cases of the same kernels only in compile-time sizes (head-dim groups, mask broadcasts) or are
+#: whole models over kernels tested on their own; the GL rerun deselects them (Vulkan runs them all).
+ON_GL = "opengl" in os.environ.get("RLX_WGPU_ADAPTER", "").lower()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gl_deselect: left out of the op suite's rerun on GL (see conftest)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not ON_GL:
+        return
+    dropped = [item for item in items if item.get_closest_marker("gl_deselect")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("gl_deselect")]
+
+
 #: Kernel variants the variant-parametrised tests run (RLXPY_TEST_KERNELS, default both). `make test`
 #: reruns the op suite on llvmpipe's GL with "gpu" only: a GL adapter that is a real GPU runs the
 #: workgroup-cooperative variants, and the CPU variants are covered on lavapipe.

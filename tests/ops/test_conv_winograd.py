@@ -204,6 +204,7 @@ def test_under_a_binding_cap_the_conv_still_matches_torch(device, monkeypatch):
         assert _kernels(_build(case), _inputs(case)) == ["conv_gemm"]
 
 
+@pytest.mark.gl_deselect
 def test_resnet18_logits_with_winograd_on_its_3x3_convs(device, monkeypatch):
     """ResNet-18 (random weights, eval, batch norm folded) through the ONNX door with F(4x4) forced on
     the stride-1 3x3 convs of 64 and 128 channels (7 of its 13; the selection takes all 13 at batch 32
