@@ -15,8 +15,9 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend import arena
+from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.lowering import matmul_grouped  # noqa: F401  (registers its scratch before a patch)
-from rlxpy.wgpu_backend.schedule import SCRATCH
+from rlxpy.wgpu_backend.schedule import SCRATCH, DeviceFacts
 
 
 def experts_torch(x: np.ndarray, w: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -213,3 +214,15 @@ def test_under_a_binding_cap(device, rows):
     exe.set_param("w", w)
     want = np.maximum(experts_torch(np.maximum(x, 0), w, idx), 0)
     assert_close(exe.run({"x": x, "idx": idx})["z"], want, *TOL["matmul"], "capped vs torch")
+
+
+def test_16_deep_steps_fall_back_to_8_deep_within_16_kib():
+    """The default 64x64 tile steps 16 k deep (16.3 KiB of workgroup memory with its row ids); a
+    device with 16 KiB gets 8-deep steps (lowering only; both depths run against torch above)."""
+    g = rlxpy.Graph("moe_depth")
+    nodes = g.input("x", (300, 40)), g.input("w", (2, 40, 70)), g.input("idx", (300,), "i32")
+    g.output(g.grouped_matmul(*nodes, name="y"))
+    for storage, depth in [(32768, 16), (16384, 8)]:
+        steps = lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=storage)).steps
+        (gemm,) = [s for s in steps if s.kernel == "matmul_grouped"]
+        assert f"const RT_K: u32 = {depth}u;" in gemm.source

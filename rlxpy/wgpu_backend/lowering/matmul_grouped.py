@@ -9,8 +9,8 @@ Two dispatches, no host step:
    tiles any routing can give (ceil(M / BM) + E + 1), workgroups past the table's count return at once:
 
    * matmul_grouped (many rows, compute-bound): the register-tiled GEMM core
-     (include/matmul_register_tiles.wgsl, matmul_tiled's technique: double-buffered 8-deep K steps
-     with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows, gathered through the
+     (include/matmul_register_tiles.wgsl, matmul_tiled's technique: double-buffered 8- or 16-deep K
+     steps with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows, gathered through the
      permutation, and their expert's weight; each weight tile is read once per BM rows. The tile
      (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups.
    * matmul_grouped_rows (at most FEW_ROWS rows, decode: the weight read dominates): 64 columns a
@@ -48,11 +48,17 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 ROUTE_LANES = 256
 MIN_TILE_ROWS = 64  # the smallest BM: the most tiles, which the scratch is sized for
-TILE_K = 8  # K per step of the register-tiled core
+TILE_K = 8  # K per step of the register-tiled core for the tiles DEPTHS does not list (the shallowest)
 #: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring
 #: (on an H200, 64x128 beat 128x128 by 5% at 8 experts x 4096 rows x 2048 x 8192 and by 30% at 64
-#: experts, whose 64-row average leaves 128-row tiles half empty; the kernel takes 128-row tiles too)
-TILES = ((64, 128), (64, 64))
+#: experts, whose 64-row average leaves 128-row tiles half empty; the kernel takes 128-row tiles too).
+#: 64x64 in 16-deep steps follows the dense GEMM (matmul.TILES / CORES), where on an H100 it beat the
+#: 8-deep 64x128 and 64x64 tiles at every shape measured (4096-row GEMMs by 3-22%); the grouped kernel
+#: has not been timed with it yet (benches/bench_scan.py's GroupedMatMul rows; set TILES to
+#: ((64, 128), (64, 64)) and DEPTHS to {} for the former plan).
+TILES = ((64, 64),)
+#: K per step by tile (at most 1024 / BM and 1024 / BN: one vec4 of each operand per thread and step)
+DEPTHS: dict[tuple[int, int], int] = {(64, 64): 16}
 MIN_GROUPS = 256
 #: the few-rows kernel: at most this many rows (each lane keeps one sum per row), 64 columns a workgroup
 FEW_ROWS, ROWS_COLS = 16, 64
@@ -81,8 +87,8 @@ _GEMM_DTYPES = accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32)
 MATMUL_GROUPED = kernel(
     "matmul_grouped", _gemm_params("MatmulGroupedParams"), dtypes=_GEMM_DTYPES, workgroup=(16, 16, 1),
     # the double-buffered x and w tiles, the tile's row ids and its job
-    shared_bytes=lambda s: 4 * (2 * TILE_K * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
-    sizes={"BM": 64, "BN": 128})
+    shared_bytes=lambda s: 4 * (2 * int(s["RT_K"]) * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
+    sizes={"BM": 64, "BN": 128, "RT_K": TILE_K})
 MATMUL_GROUPED_ROWS = kernel(
     "matmul_grouped_rows", _gemm_params("MatmulGroupedRowsParams"), dtypes=_GEMM_DTYPES,
     workgroup=(16, 16, 1),
@@ -158,9 +164,9 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
         tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
-        if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # the smallest tile fits 16 KiB
+        if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # 64x64 8 deep fits 16 KiB
             bm, cols = TILES[-1]
-            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
+            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED, TILE_K)}
         subs |= tiled
     route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
     grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
@@ -170,17 +176,19 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
                          m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
-def register_tiles(bm: int, bn: int, blocked: bool = True) -> dict[str, object]:
+def register_tiles(bm: int, bn: int, blocked: bool = True, depth: int | None = None) -> dict[str, object]:
     """The placeholders of include/matmul_register_tiles.wgsl for a BM x BN tile: the sums of one K
-    step written out (per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs; no loop counts
-    against lavapipe's per-invocation iteration limit) and the buffer sizes. A step's products are
-    summed on their own, then added to acc: a blocked sum whose f32 rounding error grows with
-    8 + K / 8 terms instead of K (measured at K = 1536: 2.6e-7 rms relative, one running sum 7e-7)."""
+    step (``depth`` deep; unset: DEPTHS', else TILE_K) written out (per k, BM/64 + BN/64 vec4 reads
+    feed BM*BN/64 vec4 FMAs; no loop counts against lavapipe's per-invocation iteration limit) and
+    the buffer sizes. A step's products are summed on their own, then added to acc: a blocked sum
+    whose f32 rounding error grows with depth + K / depth terms instead of K (measured at K = 1536,
+    8-deep: 2.6e-7 rms relative, one running sum 7e-7)."""
+    depth = depth or DEPTHS.get((bm, bn), TILE_K)
     hs, gs = bm // 64, bn // 64
     count = hs * gs * 4
     sum_to = "part" if blocked else "acc"
     lines = [f"        var part: array<vec4<f32>, {count}>;"] if blocked else []
-    for kk in range(TILE_K):
+    for kk in range(depth):
         reads = [f"let a{h} = rt_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
         reads += [f"let w{g} = rt_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
         sums = []
@@ -199,7 +207,7 @@ def register_tiles(bm: int, bn: int, blocked: bool = True) -> dict[str, object]:
     # one thread's outputs: a (BM / 16) x (BN / 16) block, as vec4s (a larger array than the sums
     # touch would sit in memory, not in registers, wherever a compiler keeps it whole)
     return {"RT_SUMS": "\n".join(lines), "RT_STORE": "\n".join(store), "RT_ACC": bm * bn // 1024,
-            "RT_A_VECS": 2 * TILE_K * bm // 4, "RT_W_VECS": 2 * TILE_K * bn // 4}
+            "RT_K": depth, "RT_A_VECS": 2 * depth * bm // 4, "RT_W_VECS": 2 * depth * bn // 4}
 
 
 def few_rows_source(count: int) -> dict[str, object]:

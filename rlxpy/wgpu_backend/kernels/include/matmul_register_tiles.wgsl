@@ -1,20 +1,21 @@
 // A register-tiled f32 GEMM core's buffers and loads (matmul_tiled's technique): 16 x 16 threads sum
-// one BM x BN output tile of a @ w over K in steps of RT_K = 8. Thread (tx, ty) owns rows
+// one BM x BN output tile of a @ w over K in steps of RT_K (8 or 16). Thread (tx, ty) owns rows
 // 4 ty + 64 h + i and columns 4 tx + 64 g + j (i, j < 4), so each workgroup-memory read in the sums is
 // a vec4. The including kernel runs the K loop in its entry point (as matmul_tiled does: a loop
 // behind a function returning the accumulators measured slower): the next step's a and w vec4s are
 // loaded into registers before this step is summed, then stored into the other of two workgroup
 // buffers with rt_put (one barrier per step). It declares BM and BN (multiples of 64); the lowerer
-// fills RT_A_VECS / RT_W_VECS (the two buffers' vec4s).
-const RT_K: u32 = 8u;
+// fills RT_K and RT_A_VECS / RT_W_VECS (the two buffers' vec4s), with RT_K * BM / 4 and RT_K * BN / 4
+// at most 256 (each thread moves at most one vec4 of each operand per step).
+const RT_K: u32 = {{RT_K}}u;
 const RT_A_STEP: u32 = RT_K * BM / 4u;  // vec4s of one buffer of rt_a
 const RT_W_STEP: u32 = RT_K * BN / 4u;
 
 var<workgroup> rt_a: array<vec4<f32>, {{RT_A_VECS}}>;  // [2][RT_K][BM / 4]: a transposed, 4 rows a vec4
 var<workgroup> rt_w: array<vec4<f32>, {{RT_W_VECS}}>;  // [2][RT_K][BN / 4]
 
-// What one thread moves per step: a[tile row ar, k0 + ak .. +3] (threads < 2 BM) and
-// w[k0 + wk, col0 + wc .. +3] (threads < 2 BN).
+// What one thread moves per step: a[tile row ar, k0 + ak .. +3] (threads < RT_K BM / 4) and
+// w[k0 + wk, col0 + wc .. +3] (threads < RT_K BN / 4).
 struct RtShare {
     loads_a: bool,
     loads_w: bool,
@@ -25,8 +26,8 @@ struct RtShare {
 }
 
 fn rt_share(flat: u32) -> RtShare {
-    return RtShare(flat < 2u * BM, flat < 2u * BN, flat / 2u, (flat % 2u) * 4u, flat / (BN / 4u),
-                   (flat % (BN / 4u)) * 4u);
+    return RtShare(flat < RT_A_STEP, flat < RT_W_STEP, flat / (RT_K / 4u), (flat % (RT_K / 4u)) * 4u,
+                   flat / (BN / 4u), (flat % (BN / 4u)) * 4u);
 }
 
 // The registers of one step into buffer `half` (a k-major, so the sums read 4 rows as one vec4).
