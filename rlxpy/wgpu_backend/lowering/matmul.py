@@ -42,11 +42,13 @@ MATMUL_TILED = kernel(
     sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1)
 BK = 8  # K per step of the tiles CORES does not list, and the unit of the K split's chunks
 #: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken. On an
-#: H100 (benches/bench_gemm.py, 2026-11-26) 64x64 tiles in 16-deep steps beat every other tile and
-#: depth at 4096^3, 1024^3, 256 x 4096 x 4096 and the GPT training step's 4096 x 384 x 1536 and
-#: 4096 x 1536 x 384 (1.03-1.44x the former 64x128 / 64x64 8-deep plan); larger tiles per thread
-#: (128x128, 128x256) lost at every shape, 16-deep ones most. The kernel also takes 128x128, 128x64,
-#: 64x128, 128x256 and 256x128 (FORCE_TILE).
+#: H100 (benches/bench_gemm.py, 2026-11-26) 64x64 tiles in 16-deep steps beat every other blocked-sum
+#: tile and depth at 4096^3, 1024^3, 256 x 4096 x 4096 and the GPT training step's 4096 x 384 x 1536
+#: and 4096 x 1536 x 384 (1.03-1.44x the former 64x128 / 64x64 8-deep plan); larger tiles per thread
+#: (128x128, 128x256) lost at every shape, 16-deep ones most (register pressure: even 128x128 with a
+#: running sum lost to 64x128). The block sum's cost: 64x128 with one running sum reached 25.8 TFLOP/s
+#: at 4096^3 (22.4 blocked, 64x64 16-deep), at 2.9-3.8x the error. The kernel also takes 128x128,
+#: 128x64, 64x128, 128x256 and 256x128 (FORCE_TILE).
 TILES = ((64, 64),)
 MIN_GROUPS = 256
 MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
