@@ -344,5 +344,12 @@ class Encoder:
             self.blob[start : start + len(record)] = record
             self.device.queue.write_buffer(self.uniform_buffer, start, record)
 
+    def restore(self, blob: bytes, grids: list) -> None:
+        """Every step's uniforms and grid as a snapshot taken earlier (an active extent): one upload."""
+        self.invalidate()
+        self.blob[:] = blob
+        self.grids[:] = grids
+        self.device.queue.write_buffer(self.uniform_buffer, 0, bytes(blob))
+
     def gpu_step_count(self) -> int:
         return sum(len(s.dispatches) for s in self.segments if s.kind == "gpu")

@@ -96,6 +96,7 @@ class WgpuExecutable:
         #: the first NaN/Inf node of the last run (RLX_WGPU_NAN_TRACE), see debug.nan_nodes
         self.last_nan: dict[str, Any] | None = None
         self.active_extent: tuple[int, int] | None = None
+        self._extent_states: dict[tuple[int, int] | None, tuple[bytes, list, int]] = {}
         self._needed_cache: dict[tuple[int, ...], tuple[set[int], frozenset[int]]] = {}
         if env.report_level() >= 1:
             debug.print_report(self)
@@ -368,20 +369,32 @@ class WgpuExecutable:
     def set_active_extent(self, extent: tuple[int, int] | None) -> int:
         """Run the next runs on the first ``actual`` of ``upper`` leading rows (None: full).
 
-        Returns how many steps scale. No recompile; uniforms are rewritten only on change."""
+        Returns how many steps scale. No recompile. The uniforms and grids of each extent are
+        computed once and kept: going back to an extent seen before is one uniform upload (a batched
+        decoder toggles between its live rows and the full prefill often)."""
+        if extent == self.active_extent:
+            return self._extent_states[extent][2] if extent in self._extent_states else 0
+        state = self._extent_states.get(extent)
+        if state is not None:
+            blob, grids, count = state
+            self.encoder.restore(blob, grids)
+        else:
+            count = self._apply_extent(extent)
+            self._extent_states[extent] = (bytes(self.encoder.blob), list(self.encoder.grids), count)
+        self.active_extent = extent
+        return count
 
-        actual, upper = extent if extent is not None else (1, 1)
+    def _apply_extent(self, extent: tuple[int, int] | None) -> int:
         if extent is None:
             self.encoder.invalidate()
             for index, step in enumerate(self.schedule.steps):
                 if step.kind == "gpu":
                     self.encoder.write_uniforms(index, step.uniforms)
                     self.encoder.grids[index] = step.grid
-            self.active_extent = None
             return 0
-        count = apply_extent(self.schedule.steps, self.encoder, actual, upper)
-        self.active_extent = (actual, upper)
-        return count
+        self._apply_extent(None)  # each extent's state from the full one, whatever ran before
+        actual, upper = extent
+        return apply_extent(self.schedule.steps, self.encoder, actual, upper)
 
     def sync(self) -> None:
         """Wait until the GPU finished everything submitted so far."""
