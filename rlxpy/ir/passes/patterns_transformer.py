@@ -9,8 +9,9 @@ pattern off (the tests check exactly that):
   contiguous block, and every Narrow becomes a view of its block. Saves one copy step per part.
 * **packed BSHD attention** (``packed_attention``) — an Attention whose q, k and v are token-major
   slices (through Reshape / Cast views) of one packed parent: PackedAttention reads them in place
-  with the parent's row stride. Saves the narrow copies; taken only when every narrow goes (one that
-  another node reads, e.g. an attention gradient, is left to split QKV, which makes it a view).
+  with the parent's row stride. Saves the narrow copies. Where a narrow stays (another node reads it:
+  an attention gradient, a returned KV cache) and split QKV can make every narrow a view, split QKV
+  is left to take them instead.
   ``RLX_WGPU_NO_PACKED_BSHD_ATTN`` turns it off.
 * **residual + norm tee** (``residual_norm``) — ``s = x + r`` read by a LayerNorm/RmsNorm: one
   ResidualNormTee step writes s (for the residual stream) and the norm; with no other reader of s
@@ -118,6 +119,7 @@ def match_packed_attention(graph: Graph) -> list[PackedQkv]:
     users, outputs = graph.consumers(), set(graph.outputs)
     matches: list[PackedQkv] = []
     replaced: set[int] = set()
+    splittable: set[int] | None = None  # parents whose narrows split QKV turns into views
     for att in graph.nodes:
         if type(att.op) is not ops.Attention or att.op.dynamic_kv:
             continue
@@ -132,9 +134,13 @@ def match_packed_attention(graph: Graph) -> list[PackedQkv]:
                 if node_id in outputs or not set(users[node_id]) <= replaced | slices | {att.id}:
                     break
                 slices.add(node_id)
-        narrows = {chain[-1] for chain in chains}
-        if not narrows <= slices:
-            continue  # a narrow stays (another reader, e.g. a gradient): split QKV can make it a view
+        if not {chain[-1] for chain in chains} <= slices:
+            # a narrow stays (another reader: an attention gradient, a returned KV cache): where split
+            # QKV makes every narrow a view, that beats packing (which leaves the kept ones as copies)
+            if splittable is None:
+                splittable = {m.matmul.id for m in match_split_qkv(graph)}
+            if parent in splittable:
+                continue
         replaced |= slices | {att.id}
         matches.append(PackedQkv(att, packed, parent, frozenset(slices)))
     return matches
