@@ -18,7 +18,8 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 ``gb_s`` = moved_mb / GPU time; ``step_ms`` = each pass's GPU time.
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
-[--shape-cap P,I] [--max-radix R] [--pass-radix R] [--row-fast-in F] [--prefetch-roots 0|1]``;
+[--shape-cap P,I] [--max-radix R] [--pass-radix R] [--row-fast-in F] [--pass-invocations I[,L]]
+[--prefetch-roots 0|1]``;
 ``--quick`` uses small batches and a 5 s clip (lavapipe);
 ``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
 log-mel rows); ``--shape-cap P,I`` shapes the FFT variants for at most P points of workgroup memory
@@ -27,6 +28,8 @@ and I invocations (default 2048,256, lowering/signal_fft.py; a large pair means 
 ``--pass-radix R`` fixes it for the four-step passes (default: chosen per line length,
 lowering/signal_fft.py ``PASS_MIN_LINES``); ``--row-fast-in F`` sets the lines side by side while a
 four-step row pass loads (``ROW_FAST_IN``; 1: each line's points adjacent, regrouped before it stores);
+``--pass-invocations I[,L]`` gives the four-step passes over lines of at least L points (default 1024) I
+invocations per workgroup (``PASS_INVOCATIONS``: fewer points and registers per invocation);
 ``--prefetch-roots 1`` loads every stage's roots with the first stage's points
 (lowering/signal_fft_code.py ``PREFETCH_ROOTS``).
 """
@@ -247,6 +250,10 @@ def main() -> None:
     row_in = take_option("--row-fast-in")
     if row_in:  # lines side by side while a row pass loads (lowering/signal_fft.py ROW_FAST_IN)
         signal_fft.ROW_FAST_IN = int(row_in[0])
+    wide = take_option("--pass-invocations")
+    if wide:  # invocations of the four-step passes over long lines (lowering/signal_fft.py PASS_INVOCATIONS)
+        signal_fft.PASS_INVOCATIONS = int(wide[0])
+        signal_fft.PASS_WIDE_FROM = int(wide[1]) if len(wide) > 1 else signal_fft.PASS_WIDE_FROM
     prefetch = take_option("--prefetch-roots")
     if prefetch:  # stage roots loaded up front or in their stage (lowering/signal_fft_code.py)
         signal_fft_code.PREFETCH_ROOTS = prefetch[0] == "1"
@@ -271,7 +278,8 @@ def main() -> None:
             print(results[-1], flush=True)
     emit({"bench": "fft", "torch_device": side.device, "quick": args.quick, "shape_cap": cap or None,
           "max_radix": signal_fft_code.MAX_RADIX, "pass_radix": signal_fft.PASS_MAX_RADIX,
-          "row_fast_in": signal_fft.ROW_FAST_IN, "prefetch_roots": signal_fft_code.PREFETCH_ROOTS,
+          "row_fast_in": signal_fft.ROW_FAST_IN, "pass_invocations": signal_fft.PASS_INVOCATIONS,
+          "pass_wide_from": signal_fft.PASS_WIDE_FROM, "prefetch_roots": signal_fft_code.PREFETCH_ROOTS,
           "results": results}, args.json)
     print(table(results))
 

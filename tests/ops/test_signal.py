@@ -27,6 +27,7 @@ from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend.lowering import signal_fft
 from rlxpy.wgpu_backend.lowering.signal_fft_code import shape_for, stage_radices
+from rlxpy.wgpu_backend.schedule import DeviceFacts
 
 EPS32 = float(np.finfo(np.float32).eps)
 FFT_EPS = 2 * EPS32
@@ -89,11 +90,11 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
     """The variants' shapes under a workgroup budget below the default (signal_fft.SHAPE_*, which every
     other test runs): fewer lines per workgroup, exchanges in rounds (97's 256 points and 2^14's
     128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup; the row
-    passes regrouped (signal_fft.ROW_FAST_IN: each line's points adjacent while they load, the lines side
-    by side when they store), across rounds."""
+    passes loaded as they store, 16 lines side by side (signal_fft.ROW_FAST_IN 16; the default, 1,
+    regroups them between their load and store: every other test)."""
     monkeypatch.setattr(signal_fft, "SHAPE_POINTS", 256)
     monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 128)
-    monkeypatch.setattr(signal_fft, "ROW_FAST_IN", 1)
+    monkeypatch.setattr(signal_fft, "ROW_FAST_IN", 16)
     for n in (97, 1000, 4096, 1 << 14):
         z = complex_rand((5, n), n)
         got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})
@@ -118,6 +119,16 @@ def test_variant_shapes_cover_their_lines(length):
         assert shape.group * length <= max(points, length) and shape.shared_points % 16 == 0
         side_by_side = max(shape.fast, shape.store_fast) > 1
         assert not shape.line_xor or (side_by_side and shape.group > 1 and length % 16 == 0)
+
+
+def test_long_line_passes_take_more_invocations():
+    """Four-step passes over lines of at least PASS_WIDE_FROM points get PASS_INVOCATIONS invocations, within
+    the device's limit; shorter lines keep the variants' budget (no device)."""
+    big, small = DeviceFacts(max_workgroup_storage=32768, max_invocations=1024), DeviceFacts()
+    wide = signal_fft.PASS_INVOCATIONS
+    assert signal_fft._pass_budget(big, signal_fft.PASS_WIDE_FROM)[1] == min(1024, wide or 256)
+    assert signal_fft._pass_budget(small, signal_fft.PASS_WIDE_FROM)[1] == 256
+    assert signal_fft._pass_budget(big, signal_fft.PASS_WIDE_FROM // 2)[1] == 256
 
 
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 97])

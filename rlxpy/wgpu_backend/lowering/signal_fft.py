@@ -69,6 +69,14 @@ SHAPE_INVOCATIONS: int | None = 256
 #: 2^14 x 256 0.101 -> 0.203 ms; 16 lines, radix 8: 0.118; benches/RESULTS.md).
 PASS_MIN_LINES = 4
 PASS_MAX_RADIX: int | None = None
+#: Invocations a four-step pass over lines of at least PASS_WIDE_FROM points may use, below the device's
+#: limit (None: as the other variants, SHAPE_INVOCATIONS). More invocations leave each fewer points: a
+#: 1024-point line at 1024 takes radix 4 (256 invocations per line, 4 lines) instead of radix 16 (64 per
+#: line) at 256, fewer registers per invocation. H100, 2^20 x 4: 0.151 -> 0.139 ms (512: 0.143; 1024 with
+#: radix 8: 0.200; with ROW_FAST_IN 1 as well: 0.131, 0.50x cuFFT); the 128-point passes of 2^14 did
+#: not change (benches/RESULTS.md).
+PASS_INVOCATIONS: int | None = 1024
+PASS_WIDE_FROM = 1024
 #: Lines per workgroup a four-step pass asks for (adjacent columns: full 32-byte sectors or more), and a
 #: single pass (0: as many as the workgroup memory holds).
 PASS_LINES, SINGLE_LINES = 16, 0
@@ -77,10 +85,9 @@ PASS_LINES, SINGLE_LINES = 16, 0
 #: transposed stores outweigh shorter runs of the reads; 2^14 x 256: 0.099 -> 0.092 ms, benches/RESULTS.md).
 #: ROW_FAST_IN, when below ROW_FAST, regroups a row pass: its lines load ROW_FAST_IN side by side (1: each
 #: line's points adjacent, one contiguous run) and store ROW_FAST side by side (the exchange before the
-#: last stage regroups the invocations). Off: measured only beside other changes that were dropped (H100,
-#: 1 against 16 there: 2^20 x 4 0.161 -> 0.152 ms, 4099 x 255 0.215 -> 0.206, 2^14 x 256 0.111 -> 0.110;
-#: benches/RESULTS.md); a switch for A/B runs.
-COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 16
+#: last stage regroups the invocations). 1 against 16 on an H100, the row passes: 2^14 x 256 0.049 ->
+#: 0.044 ms, 2^20 x 4 0.068 -> 0.062, 4099 x 255's 0.026 -> 0.024 (benches/RESULTS.md).
+COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 1
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
@@ -210,9 +217,10 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     second = first + 2 * length * chunk
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
-    budget = _budget(ctx.facts)
-    column_shape = shape_for(n1, *budget, PASS_LINES, COLUMN_FAST, max_radix=_pass_radix(n1, budget[1]))
-    row_shape = shape_for(n2, *budget, PASS_LINES, ROW_FAST_IN, max_radix=_pass_radix(n2, budget[1]),
+    col_budget, row_budget = _pass_budget(ctx.facts, n1), _pass_budget(ctx.facts, n2)
+    column_shape = shape_for(n1, *col_budget, PASS_LINES, COLUMN_FAST,
+                             max_radix=_pass_radix(n1, col_budget[1]))
+    row_shape = shape_for(n2, *row_budget, PASS_LINES, ROW_FAST_IN, max_radix=_pass_radix(n2, row_budget[1]),
                           fast_out=ROW_FAST)
     twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
              if length > TWIST_DIRECT and length & (length - 1) == 0 else 0}
@@ -250,6 +258,15 @@ def _budget(facts: DeviceFacts) -> tuple[int, int]:
     """(points, invocations) a workgroup of a variant may use: the device's, or SHAPE_* below them."""
     points, invocations = capacity(facts), facts.max_invocations
     return min(points, SHAPE_POINTS or points), min(invocations, SHAPE_INVOCATIONS or invocations)
+
+
+def _pass_budget(facts: DeviceFacts, length: int) -> tuple[int, int]:
+    """The workgroup budget of a four-step pass over lines of ``length`` points: _budget's, with
+    PASS_INVOCATIONS invocations (below the device's limit) for lines of at least PASS_WIDE_FROM."""
+    points, invocations = _budget(facts)
+    if PASS_INVOCATIONS and length >= PASS_WIDE_FROM:
+        invocations = min(facts.max_invocations, PASS_INVOCATIONS)
+    return points, invocations
 
 
 def _pass_radix(length: int, invocations: int) -> int:
