@@ -398,6 +398,46 @@ def test_gemv_plan_covers_a_row_evenly(units, rows):
     assert team_rows == 1 or -(-rows // (teams * team_rows)) >= 128  # enough workgroups stay
 
 
+@pytest.mark.parametrize("units", [1, 3, 18, 33, 48, 448])
+@pytest.mark.parametrize("rows", [1, 576, 49152])
+def test_gemv_plan_for_subgroups_takes_power_of_two_teams(units, rows):
+    lanes, teams, _ = gemv_plan(units, rows, pow2=True)
+    even = gemv_plan(units, rows)[0]
+    assert lanes & (lanes - 1) == 0 and even <= lanes < 2 * even and teams == 256 // lanes
+    assert -(-units // lanes) == -(-units // even)  # the same passes over the row
+
+
+@pytest.mark.parametrize("use_subgroups", [True, False])
+def test_gemv_subgroup_sums_where_the_device_has_them(device, monkeypatch, gpu_variant, use_subgroups):
+    """With the ``subgroup`` feature (lavapipe, Vulkan GPUs) the team sums are shuffles, without it
+    (or switched off) workgroup memory; both against torch. The shapes give teams of 1 to 32 lanes
+    (lavapipe's subgroups are 8 wide: smaller teams share one, larger ones span several), several
+    rows per team, 1 to 5 x rows, x staged in one chunk or several. Tolerance: assert_matmul_close's,
+    as for the other GEMVs (only the order of the f32 sums changes)."""
+    from rlxpy.wgpu_backend.lowering import quant_gguf
+
+    monkeypatch.setattr(quant_gguf, "USE_SUBGROUPS", use_subgroups)
+    monkeypatch.setattr(quant_gguf, "MIN_GROUPS", 1)  # several rows per team on small matrices too
+    cases = [("Q4_1", 17, 32, 1), ("Q8_0", 33, 96, 5), ("Q6_K", 70, 512, 1), ("Q4_0", 255, 1024, 3),
+             ("F16", 3, 75, 1), ("Q5_K", 40, 4096 + 256, 1)]
+    g = rlxpy.Graph("subgroups")
+    weights, feeds = {}, {}
+    rng = np.random.default_rng(50)
+    for i, (qtype, n, k, rows) in enumerate(cases):
+        weights[f"w{i}"] = make_weights(qtype, n, k, seed=51 + i)
+        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
+        g.output(g.dequant_matmul_gguf(g.input(f"x{i}", (rows, k)), w, qtype, n, k, name=f"y{i}"))
+    exe = compile_with(g, weights)
+    shuffles = use_subgroups and "subgroup" in device.features
+    assert [("subgroupShuffleXor" in s.source, s.kernel) for s in exe.schedule.steps] == [
+        (shuffles, "quant_gguf_gemv")] * len(cases)
+    got = exe.run(feeds)
+    for i, (qtype, n, k, rows) in enumerate(cases):
+        weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
+        assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], weight, f"{qtype} n={n} k={k} rows={rows}")
+
+
 @pytest.mark.parametrize(("qtype", "k"), [("Q4_K", 512), ("Q5_0", 512), ("F16", 300)])
 def test_gemv_teams_owning_several_rows(device, monkeypatch, qtype, k, gpu_variant):
     """Big matrices give each team several weight rows; force that on a small one."""

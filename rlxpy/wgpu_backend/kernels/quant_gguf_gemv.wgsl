@@ -1,5 +1,7 @@
 // y[r, j] = sum_i h[r, i] * dequant(W)[j, i] for few x rows (decode GEMV), GGML blocks read in place; h = x or rms_norm(x)*gamma, optional SwiGLU with W_up and residual add, or RoPE + KV-cache append of a QKV block (FusedGgufMatMul).
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
+// Cross-lane sums: through workgroup memory, or where the device has subgroups a shuffle-xor butterfly
+// inside each aligned power-of-two group of lanes first (the lowerer's choice: SG_ARGS, SPAN, LANE_SUM).
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
 #include "quant_gguf_gemv_common.wgsl"
 
@@ -75,7 +77,7 @@ fn unit_dot(rb: u32, rbu: u32, u: u32, uc: u32) {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
     let t = lid.x;
     let blk = x_block(wid);
     if (blk.skip) {
@@ -151,7 +153,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         workgroupBarrier();
     }
+    // with subgroups each aligned group of `span` lanes sums its partials first (LANE_SUM) and only
+    // its first lane stores them; the epilogue then adds tpr / span values instead of tpr
+    let span = {{SPAN}};
+{{LANE_SUM}}
+    if ((lane & (span - 1u)) == 0u) {
 {{PARTIALS}}
+    }
     workgroupBarrier();
     // lanes of a team share out its (row, x row) sums
     for (var o = lane; o < rows_live * blk.rows; o = o + p.tpr) {
@@ -159,14 +167,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let r = o - i * blk.rows;
         let base = ((i * MR + r) << 8u) + team * p.tpr;
         var s = 0.0;
-        for (var j = 0u; j < p.tpr; j = j + 1u) {
+        for (var j = 0u; j < p.tpr; j = j + span) {
             let q = base + j;
             s = s + xs[q >> 2u][q & 3u];
         }
         let out = r * p.n + row0 + i * p.rows_per_wg;
         if (SWIGLU) {
             var up = 0.0;
-            for (var j = 0u; j < p.tpr; j = j + 1u) {
+            for (var j = 0u; j < p.tpr; j = j + span) {
                 let q = base + ((RR * MR) << 8u) + j;
                 up = up + xs[q >> 2u][q & 3u];
             }

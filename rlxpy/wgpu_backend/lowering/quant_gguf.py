@@ -102,31 +102,42 @@ BIG_ROWS = 8192
 MAX_TEAM_ROWS = 4  # weight rows per team (their accumulators are registers)
 MAX_ACCUMULATORS = 8  # weight rows x x rows per lane
 MIN_GROUPS = 128  # teams take more rows only while the grid keeps this many workgroups
+#: Sum a team's lanes with subgroup shuffles where the device has wgpu's ``subgroup`` feature (a
+#: compile-time choice per device; False keeps the workgroup-memory sum everywhere, for A/B runs).
+#: The shuffles assume that a subgroup is a run of consecutive invocation indices starting at a
+#: multiple of its (power-of-two) size, as on NVIDIA, AMD, Intel and lavapipe for 1-D workgroups;
+#: the team size is then rounded to a power of two so that no team straddles two subgroups.
+#: Naga (wgpu 0.32) rejects WGSL's ``enable subgroups;`` and takes the builtins without it.
+USE_SUBGROUPS = True
 
 #: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
 #: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
 INDEX_TYPES = {DType.F32: "f32", DType.I32: "i32", DType.U32: "u32"}
 
 
-def gemv_plan(units: int, rows: int, x_rows: int = 1) -> tuple[int, int, int]:
+def gemv_plan(units: int, rows: int, x_rows: int = 1, pow2: bool = False) -> tuple[int, int, int]:
     """(lanes per weight row, teams per workgroup, weight rows per team).
 
     Lanes: the fewest passes of at most ``MAX_LANES`` (``MAX_LANES_BIG`` for big matrices) over
-    a row's units, split evenly so no pass leaves lanes idle. Rows per team: up to
-    ``MAX_TEAM_ROWS`` while the grid keeps ``MIN_GROUPS`` workgroups."""
+    a row's units, split evenly so no pass leaves lanes idle (``pow2``: then rounded up to a power
+    of two, for subgroup sums). Rows per team: up to ``MAX_TEAM_ROWS`` while the grid keeps
+    ``MIN_GROUPS`` workgroups."""
     cap = MAX_LANES_BIG if rows >= BIG_ROWS else MAX_LANES
     passes = max(1, math.ceil(units / cap))
     lanes = max(1, math.ceil(units / passes))
+    if pow2:
+        lanes = 1 << (lanes - 1).bit_length()
     teams = GEMV_THREADS // lanes
     team_rows = max(1, min(MAX_TEAM_ROWS, MAX_ACCUMULATORS // x_rows, rows // (teams * MIN_GROUPS)))
     return lanes, teams, team_rows
 
 
 def rope_plan(lanes: int, teams: int, team_rows: int, rope: ops.RopeKvAppend, x_rows: int,
-              where_: str) -> tuple[int, int, int]:
+              where_: str, pow2: bool = False) -> tuple[int, int, int]:
     """``gemv_plan`` adjusted so that each workgroup's block of ``teams * team_rows`` consecutive
     output rows holds both rows of every RoPE pair: an even block for interleaved pairs (2i, 2i+1)
-    of even-sized heads, else whole heads (pairs (i, i + n_rot/2))."""
+    of even-sized heads, else whole heads (pairs (i, i + n_rot/2)). ``pow2`` keeps lanes a power
+    of two."""
     if rope.interleaved and rope.head_dim % 2 == 0:
         return lanes, teams - (teams * team_rows) % 2, team_rows
     team_rows = max(r for r in range(1, max(1, min(MAX_TEAM_ROWS, MAX_ACCUMULATORS // x_rows)) + 1)
@@ -134,7 +145,8 @@ def rope_plan(lanes: int, teams: int, team_rows: int, rope: ops.RopeKvAppend, x_
     teams = rope.head_dim // team_rows
     if teams > GEMV_THREADS:
         raise LimitError(f"{where_}: RoPE heads of {rope.head_dim} rows do not fit one GEMV workgroup")
-    return min(lanes, GEMV_THREADS // teams), teams, team_rows
+    lanes = min(lanes, GEMV_THREADS // teams)
+    return (1 << (lanes.bit_length() - 1) if pow2 else lanes), teams, team_rows
 
 
 def chunk_elems(x_rows: int, k: int) -> int:
@@ -182,6 +194,28 @@ def partials_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
                 slot = f"{((set_index * team_rows + i) * x_rows + r) * GEMV_THREADS}u + t"
                 lines.append(f"    xs[({slot}) >> 2u][({slot}) & 3u] = {accumulator}[{i}][{r}];")
     return "\n".join(lines)
+
+
+def lane_sum_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
+    """Subgroup variant of the cross-lane sum: a shuffle-xor butterfly over each aligned group of
+    ``span`` lanes (a power of two dividing the team and the subgroup), so any subgroup size works;
+    every lane of a group ends with the group's sums. Unrolled over the accumulators (registers)."""
+    lines = ["    for (var off = 1u; off < span; off = off << 1u) {"]
+    for accumulator in ("acc", "acc_up")[:1 + swiglu]:
+        for i in range(team_rows):
+            for r in range(x_rows):
+                target = f"{accumulator}[{i}][{r}]"
+                lines.append(f"        {target} = {target} + subgroupShuffleXor({target}, off);")
+    lines.append("    }")
+    return "\n".join(lines)
+
+
+def _reduce_subs(sub: bool, x_rows: int, team_rows: int, swiglu: bool) -> dict[str, str]:
+    """The GEMV's cross-lane sum: subgroup shuffles (``sub``), else workgroup memory alone."""
+    if not sub:
+        return {"SG_ARGS": "", "SPAN": "1u", "LANE_SUM": ""}
+    return {"SG_ARGS": ", @builtin(subgroup_size) sg_size: u32", "SPAN": "min(p.tpr, sg_size)",
+            "LANE_SUM": lane_sum_source(x_rows, team_rows, swiglu)}
 
 
 def _check_window(node: Node, ctx: LowerCtx) -> None:
@@ -233,9 +267,10 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     if blocks > 1 and (fused or rope is not None):
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     kc = chunk_elems(rows_in_wg, k)
-    lanes, teams, team_rows = gemv_plan(math.ceil(k / UNIT), n, rows_in_wg)
+    sub = USE_SUBGROUPS and "subgroup" in ctx.facts.features
+    lanes, teams, team_rows = gemv_plan(math.ceil(k / UNIT), n, rows_in_wg, pow2=sub)
     if rope is not None:
-        lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node))
+        lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node), pow2=sub)
     xs_floats = max(rows_in_wg * kc, team_rows * rows_in_wg * GEMV_THREADS * (2 if swiglu else 1))
     ys_floats = rows_in_wg * teams * team_rows if rope is not None else 1
     _check_window(node, ctx)
@@ -243,7 +278,8 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     grid = (groups, min(m, MAX_GROUPS), math.ceil(m / MAX_GROUPS)) if grouped else (groups, blocks, 1)
     subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
-            "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats}
+            "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats,
+            **_reduce_subs(sub, rows_in_wg, team_rows, swiglu)}
     # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
     # blocks (a block's rows would not follow a rescaled m)
     scalable = rope is None and blocks == 1
