@@ -1,11 +1,11 @@
 """Same-process A/B of the GGUF decode GEMV's cross-lane sum: subgroup shuffles vs workgroup memory.
 
 ``python3 benches/bench_gemv_subgroups.py --skeleton smol.skel --total-bytes 98362432 --json ab.json``
-compiles the model twice (``quant_gguf.USE_SUBGROUPS`` on, then off: the choice is made at lowering),
-then times decode and prefill on both in alternating rounds (``bench_peers.RlxpySide``, median of
-``--reps`` each) and takes one decode token's breakdown of each (``decode_breakdown``): per-dispatch
-GPU µs of the GEMV nodes and the whole token's GPU time. The device must list wgpu's ``subgroup``
-feature, else both sides would run the same kernels.
+compiles the model once per side (``SIDES``: subgroups as by default, off, and on for every matrix
+size; the choice is made at lowering), then times decode and prefill on each in alternating rounds
+(``bench_peers.RlxpySide``, median of ``--reps`` each) and takes one decode token's breakdown of
+each (``decode_breakdown``): per-dispatch GPU µs of each node (the GEMVs by name) and the whole
+token's GPU time. The device must list wgpu's ``subgroup`` feature, else the sides would not differ.
 """
 
 from __future__ import annotations
@@ -22,17 +22,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_peers  # noqa: E402
 from bench_peers import RlxpySide  # noqa: E402
 
-SIDES = {"subgroups": True, "workgroup_memory": False}
+#: side -> (quant_gguf.USE_SUBGROUPS, quant_gguf.SUBGROUP_MAX_ROWS); None keeps the default
+SIDES = {"subgroups": (True, None), "workgroup_memory": (False, None), "subgroups_all_rows": (True, 1 << 40)}
 
 
 def compile_sides(path: Path, chunk: int, reps: int) -> dict[str, Any]:
     from rlxpy.wgpu_backend.lowering import quant_gguf
 
     sides = {}
-    for name, on in SIDES.items():
-        quant_gguf.USE_SUBGROUPS = on
+    default = quant_gguf.SUBGROUP_MAX_ROWS
+    for name, (on, max_rows) in SIDES.items():
+        quant_gguf.USE_SUBGROUPS, quant_gguf.SUBGROUP_MAX_ROWS = on, max_rows or default
         sides[name] = RlxpySide(path, chunk, reps)
-    quant_gguf.USE_SUBGROUPS = True
+    quant_gguf.USE_SUBGROUPS, quant_gguf.SUBGROUP_MAX_ROWS = True, default
     return sides
 
 

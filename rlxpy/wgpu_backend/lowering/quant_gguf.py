@@ -109,6 +109,10 @@ MIN_GROUPS = 128  # teams take more rows only while the grid keeps this many wor
 #: the team size is then rounded to a power of two so that no team straddles two subgroups.
 #: Naga (wgpu 0.32) rejects WGSL's ``enable subgroups;`` and takes the builtins without it.
 USE_SUBGROUPS = True
+#: ... for matrices of fewer weight rows than this: on an H100 (benches/bench_gemv_subgroups.py) the
+#: shuffles made SmolLM2's layer GEMVs (576-1536 rows) 5-8% faster, while its 49152-row logits GEMV
+#: (9 lanes a row; 16 with power-of-two teams, 2 of them busy in the second pass) got 27% slower.
+SUBGROUP_MAX_ROWS = BIG_ROWS
 
 #: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
 #: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
@@ -267,7 +271,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     if blocks > 1 and (fused or rope is not None):
         raise LimitError(f"{where(node)}: fused GEMV epilogues take at most {GEMV_MAX_ROWS} rows, got {m}")
     kc = chunk_elems(rows_in_wg, k)
-    sub = USE_SUBGROUPS and "subgroup" in ctx.facts.features
+    sub = USE_SUBGROUPS and n < SUBGROUP_MAX_ROWS and "subgroup" in ctx.facts.features
     lanes, teams, team_rows = gemv_plan(math.ceil(k / UNIT), n, rows_in_wg, pow2=sub)
     if rope is not None:
         lanes, teams, team_rows = rope_plan(lanes, teams, team_rows, rope, rows_in_wg, where(node), pow2=sub)
