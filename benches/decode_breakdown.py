@@ -18,7 +18,6 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
 import wgpu
 
 from rlxpy.wgpu_backend import profile
@@ -30,20 +29,6 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     b[g.x] = b[g.x] + 1u;
 }
 """
-
-
-def _ticks(dev: Any, command: Any, queries: Any, count: int) -> np.ndarray:
-    resolved = dev.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE
-                                        | wgpu.BufferUsage.COPY_SRC)
-    readback = dev.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.MAP_READ
-                                        | wgpu.BufferUsage.COPY_DST)
-    command.resolve_query_set(queries, 0, count, resolved, 0)
-    command.copy_buffer_to_buffer(resolved, 0, readback, 0, 8 * count)
-    dev.queue.submit([command.finish()])
-    readback.map_sync(wgpu.MapMode.READ)
-    ticks = np.frombuffer(readback.read_mapped(), dtype=np.uint64).astype(np.float64)
-    readback.unmap()
-    return ticks * profile._timestamp_period(dev) / 1e6  # ms
 
 
 def token_gpu_ms(exe: Any, segments: list, repeat: int = 20) -> float:
@@ -64,7 +49,7 @@ def token_gpu_ms(exe: Any, segments: list, repeat: int = 20) -> float:
             if segment is gpu[-1]:
                 writes["end_of_pass_write_index"] = 1
             encoder._encode_pass(command, segment, writes if len(writes) > 1 else None)
-        ticks = _ticks(dev, command, queries, 2)
+        ticks = profile.submit_and_read_ms(dev, command, queries, 2)
         times.append(ticks[1] - ticks[0])
     return statistics.median(times)
 
@@ -91,7 +76,7 @@ def floor_us(dev: Any, dispatches: int, groups: int, repeat: int = 10, distinct:
             cpass.set_bind_group(0, binds[k % len(binds)])
             cpass.dispatch_workgroups(groups, 1, 1)
         cpass.end()
-        ticks = _ticks(dev, command, queries, 2)
+        ticks = profile.submit_and_read_ms(dev, command, queries, 2)
         times.append(ticks[1] - ticks[0])
     return statistics.median(times) * 1e3 / dispatches
 

@@ -43,6 +43,24 @@ def _need_timestamps(dev: Any) -> None:
         raise UnsupportedOpError(f"profiling needs the 'timestamp-query' feature, which {dev.name} lacks")
 
 
+def submit_and_read_ms(dev: Any, command: Any, queries: Any, count: int) -> np.ndarray:
+    """Resolve ``count`` timestamps of ``queries`` at the end of ``command``, submit it, wait, and
+    return the timestamps in milliseconds."""
+    resolved = dev.device.create_buffer(
+        size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+    )
+    readback = dev.device.create_buffer(
+        size=8 * count, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+    )
+    command.resolve_query_set(queries, 0, count, resolved, 0)
+    command.copy_buffer_to_buffer(resolved, 0, readback, 0, 8 * count)
+    dev.queue.submit([command.finish()])
+    readback.map_sync(wgpu.MapMode.READ)
+    ticks = np.frombuffer(readback.read_mapped(), dtype=np.uint64).astype(np.float64)
+    readback.unmap()
+    return ticks * _timestamp_period(dev) / 1e6
+
+
 def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
     """GPU milliseconds of every GPU step (by step index), one pass per step, replaying the
     whole schedule on the arena as it is (benches; ``profile`` times a real run instead)."""
@@ -56,19 +74,12 @@ def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
         for pipeline, slot, index in seg.dispatches
     }
     order = sorted(i for i in entries if 0 not in encoder.grids[i])
-    period = _timestamp_period(dev)
     times: dict[int, float] = {}
     per_set = MAX_QUERIES // 2
     for start in range(0, len(order), per_set):
         chunk = order[start : start + per_set]
         count = 2 * len(chunk)
         queries = dev.device.create_query_set(type="timestamp", count=count)
-        resolved = dev.device.create_buffer(
-            size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
-        )
-        readback = dev.device.create_buffer(
-            size=8 * count, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-        )
         command = dev.device.create_command_encoder(label="rlx_profile")
         for k, index in enumerate(chunk):
             pipeline, slot = entries[index]
@@ -84,14 +95,9 @@ def step_times_ms(exe: WgpuExecutable) -> dict[int, float]:
             cpass.set_bind_group(0, encoder.bind_group, encoder.offsets[2 * slot : 2 * slot + 2])
             cpass.dispatch_workgroups(*encoder.grids[index])
             cpass.end()
-        command.resolve_query_set(queries, 0, count, resolved, 0)
-        command.copy_buffer_to_buffer(resolved, 0, readback, 0, 8 * count)
-        dev.queue.submit([command.finish()])
-        readback.map_sync(wgpu.MapMode.READ)
-        ticks = np.frombuffer(readback.read_mapped(), dtype=np.uint64).astype(np.float64)
-        readback.unmap()
+        ms = submit_and_read_ms(dev, command, queries, count)
         for k, index in enumerate(chunk):
-            times[index] = max(0.0, ticks[2 * k + 1] - ticks[2 * k]) * period / 1e6
+            times[index] = max(0.0, ms[2 * k + 1] - ms[2 * k])
     return times
 
 
