@@ -6,7 +6,7 @@ Three systems read the same file:
   (``--chunk`` tokens per run). Decode: a 1-token prompt, then 128 greedy tokens (positions 0..128,
   like llama-bench's tg128), pipelined as ``rlxpy generate`` runs them; the median of ``--reps``.
 * llama.cpp: ``llama-bench -m FILE -p 512 -n 128 -r REPS -o json`` (``--llama-bench PATH``, a build
-  of its CUDA backend); its avg_ts of pp512 and tg128.
+  of its CUDA backend; ``--llama-vulkan PATH``, a build of its Vulkan backend); avg_ts of pp512 and tg128.
 * transformers + torch.compile, fp16, static cache, CUDA graphs (``generate`` compiles the decoding
   forward itself for a static cache, ``mode="reduce-overhead"``): the GGUF dequantised by
   transformers (``gguf_file=``). One ``generate`` of 129 tokens after a
@@ -173,7 +173,7 @@ def wait_for(binary: str, seconds: float) -> None:
 def ratios(results: dict[str, Any]) -> dict[str, float]:
     mine = results["rlxpy"]
     out = {}
-    for peer in ("llama_cpp_cuda", "transformers_compile_fp16"):
+    for peer in ("llama_cpp_cuda", "llama_cpp_vulkan", "transformers_compile_fp16"):
         if isinstance(results.get(peer), dict) and "decode_tps" in results[peer]:
             for what in ("decode", "prefill"):
                 out[f"{what}_vs_{peer}"] = mine[f"{what}_tps"] / results[peer][f"{what}_tps"]
@@ -186,7 +186,9 @@ def main() -> None:
     parser.add_argument("--skeleton", help="a GGUF's first data_offset bytes; tensor data made up")
     parser.add_argument("--total-bytes", type=int, help="the whole file's size (with --skeleton)")
     parser.add_argument("--llama-bench", help="path of a built llama-bench (llama.cpp, CUDA backend)")
-    parser.add_argument("--wait-llama", type=float, default=0.0, help="seconds to wait for --llama-bench")
+    parser.add_argument("--llama-vulkan", help="path of a llama-bench built with the Vulkan backend")
+    parser.add_argument("--wait-llama", type=float, default=0.0,
+                        help="seconds to wait for the llama-bench binaries (builds running beside)")
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--breakdown", action="store_true", help="where one rlxpy decode token goes")
     parser.add_argument("--chunk", type=int, default=512, help="rlxpy prefill tokens per run")
@@ -211,13 +213,17 @@ def main() -> None:
     mine = RlxpySide(path, args.chunk, args.reps)
     torch_side = None if args.no_transformers else attempt(results, "transformers_compile_fp16",
                                                            lambda: TransformersSide(path, args.reps))
-    if args.llama_bench and args.wait_llama:
-        attempt(results, "llama_cpp_cuda", lambda: wait_for(args.llama_bench, args.wait_llama))
+    llamas = {key: binary for key, binary in (("llama_cpp_cuda", args.llama_bench),
+                                                ("llama_cpp_vulkan", args.llama_vulkan)) if binary}
+    for key, binary in llamas.items():
+        if args.wait_llama:
+            attempt(results, key, lambda binary=binary: wait_for(binary, args.wait_llama))
     results["rlxpy"] = mine.measure()
     if args.breakdown:
         results["rlxpy_decode_breakdown"] = mine.breakdown()
-    if args.llama_bench and "llama_cpp_cuda" not in results:
-        attempt(results, "llama_cpp_cuda", lambda: llama_side(args.llama_bench, path, args.reps), True)
+    for key, binary in llamas.items():
+        if key not in results:
+            attempt(results, key, lambda binary=binary: llama_side(binary, path, args.reps), True)
     if torch_side is not None:
         results["transformers_compile_fp16"] = torch_side.measure()
     results["ratios"] = ratios(results)
