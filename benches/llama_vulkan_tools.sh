@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Brings what llama.cpp's Vulkan backend needs to build on a GPU machine without network access:
+# Debian's glslc (shaderc) and its library, the Vulkan headers and loader, SPIR-V headers.
+# Writes .gpu-peer/vk-tools.tgz (about 4 MB); the packages come from this machine's apt sources.
+#
+# Usage (project root):  bash benches/llama_vulkan_tools.sh
+# On the GPU machine, beside .gpu-peer/llama-src.tgz (llama.cpp's source):
+#   mkdir -p /tmp/vk && tar xzf .gpu-peer/vk-tools.tgz -C /tmp/vk && T=/tmp/vk/usr &&
+#   mkdir -p /tmp/lcv && tar xzf .gpu-peer/llama-src.tgz -C /tmp/lcv && cd /tmp/lcv/llama.cpp &&
+#   export PATH=$T/bin:$PATH LD_LIBRARY_PATH=$T/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH &&
+#   cmake -S . -B build -G Ninja -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
+#     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+#     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$T -DVulkan_INCLUDE_DIR=$T/include \
+#     -DVulkan_LIBRARY=$T/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$T/bin/glslc &&
+#   cmake --build build --target llama-bench -j 16
+# Debian 12's glslc (2023.2) lacks GL_KHR_cooperative_matrix and GL_EXT_integer_dot_product, so
+# that build has neither the cooperative-matrix nor the integer-dot shaders (cmake says so).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+mkdir -p .gpu-peer
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+packages=(glslc libshaderc1 libvulkan-dev libvulkan1 spirv-headers)
+( cd "$tmp" && { apt-get download "${packages[@]}" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && apt-get download "${packages[@]}" >/dev/null; }; } )
+for f in "$tmp"/*.deb; do dpkg-deb -x "$f" "$tmp/x"; done
+lib="$tmp/x/usr/lib/x86_64-linux-gnu"
+# the dev package's libvulkan.so is a link to the loader: make it the loader itself
+rm -f "$lib/libvulkan.so" && cp -L "$lib/libvulkan.so.1" "$lib/libvulkan.so"
+tar czf .gpu-peer/vk-tools.tgz -C "$tmp/x" usr
+ls -la .gpu-peer/vk-tools.tgz
