@@ -145,13 +145,13 @@ CASES = [
     ("bshd", "bshd", 1, 3, 1, 129, 129, 7, "causal", ["attention_flash"]),
     ("bs(hd)", "bs(hd)", 2, 8, 1, 7, 129, 80, "none", ["attention_flash"]),
     ("hsd", "hsd", 2, 3, 3, 1, 129, 1, "none", ["attention_decode", "attention_combine"]),
-    ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attention_decode"]),
+    ("bhsd", "bhsd", 1, 8, 1, 1, 7, 128, "causal", ["attention_decode_row"]),
     ("bshd", "bshd", 1, 6, 2, 129, 7, 64, "sliding_window", ["attention_flash_rows"]),  # S_q > S_k: dead rows
     ("hsd", "hsd", 1, 3, 3, 17, 129, 128, "sliding_window", ["attention_flash"]),
     ("bshd", "bhsd", 2, 4, 1, 3, 129, 80, "causal", ["attention_decode", "attention_combine"]),
     ("bhsd", "bshd", 1, 2, 1, 33, 40, 256, "causal", ["attention_flash"]),
     ("bs(hd)", "hsd", 1, 2, 2, 2, 300, 256, "sliding_window", ["attention_decode", "attention_combine"]),
-    ("bhsd", "bhsd", 2, 6, 2, 4, 9, 17, "causal", ["attention_decode"]),  # 3 heads x 4 queries per kv head
+    ("bhsd", "bhsd", 2, 6, 2, 4, 9, 17, "causal", ["attention_decode_row"]),  # 3 heads x 4 queries a kv head
 ]
 
 
@@ -159,7 +159,7 @@ CASES = [
                                                        f"{c[8]}")
 def test_attention_matches_torch_sdpa(device, case, kernel_variant):
     layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, kernels = case
-    if kernel_variant == "cpu" and kernels[0] == "attention_decode":
+    if kernel_variant == "cpu" and kernels[0].startswith("attention_decode"):
         kernels = ["attention_rows"]
     run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, window=5, expect_kernels=kernels)
 
@@ -321,3 +321,61 @@ def test_sliding_window_over_a_kv_cache_matches_torch(device, s_q, pos):
     keep = (keys <= query_at) & (keys >= query_at - window)
     want = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ tv
     assert_close(out, want.transpose(0, 1).reshape(1, s_q, heads * dim).numpy(), *TOL, "attention")
+
+
+@pytest.mark.parametrize("use_subgroups", [True, False])
+@pytest.mark.parametrize("s_q,pos,dim,kind", [(1, 130, 64, "causal"), (1, 700, 64, "causal"),
+                                              (2, 0, 128, "none"), (1, 57, 17, "sliding_window"),
+                                              (3, 1000, 256, "causal")])
+def test_decode_row_over_a_gqa_kv_cache_matches_torch(device, monkeypatch, kernel_variant, use_subgroups, s_q,
+                                                      pos, dim, kind):
+    """SmolLM2's decode attention (9 heads on 3 kv heads, a KV cache read up to pos + S_q) through
+    attention_decode_row, its dot products summed by subgroup shuffles where the device has them
+    (lavapipe's subgroups are 8 wide: head dims past 64 take more lanes per key than one holds, and
+    fall back at run time to whole dot products) or whole in every lane; torch SDPA on float64."""
+    from rlxpy.wgpu_backend.lowering import attention_decode
+
+    monkeypatch.setattr(attention_decode, "USE_SUBGROUPS", use_subgroups)
+    if kernel_variant == "cpu" and pos * dim > 30000:
+        pytest.xfail("attention_rows (the CPU variant) runs 2 x head_dim loop steps a key in one invocation: "
+                     "past lavapipe's 65535 it stops silently")
+    heads, kv_heads, capacity, window = 9, 3, 1100, 40
+    rng = np.random.default_rng(pos + dim)
+    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
+    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    n = pos + s_q
+    k[:, n:] = np.nan  # never-written cache rows must not be read
+    v[:, n:] = np.nan
+    g = rlxpy.Graph()
+    qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    p = g.input("pos", [1], "i32")
+    g.output(g.attention(qn, kn, vn, heads, dim, num_kv_heads=kv_heads, mask_kind=kind, window=window,
+                         kv_len=p, name="o"))
+    exe = rlxpy.compile(g)
+    out = exe.run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
+    if kernel_variant == "gpu":
+        [step] = exe.schedule.steps
+        assert step.kernel == "attention_decode_row"
+        assert ("subgroupShuffleXor" in step.source) == (use_subgroups and "subgroup" in device.features)
+    want = torch_attention(q, k, v, "bs(hd)", "bs(hd)", heads, kv_heads, dim, kind, window=window, kv_len=n)
+    assert_close(out, want, *TOL, "attention")
+
+
+def test_decode_row_minus_inf_bias_weighs_zero_and_a_row_of_them_is_nan(device, kernel_variant):
+    """An additive -inf removes its key even when a key group meets it before any finite score; a row
+    whose every score is -inf is NaN, as the reference's softmax (and torch's) gives
+    (attention_decode_row)."""
+    bias = np.random.default_rng(5).standard_normal((1, 2, 1, 120)).astype(np.float32)
+    bias[..., :100] = -np.inf  # every key group's first keys
+    kernels = ["attention_decode_row"] if kernel_variant == "gpu" else ["attention_rows"]
+    run_case("bshd", "bshd", 1, 2, 2, 1, 120, 32, "bias", mask=bias, expect_kernels=kernels)
+    bias[0, 1] = -np.inf
+    g, y = build("bshd", "bshd", 1, 2, 2, 1, 120, 32, "bias", mask_shape=bias.shape)
+    feeds = {**feeds_for(g, 0), "mask": bias}
+    gpu = rlxpy.compile(g).run(feeds)[y.name]
+    with np.errstate(invalid="ignore"):  # the reference's -inf - -inf
+        assert np.isnan(run_reference(g, feeds)[y.name][0, 0, 1]).all()
+    if kernel_variant == "gpu":
+        assert np.isnan(gpu[0, 0, 1]).all()
+    assert not np.isnan(gpu[0, 0, 0]).any()

@@ -316,3 +316,23 @@ def test_active_extent_scales_row_wise_steps_only(device):
         want = full[node.name] if name in across_rows else full[node.name][:5]
         got = part[node.name] if name in across_rows else part[node.name][:5]
         assert_close(got, want, 0, 0, f"{name} under the active extent")
+
+
+@pytest.mark.parametrize("shape", [(1, 49152), (3, 8193), (2, 2, 10000)], ids=str)
+def test_argmax_of_long_rows_runs_in_parts_and_matches_torch(device, shape):
+    """Rows of 8192+ values (a decode step's logits): parts of 1024 side by side, then a merge. NaN
+    first (two NaN in different parts: the first wins), ties across parts -> the smaller index."""
+    g, exe, outs = compile_graph(shape, lambda g, x: {"argmax": g.argmax(x), "top1": g.topk(x, 1)})
+    for node in outs.values():
+        assert [s.kernel for s in exe.schedule.steps if s.node == node.name] == ["reduce_topk_split"] * 2
+    inputs = select_inputs(shape, seed=shape[-1])
+    nan_late = rand(shape, seed=3)
+    rows = nan_late.reshape(-1, shape[-1])
+    rows[:, -3] = np.nan
+    rows[:, 5000] = np.nan
+    for what, x in {**inputs, "nan in two parts": nan_late}.items():
+        got = exe.run({"x": x})
+        want = torch.argmax(torch.from_numpy(x), dim=-1).numpy().astype(np.int32)
+        assert_close(got[outs["argmax"].name], want, 0, 0, f"argmax of {what}")
+        want = stable_topk_indices(x, 1).astype(np.int32)
+        assert_close(got[outs["top1"].name], want, 0, 0, f"top1 of {what}")

@@ -60,7 +60,7 @@ def _norm_reduce(g: rlxpy.Graph) -> None:
     g.output(g.layer_norm(x, gamma, beta), g.rms_norm(x, gamma), g.softmax(x), g.softmax(long),
              g.softmax(tall, axis=0), g.sum(x, [1]), g.mean(long, [1]), g.reduce(tall, "max", [0]),
              g.cumsum(x), g.cumsum(long, exclusive=True), g.argmax(long), g.topk(long, 100),
-             g.sample(long, temperature=0.7, top_k=5))
+             g.sample(long, temperature=0.7, top_k=5), g.argmax(g.input("logits", [1, 9000])))
     image, channel = g.input("image", [2, 4, 5, 3]), g.param("channel", [4])
     g.output(g.group_norm(image, 2, channel, channel),
              g.batch_norm(image, channel, channel, channel, channel))
@@ -77,6 +77,8 @@ def _attention_rope_kv(g: rlxpy.Graph) -> None:
     ql = g.input("ql", [1, 2, 70, 80])  # head_dim > 64: attention_flash (16: attention_flash_rows)
     g.output(g.attention(q, k, k, 2, 16, mask_kind="custom", mask=mask), g.attention(ql, ql, ql, 2, 80),
              g.attention(qd, kd, kd, 4, 16, num_kv_heads=2, mask_kind="causal"),
+             g.attention(qd, g.input("kr", [1, 2, 100, 16]), g.input("vr", [1, 2, 100, 16]), 4, 16,
+                         num_kv_heads=2),  # few keys: no split, attention_decode_row
              g.rope(q, cos, sin, 16, position=pos), g.cache_write(kc, g.input("rows", [2, 32]), pos),
              g.rope_kv_append(qkv, kc, vc, cos, sin, pos, 16, 32, 32, interleaved=True))
 

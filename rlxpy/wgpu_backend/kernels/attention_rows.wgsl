@@ -52,8 +52,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         let s = masked_score(dot, b, h, i, j, pos);
         let m_new = max(m, s);
-        let alpha = exp(m - m_new);
-        let weight = exp(s - m_new);
+        // a -inf score (an additive -inf) weighs 0, also while the max is still -inf (no -inf - -inf)
+        let alpha = select(exp(m - m_new), 1.0, m == m_new);
+        let weight = select(exp(s - m_new), 0.0, s == neg_inf());
         m = m_new;
         l = l * alpha + weight;
         let v_row = v_base + j * p.k_ss;

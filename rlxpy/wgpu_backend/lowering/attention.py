@@ -7,9 +7,11 @@ sum per query row, f32) and never materialise the S_q x S_k score matrix:
 
 * S_q > DECODE_MAX_Q: attention_flash, one workgroup per (64 queries, head, batch); Q/K/V tiles go
   through workgroup memory, each thread holds a 4 x 2 block of scores and 4 rows of its output dims.
-* S_q <= DECODE_MAX_Q: attention_decode, one workgroup per (key split, kv head x row chunk, batch): the
-  query rows that share a kv head (GQA heads x S_q) read each K/V row together, the keys of a tile
-  are spread over the threads, and key splits of long caches are merged by attention_combine (split-K).
+* S_q <= DECODE_MAX_Q, keys split: attention_decode, one workgroup per (key split, kv head x row chunk,
+  batch): the query rows that share a kv head (GQA heads x S_q) read each K/V row together, the keys of
+  a tile are spread over the threads, and the key splits are merged by attention_combine (split-K).
+* S_q <= DECODE_MAX_Q, no split (KV caches up to UNSPLIT_CACHE_KEYS, short key ranges):
+  attention_decode_row (lowering/attention_decode.py), one workgroup per query row.
 
 ``kv_len`` (a scaled uniform field, S_k at compile time) is the number of cache entries attended:
 keys past it are never read, and CAUSAL / SLIDING_WINDOW put query i at kv_len - S_q + i. With
@@ -31,6 +33,7 @@ from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.base import TensorType
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import word_type
+from rlxpy.wgpu_backend.lowering.attention_decode import decode_row_step
 from rlxpy.wgpu_backend.lowering.attention_flash import (
     ATTENTION_DTYPES,
     ATTENTION_FIELDS,
@@ -51,6 +54,9 @@ SPLIT_MAX = 32
 # ~7 µs of host encoding (benches/RESULTS.md), more than a one-workgroup-per-kv-head pass over a
 # few thousand keys costs the GPU, and an unsplit pass needs no attention_combine dispatch.
 UNSPLIT_CACHE_KEYS = 4096
+#: Unsplit decode runs attention_decode_row (lowering/attention_decode.py: a workgroup per query row, no
+#: barrier in the key loop); False keeps attention_decode there too (A/B runs).
+DECODE_ROW = True
 COMBINE_WG = 64
 
 _COMMON = ATTENTION_FIELDS
@@ -339,6 +345,8 @@ def _lower_decode(
     rows = batch * heads * s_q
     unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
+    if splits == 1 and DECODE_ROW:
+        return [decode_row_step(node, ctx, fields, subs, batch, heads, head_dim, operands)]
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
     decode_subs = {**subs, "DG": DECODE_WG // (padded // 4), "QD": padded, **decode_batches(head_dim)}

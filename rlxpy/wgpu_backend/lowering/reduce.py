@@ -8,7 +8,8 @@ merge into one ``n``). Kernel choice:
   coalesced along ``inner`` (reduce_tile).
 * Cumsum: long contiguous rows -> one workgroup per row (reduce_cumsum_rows), else one thread per line.
 * Argmax / TopK (last axis): one workgroup per row picking k times (reduce_topk); for large k,
-  where k passes over the row would cost more than ranking every element, reduce_rank.
+  where k passes over the row would cost more than ranking every element, reduce_rank; k = 1 over
+  long rows: parts of a row side by side, then a merge (reduce_topk_split, lowering/reduce_topk.py).
 
 Loop budget: lavapipe (llvmpipe) silently stops a shader invocation after 65535 loop iterations
 in total, over all its loops (LP_MAX_TGSI_LOOP_ITERATIONS; measured: a 70000-step loop writes
@@ -30,6 +31,7 @@ from rlxpy.ir.ops.base import ReduceOp
 from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import reduce_topk
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 F32_IN = accepts(DType.F32, out=DType.F32)  # Reduce, Cumsum: f32 in and out
@@ -184,6 +186,9 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
     rows = x.numel // cols
     if rows == 0:
         return []
+    split = reduce_topk.split_steps(node, ctx, x, rows, cols)  # k = 1 over long rows: two dispatches
+    if split is not None:
+        return split
     fields = {"cols": cols, "k": k, "x": ctx.offset(x), "y": ctx.offset(node)}
     if k <= SELECT_PASSES_MAX_K or cols > RANK_MAX_COLS:
         lanes = row_lanes(cols)
@@ -199,14 +204,14 @@ def _select(node: Node, ctx: LowerCtx, x: Node, k: int, what: str) -> list[Step]
                          groups=rows * tiles, tiles=tiles, **fields)]
 
 
-@lowers(ops.Argmax)
+@lowers(ops.Argmax, scratch=reduce_topk.scratch_bytes)
 def lower_argmax(node: Node, ctx: LowerCtx) -> list[Step]:
     """First index of the row maximum, NaN counting as the maximum (torch.argmax)."""
     (x,) = ctx.inputs(node)
     return _select(node, ctx, x, 1, "Argmax")
 
 
-@lowers(ops.TopK)
+@lowers(ops.TopK, scratch=reduce_topk.scratch_bytes)
 def lower_topk(node: Node, ctx: LowerCtx) -> list[Step]:
     """Indices of the k largest, descending, NaN largest, ties -> smaller index (stable torch.topk)."""
     (x,) = ctx.inputs(node)
