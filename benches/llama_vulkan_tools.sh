@@ -5,14 +5,7 @@
 #
 # Usage (project root):  bash benches/llama_vulkan_tools.sh
 # On the GPU machine, beside .gpu-peer/llama-src.tgz (llama.cpp's source):
-#   mkdir -p /tmp/vk && tar xzf .gpu-peer/vk-tools.tgz -C /tmp/vk && T=/tmp/vk/usr &&
-#   mkdir -p /tmp/lcv && tar xzf .gpu-peer/llama-src.tgz -C /tmp/lcv && cd /tmp/lcv/llama.cpp &&
-#   export PATH=$T/bin:$PATH LD_LIBRARY_PATH=$T/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH &&
-#   cmake -S . -B build -G Ninja -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
-#     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-#     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$T -DVulkan_INCLUDE_DIR=$T/include \
-#     -DVulkan_LIBRARY=$T/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$T/bin/glslc &&
-#   cmake --build build --target llama-bench -j 16
+#   bash benches/build_llama.sh vulkan 16     (builds llama-bench under /tmp/lc-vulkan)
 # Debian 12's glslc (2023.2) lacks GL_KHR_cooperative_matrix and GL_EXT_integer_dot_product, so
 # that build has neither the cooperative-matrix nor the integer-dot shaders (cmake says so).
 set -euo pipefail
