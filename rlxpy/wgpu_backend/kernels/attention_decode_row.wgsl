@@ -13,6 +13,7 @@ const LK: u32 = {{LK}}u;  // lanes per key (a power of two)
 const DL: u32 = {{DL}}u;  // dims per lane: ceil(D / LK)
 const G: u32 = 256u / LK;  // key groups
 const KEYS: u32 = {{KEYS}}u;  // keys per group and step
+const EXACT: bool = {{EXACT}};  // LK * DL == D: every lane's dims exist
 const MASK_KIND: u32 = {{MASK_KIND}}u;  // MaskKind: 0 none, 1 causal, 2 custom, 3 sliding window, 4 bias
 
 var<workgroup> part_m: array<f32, G>;  // each group's running max
@@ -23,6 +24,9 @@ var<workgroup> part_acc: array<f32, 256u * DL>;  // [G][LK * DL]: its output, di
 #include "attention_kv_extent.wgsl"
 
 fn dim_at(row: u32, d: u32) -> f32 {
+    if (EXACT) {
+        return ld_f32(row + d);
+    }
     return select(0.0, ld_f32(row + min(d, D - 1u)), d < D);
 }
 
@@ -53,7 +57,12 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 {{Q_LOAD}}
     var m = neg_inf();
     var l = 0.0;
-    for (var k0 = seen.x; k0 < k_end; k0 = k0 + G * KEYS) {
+    // the first step runs whatever the extent (its loads then overlap the position read), the rest loop
+    var k0 = seen.x;
+    {
+{{KEY_STEP}}
+    }
+    for (k0 = seen.x + G * KEYS; k0 < k_end; k0 = k0 + G * KEYS) {
 {{KEY_STEP}}
     }
     if (lane == 0u) {

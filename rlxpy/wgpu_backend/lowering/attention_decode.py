@@ -52,11 +52,13 @@ def row_plan(head_dim: int) -> tuple[int, int]:
 
 def _step_source(dims: int, keys: int, sub: bool) -> str:
     """One step of a key group: KEYS keys' loads, dot products, scores and the online softmax update,
-    written out so that the loads are all issued before any is used and the values stay registers."""
+    written out so that the loads are all issued before any is used and the values stay registers.
+    Rows are clamped to the cache (S_k rows), not to the filled part, so that the first step's loads
+    need not wait for the position read; rows past the filled part weigh 0 (their V is never used)."""
     out = []
     for u in range(keys):
         out += [f"        let j{u} = k0 + {u}u * G + g;",
-                f"        let jc{u} = min(j{u}, k_end - 1u);  // past the end: a real row, weight 0",
+                f"        let jc{u} = min(j{u}, p.s_k - 1u);",
                 f"        let kr{u} = k_base + jc{u} * p.k_ss;",
                 f"        let vr{u} = v_base + jc{u} * p.k_ss;"]
         out += [f"        let k{u}_{e} = dim_at(kr{u}, {e}u * LK + lane);" for e in range(dims)]
@@ -84,8 +86,8 @@ def _step_source(dims: int, keys: int, sub: bool) -> str:
     # a -inf score (past the end, or an additive -inf) weighs 0 even while the max is still -inf
     out += [f"        let p{u} = select(exp(s{u} - m_new), 0.0, s{u} == neg_inf());" for u in range(keys)]
     out.append(f"        l = l * alpha + {' + '.join(f'p{u}' for u in range(keys))};")
-    for e in range(dims):
-        terms = " + ".join(f"p{u} * v{u}_{e}" for u in range(keys))
+    for e in range(dims):  # select: an unfilled row's V may be anything, NaN included (0 * NaN = NaN)
+        terms = " + ".join(f"select(0.0, p{u} * v{u}_{e}, j{u} < k_end)" for u in range(keys))
         out.append(f"        acc{e} = acc{e} * alpha + {terms};")
     return "\n".join(out)
 
@@ -96,7 +98,8 @@ def row_source(head_dim: int, sub: bool, keys: int = ROW_KEYS) -> dict[str, str]
     q_load = [f"    let q{e} = dim_at(q_row, {e}u * LK + lane);" for e in range(dims)]
     q_load += [f"    var acc{e} = 0.0;" for e in range(dims)]
     store = [f"    part_acc[g * LK * DL + {e}u * LK + lane] = acc{e};" for e in range(dims)]
-    return {"LK": lanes, "DL": dims, "KEYS": keys, "Q_LOAD": "\n".join(q_load),
+    return {"LK": lanes, "DL": dims, "KEYS": keys, "EXACT": "true" if lanes * dims == head_dim else "false",
+            "Q_LOAD": "\n".join(q_load),
             "KEY_STEP": _step_source(dims, keys, sub), "ACC_STORE": "\n".join(store),
             "SG_ARGS": ", @builtin(subgroup_size) sg_size: u32" if sub else ""}
 

@@ -115,6 +115,8 @@ USE_SUBGROUPS = True
 #: shuffles made SmolLM2's layer GEMVs (576-1536 rows) 5-8% faster, while its 49152-row logits GEMV
 #: (9 lanes a row; 16 with power-of-two teams, 2 of them busy in the second pass) got 27% slower.
 SUBGROUP_MAX_ROWS = BIG_ROWS
+#: Touch each lane's first weight units before x is staged (``warm_source``); False for A/B runs.
+USE_WARM = True
 
 #: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
 #: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
@@ -216,6 +218,21 @@ def lane_sum_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
     return "\n".join(lines)
 
 
+def warm_source(team_rows: int, swiglu: bool = False) -> str:
+    """The GEMV's early touch of its weights: one word inside each of a lane's first two units of each
+    team row (and W_up's), at the unit's share of the row's bytes (any type), folded into ``warm``."""
+    names = []
+    lines = []
+    for tag, base in (("", "rb0"), ("u", "rbu0"))[:1 + swiglu]:
+        for i in range(team_rows):
+            for n in range(2):
+                name = f"warm{tag}{i}_{n}"
+                names.append(name)
+                lines.append(f"    let {name} = buf[({base} + {i}u * wstride + min(lane + {n}u * p.tpr, "
+                             "p.units - 1u) * p.row_bytes / p.units) >> 2u];")
+    return "\n".join(lines + [f"    let warm = {' ^ '.join(names)};"])
+
+
 def _reduce_subs(sub: bool, x_rows: int, team_rows: int, swiglu: bool) -> dict[str, str]:
     """The GEMV's cross-lane sum: subgroup shuffles (``sub``), else workgroup memory alone."""
     if not sub:
@@ -285,6 +302,7 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
             "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats,
+            "WARM": warm_source(team_rows, swiglu) if USE_WARM else "    let warm = 0u;",
             **_reduce_subs(sub, rows_in_wg, team_rows, swiglu)}
     # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
     # blocks (a block's rows would not follow a rescaled m)
