@@ -8,14 +8,21 @@ faster). ``err`` is each result's rms error against torch's float64 product, rel
 product's rms, and ``err_vs_torch`` divides it by torch f32's.
 
 One command: ``python benches/bench_gemm.py [--quick] [--json out.json]``; a variant is
-``TILE_BK_SUMS`` (e.g. ``128x128_16_rows``; sums: step, rows, none, see matmul.fma_block).
-``--quick`` runs small shapes (a lavapipe smoke run; without CUDA the torch side runs on the CPU).
+``TILE_BK_SUMS[_gROWS][_sCHUNKS]`` (e.g. ``128x128_8_stepq_g8``; sums: step, steph, stepq, kN, none, see
+lowering/matmul_core; gROWS: matmul.GROUP_ROWS, the workgroup walk's band of tile rows; sCHUNKS: K
+split into that many chunks, default none). ``--grouped`` runs bench_scan's
+GroupedMatMul rows (8 / 64 experts x 4096 rows) for the default plan and each listed variant of
+matmul_grouped's tile (TILE_BK_SUMS); ``--train`` adds bench_train's timing of the GPT training step
+(eager torch beside it). ``--quick`` runs small shapes (a lavapipe smoke run; without CUDA the torch
+side runs on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,10 +42,13 @@ VARIANTS = ["64x128_8_step", "64x64_8_step", "64x64_32_step", "64x128_16_step", 
             "128x128_8_step", "128x128_16_rows", "64x64_16_none", "64x128_8_none"]
 
 
-def parse_variant(spec: str) -> tuple[tuple[int, int], tuple[int, str]]:
-    tile, bk, sums = spec.split("_")
+def parse_variant(spec: str) -> tuple[tuple[int, int], tuple[int, str], int, int]:
+    """(tile, (BK, sums), group rows, K chunks) of a variant name (``_gN``: group rows, ``_sN``: N K
+    chunks; default 0 and 1)."""
+    tile, bk, sums, *rest = spec.split("_")
     bm, bn = (int(v) for v in tile.split("x"))
-    return (bm, bn), (int(bk), sums)
+    extra = {part[0]: int(part[1:]) for part in rest}
+    return (bm, bn), (int(bk), sums), extra.get("g", 0), extra.get("s", 1)
 
 
 def rlxpy_run(a: np.ndarray, w: np.ndarray, reps: int) -> tuple[np.ndarray, float, list[str]]:
@@ -88,13 +98,15 @@ def bench_shape(torch: Any, cuda: bool, shape: tuple[int, int, int], variants: l
     row: dict[str, Any] = {"shape": list(shape), "torch_ms": torch_ms, "torch_tflops": tflop / torch_ms,
                            "torch_err": torch_err, "rlxpy": {}}
     for name in ["default", *variants]:
-        tile, core = (None, None) if name == "default" else parse_variant(name)
-        matmul.FORCE_TILE, matmul.FORCE_CORE = tile, core
-        matmul.FORCE_SPLITS = None if name == "default" else 1
+        saved = matmul.GROUP_ROWS
+        tile, core, group, splits = ((None, None, saved, None) if name == "default" else parse_variant(name))
+        matmul.FORCE_TILE, matmul.FORCE_CORE, matmul.GROUP_ROWS = tile, core, group
+        matmul.FORCE_SPLITS = splits
         try:
             got, ms, kernels = rlxpy_run(a, w, reps)
         finally:
             matmul.FORCE_TILE, matmul.FORCE_CORE, matmul.FORCE_SPLITS = None, None, None
+            matmul.GROUP_ROWS = saved
         err = rel_rms(torch, got, want)
         row["rlxpy"][name] = {"ms": round(ms, 4), "tflops": round(tflop / ms, 2),
                               "ratio": round(torch_ms / ms, 3), "err": err,
@@ -104,6 +116,54 @@ def bench_shape(torch: Any, cuda: bool, shape: tuple[int, int, int], variants: l
     return row
 
 
+def bench_grouped_variants(variants: list[str], quick: bool) -> list[dict[str, Any]]:
+    """bench_scan's GroupedMatMul rows for the default plan and each forced tile / depth / sums."""
+    from bench_scan import Side, bench_grouped
+
+    from rlxpy.wgpu_backend.lowering import matmul_grouped as grouped
+
+    side = Side()
+    cases = [(2, 64, 128, 300)] if quick else [(8, 2048, 8192, 4096), (64, 2048, 1408, 4096)]
+    rows = []
+    for experts, k, n, count in cases:
+        for name in ["default", *variants]:
+            saved = grouped.FORCE_TILE, grouped.SUMS, dict(grouped.DEPTHS)
+            if name != "default":
+                tile, (depth, sums), _, _ = parse_variant(name)
+                grouped.FORCE_TILE, grouped.SUMS = tile, sums
+                grouped.DEPTHS[tile] = depth
+            try:
+                row = bench_grouped(side, experts, k, n, count, 3 if quick else 10)
+            finally:
+                grouped.FORCE_TILE, grouped.SUMS = saved[:2]
+                grouped.DEPTHS.clear()
+                grouped.DEPTHS.update(saved[2])
+            rows.append({"variant": name, **row})
+            print(f"grouped {experts}x{count} {name:18s} gpu {row['rlxpy']['gpu_ms']} ms torch "
+                  f"{row['torch_ms']:.3f} ratio {row['ratio']} err {row['rel_error']:.2e}", flush=True)
+    return rows
+
+
+def bench_train_step(quick: bool) -> dict[str, Any]:
+    """bench_train's timing of the GPT training step (torch eager beside it; no torch.compile)."""
+    import bench_train
+
+    from rlxpy.models.gpt import GptConfig
+
+    bench_train.torch_compiled_timing = lambda *args: {}
+    cfg = (GptConfig(vocab=256, d_model=64, heads=2, layers=2, seq=32, batch=2) if quick
+           else GptConfig(vocab=256, d_model=384, heads=6, layers=6, seq=256, batch=16))
+    out = bench_train.timing(cfg, 2 if quick else 10)
+    print("train", {k: v for k, v in out.items() if "step_ms" in k or "over" in k}, flush=True)
+    return out
+
+
+def save(out: dict[str, Any], path: str | None) -> None:
+    """What is done so far, quietly (it survives a time limit); emit prints the whole at the end."""
+    if path:
+        Path(path).write_text(json.dumps(out, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json")
@@ -111,17 +171,27 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=None, help="TILE_BK_SUMS entries (default: a sweep)")
     parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK entries")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--grouped", nargs="*", default=None, help="GroupedMatMul: TILE_BK_SUMS variants")
+    parser.add_argument("--train", action="store_true", help="also time the GPT training step")
     args = parser.parse_args()
     cuda = torch_cuda()
     import torch
 
     if cuda is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes
+    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes is not None
               else QUICK_SHAPES if args.quick else SHAPES)
     variants = VARIANTS if args.variants is None else args.variants
-    rows = [bench_shape(torch, cuda is not None, shape, variants, args.reps) for shape in shapes]
-    emit({"bench": "gemm", "torch_tf32": False, "shapes": rows}, args.json)
+    out: dict[str, Any] = {"bench": "gemm", "torch_tf32": False, "shapes": []}
+    for shape in shapes:
+        out["shapes"].append(bench_shape(torch, cuda is not None, shape, variants, args.reps))
+        save(out, args.json)
+    if args.grouped is not None:
+        out["grouped"] = bench_grouped_variants(args.grouped, args.quick)
+        save(out, args.json)
+    if args.train:
+        out["train"] = bench_train_step(args.quick)
+    emit(out, args.json)
 
 
 if __name__ == "__main__":

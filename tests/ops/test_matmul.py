@@ -84,18 +84,35 @@ def test_matmul_schedule_is_one_tiled_dispatch(device):
     assert (fields["m"], fields["k"], fields["n"], fields["has_bias"]) == (65, 33, 129, 0)
 
 
-def test_default_plan_is_64x64_tiles_in_16_deep_steps():
-    for m, n, batch in [(4096, 4096, 1), (1024, 1024, 1), (65, 129, 1), (64, 128, 256)]:
-        assert matmul.choose_tile(m, n, batch) == (64, 64)
+def test_default_plan_is_64x128_tiles_then_64x64_in_16_deep_steps():
+    for m, n, batch in [(4096, 4096, 1), (4096, 384, 1)]:
+        assert matmul.choose_tile(m, n, batch) == (64, 128)
+    for m, n, batch in [(1024, 1024, 1), (256, 4096, 1), (65, 129, 1)]:
+        assert matmul.choose_tile(m, n, batch) == (64, 64), "fewer than MIN_GROUPS 64x128 tiles"
+    assert matmul.core(64, 128) == (8, "stepq")
     assert matmul.core(64, 64) == (16, "step")
     assert matmul.core(128, 128) == (8, "step"), "tiles CORES does not list take 8-deep steps"
     g = rlxpy.Graph("big")
     g.output(g.matmul(g.input("a", (2048, 256)), g.input("w", (256, 4100))))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
-    assert step.grid == (65, 32, 1) and uses_vec4(step)
+    assert step.grid == (33, 32, 1) and uses_vec4(step)
+    assert "const BN: u32 = 128u" in step.source and "const BK: u32 = 8u" in step.source
+    g = rlxpy.Graph("small")
+    g.output(g.matmul(g.input("a", (1024, 256)), g.input("w", (256, 1024))))
+    (step,) = lower_graph(prepare(g), DeviceFacts()).steps
     assert "const BN: u32 = 64u" in step.source and "const BK: u32 = 16u" in step.source
     (step,) = lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192)).steps
     assert "const BK: u32 = 8u" in step.source, "16-deep tiles (16 KiB) do not fit: 8-deep ones (8 KiB)"
+
+
+@pytest.mark.parametrize("sums", ["none", "step", "steph", "stepq", "k32"])
+def test_every_block_sum_matches_torch(device, monkeypatch, tiled_only, sums):
+    """128x128 tiles (2 x 2 quadrants per thread) in 16-deep steps on K = 70: block sums per step,
+    per 64-row group, per quadrant, per 32 of K (the last block partial), or none."""
+    monkeypatch.setattr(matmul, "FORCE_TILE", (128, 128))
+    monkeypatch.setattr(matmul, "FORCE_CORE", (16, sums))
+    a, w = rand((130, 70), seed=1), rand((70, 136), seed=2)
+    check_op(lambda g, x, y: g.matmul(x, y), [a, w], torch.matmul, tol="matmul")
 
 
 @pytest.mark.parametrize("vec4", [True, False], ids=["vec4", "words"])

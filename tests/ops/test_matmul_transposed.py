@@ -53,10 +53,10 @@ def test_transposed_operands_match_torch(device, monkeypatch, vec4, flags, m, k,
     assert_close(got, want, *TOL["matmul"], what=f"transposes {flags}")
 
 
-@pytest.mark.parametrize("tile,core", [((128, 128), (16, "rows")), ((64, 128), None)], ids=str)
+@pytest.mark.parametrize("tile,core", [((128, 128), (16, "k32")), ((64, 128), None)], ids=str)
 def test_every_tile_reads_transposed_operands(device, monkeypatch, tile, core):
     """Also a 16-deep 128x128 core (two vec4s of each operand per thread and step, block sums per
-    64-row group) on K = 20: one full step and a partial one."""
+    32 of K) on K = 20: one full step and a partial one."""
     monkeypatch.setattr(matmul, "FORCE_TILE", tile)
     monkeypatch.setattr(matmul, "FORCE_CORE", core)
     for flags in FLAGS:

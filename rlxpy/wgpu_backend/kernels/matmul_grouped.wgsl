@@ -1,6 +1,7 @@
 // Grouped matmul over the routing pass's tile table: workgroup (column block x, tile y) computes
 // y[r] = x[r] @ w[expert] for the <= BM rows r of its tile (gathered through perm: each thread looks its
-// x row up once) and BN columns, register-tiled (include/matmul_register_tiles); tiles past the
+// x row up once) and BN columns, register-tiled (include/matmul_register_tiles, the K loop and the
+// stores written out by lowering/matmul_core); tiles past the
 // table's count return at once, the out-of-range bucket writes zero rows. The arena access is matmul_tiled's (include/matmul_access_*:
 // vec4 words where x, w, y, K and N sit on 4-element boundaries), with m = the rows of x.
 // Bindings: 0 = arena window, 1 = MatmulGroupedParams.
@@ -28,7 +29,7 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
     let tx = lane % 16u;
     let ty = lane / 16u;
     let col0 = wid.x * BN;
-    var acc = array<vec4<f32>, {{RT_ACC}}>();
+{{RT_ACC}}
     if (task.x < p.experts) {  // else the out-of-range bucket: zero rows
         let w = p.w + task.x * p.k * p.n;
         let s = rt_share(lane);
@@ -47,25 +48,7 @@ fn main(@builtin(local_invocation_index) lane: u32, @builtin(workgroup_id) wid: 
         rt_put(0u, s, va, vw);
         workgroupBarrier();
         let steps = (p.k + RT_K - 1u) / RT_K;
-        for (var step = 0u; step < steps; step = step + 1u) {
-            let ahead = step + 1u < steps;
-            if (ahead) {  // issued before the sums below, so the loads' latency hides behind them
-                let k1 = (step + 1u) * RT_K;
-                if (s.loads_a) {
-                    va = load_a(p.x, row, k1 + s.ak);
-                }
-                if (s.loads_w) {
-                    vw = load_w(w, k1 + s.wk, col0 + s.wc);
-                }
-            }
-            let ta = (step & 1u) * RT_A_STEP + ty;
-            let tw = (step & 1u) * RT_W_STEP + tx;
-{{RT_SUMS}}
-            if (ahead) {  // the other buffer: every thread finished reading it before the last barrier
-                rt_put((step + 1u) & 1u, s, va, vw);
-            }
-            workgroupBarrier();
-        }
+{{RT_LOOP}}
     }
 {{RT_STORE}}
 }

@@ -4,7 +4,8 @@ the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <=
 (MoE) is lowered in matmul_grouped.py.
 
 The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread,
-summing BK = 8 or 16 k per double-buffered step (``core``); 64 x 64 tiles in 16-deep steps are the
+summing BK = 8 or 16 k per double-buffered step (``core``; the per-thread code is written out by
+matmul_core.py); 64 x 128 tiles in 8-deep steps, or 64 x 64 in 16-deep ones for smaller grids, are the
 default (TILES, CORES: measured below). Where every offset, row length and
 split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
 otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
@@ -28,7 +29,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
-from rlxpy.wgpu_backend.lowering import matmul_grouped, matmul_skinny  # noqa: F401  (grouped: registers)
+from rlxpy.wgpu_backend.lowering import matmul_core, matmul_grouped, matmul_skinny  # noqa: F401  (grouped: registers)
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -41,16 +42,16 @@ MATMUL_TILED = kernel(
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
     sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1)
 BK = 8  # K per step of the tiles CORES does not list, and the unit of the K split's chunks
-#: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken. On an
-#: H100 (benches/bench_gemm.py, 2026-11-26) 64x64 tiles in 16-deep steps beat every other blocked-sum
-#: tile and depth at 4096^3, 1024^3, 256 x 4096 x 4096 and the GPT training step's 4096 x 384 x 1536
-#: and 4096 x 1536 x 384 (1.03-1.44x the former 64x128 / 64x64 8-deep plan); larger tiles per thread
-#: (128x128, 128x256) lost at every shape, 16-deep ones most (register pressure: even 128x128 with a
-#: running sum lost to 64x128). The block sum's cost: 64x128 with one running sum reached 25.8 TFLOP/s
-#: at 4096^3 (22.4 blocked, 64x64 16-deep), at 2.9-3.8x the error. The kernel also takes 128x128,
-#: 128x64, 64x128, 128x256 and 256x128 (FORCE_TILE).
-TILES = ((64, 64),)
-MIN_GROUPS = 256
+#: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken (a grid
+#: of 160 already fills an H100's 132 SMs). The core (lowering/matmul_core) writes everything per thread
+#: out with constant indices: named vec4 accumulators and staged loads, 2-D workgroup tiles read at
+#: constant rows. On an H100 (benches/bench_gemm.py, 2026-11-26, one call) 64x128 in 8-deep steps with
+#: per-quadrant block sums reached 28.8 TFLOP/s at 4096^3 (the former 64x64 16-deep plan 22.6, 128x128
+#: 23.7-24.0, 128x64 25.6), 20.7 at 4096 x 384 x 1536 (192 workgroups; 64x64: 16.7) and 26.6 at
+#: 4096 x 1536 x 384 (22.2); with 128 workgroups (1024^3, 256 x 4096 x 4096) 64x64 16-deep stays ahead
+#: (23.8 / 24.6 against 21.1 / 18.5). The kernel takes any BM, BN in {64, 128, 256} (FORCE_TILE).
+TILES = ((64, 128), (64, 64))
+MIN_GROUPS = 160
 MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
                                                      y=U32), dtypes=accepts(DType.F32, out=DType.F32))
 #: Split K aims at this many workgroups, in at most SPLIT_MAX chunks of at least SPLIT_MIN_K. On an H200
@@ -64,12 +65,16 @@ SPLIT_MIN_K = 256
 FORCE_TILE: tuple[int, int] | None = None
 VEC4 = True
 FORCE_SPLITS: int | None = None
-#: (BK, sums) per (BM, BN) tile (fma_block); tiles not listed take (BK, "step"). FORCE_CORE (benches
-#: and tests) sets one for every tile. 64x64 in 16-deep steps: 16 KiB of workgroup memory (WebGPU's
-#: minimum limit), half the barriers of 8-deep ones, and a blocked sum over 16 products whose error
-#: against float64 is lower still (0.26-0.52x torch f32's on the H100 vs 0.36-0.71x 8-deep).
-CORES: dict[tuple[int, int], tuple[int, str]] = {(64, 64): (16, "step")}
+#: (BK, sums) per (BM, BN) tile (lowering/matmul_core); tiles not listed take (BK, "step"). FORCE_CORE
+#: (benches and tests) sets one for every tile. Block sums (error against float64 at 0.26-0.71x torch
+#: f32's on the H100; one running sum is at torch's level, 2x it where torch splits K): 64x64 over each
+#: 16-deep step (16 KiB of workgroup memory, WebGPU's minimum limit); 64x128 over each 8-deep step, one
+#: 64 x 64 quadrant at a time, so the block sums take 16 registers instead of 32 (full block sums or
+#: sums per 64 of K cost 15-30% at 128x128, a second full set of accumulators).
+CORES: dict[tuple[int, int], tuple[int, str]] = {(64, 128): (8, "stepq"), (64, 64): (16, "step")}
 FORCE_CORE: tuple[int, str] | None = None
+#: Tile rows per band of the workgroup walk (matmul_tiled's GROUP_ROWS; 0: as dispatched).
+GROUP_ROWS = 0
 
 def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
     if FORCE_TILE is not None:
@@ -136,50 +141,6 @@ def split_scratch_bytes(node: Node, graph) -> int:
     return 0 if splits == 1 else 4 * splits * dims[0] * dims[1]
 
 
-def fma_block(bm: int, bn: int, bk: int = 8, sums: str = "step") -> str:
-    """The sums of one K step, unrolled: per k, BM/64 + BN/64 vec4 reads feed BM*BN/64 vec4 FMAs
-    (written out so no loop counts against lavapipe's per-thread iteration limit).
-
-    A blocked sum (``sums`` "step"): the step's BK products are summed on their own, then added to the
-    running sum. One running f32 sum over K = 768-1536 terms had twice torch's error against float64,
-    and a 24-layer Mamba carried that to 2.4x torch's logit error; blocked, it is at torch's level
-    (benches/RESULTS.md, "where Mamba's f32 gap comes from"). "rows" blocks the same sums one 64-row
-    group at a time (w's vec4s are read again per group, but the block sum holds a quarter or half as
-    many registers); "none" is the running sum (benches only)."""
-    hs, gs = bm // 64, bn // 64
-    groups = [list(range(hs))] if sums == "step" else [[h] for h in range(hs)]
-    lines = []
-    for rows in groups:
-        if sums != "none":
-            lines.append(f"        var part{rows[0]}: array<vec4<f32>, {len(rows) * gs * 4}>;")
-        for kk in range(bk):
-            lines.append("        {")
-            lines += [f"            let a{h} = tile_a[ta + {kk * bm // 4 + 16 * h}u];" for h in rows]
-            lines += [f"            let w{g} = tile_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
-            for h in rows:
-                for i, lane in enumerate("xyzw"):
-                    for g in range(gs):
-                        acc = (4 * h + i) * gs + g
-                        if sums == "none":
-                            lines.append(f"            acc[{acc}] = acc[{acc}] + a{h}.{lane} * w{g};")
-                            continue
-                        slot = acc - rows[0] * 4 * gs
-                        before = f"part{rows[0]}[{slot}] + " if kk else ""
-                        lines.append(f"            part{rows[0]}[{slot}] = {before}a{h}.{lane} * w{g};")
-            lines.append("        }")
-        if sums != "none":
-            first = rows[0] * 4 * gs
-            lines += [f"        acc[{first + i}] = acc[{first + i}] + part{rows[0]}[{i}];"
-                      for i in range(len(rows) * gs * 4)]
-    return "\n".join(lines)
-
-
-def store_block(bm: int, bn: int) -> str:
-    hs, gs = bm // 64, bn // 64
-    return "\n".join(f"    finish(y_base, row + {64 * h + i}u, col + {64 * g}u, acc[{(4 * h + i) * gs + g}]);"
-                     for h in range(hs) for i in range(4) for g in range(gs))
-
-
 def core(bm: int, bn: int, storage: int = 1 << 30) -> tuple[int, str]:
     """(BK, sums) of the tiled GEMM for a BM x BN tile: CORES' (or FORCE_CORE's), else 8-deep steps
     when the double-buffered tiles of the deeper ones would not fit ``storage`` bytes."""
@@ -192,14 +153,22 @@ def core(bm: int, bn: int, storage: int = 1 << 30) -> tuple[int, str]:
 def tiled_source(bm: int, bn: int, vec4: bool, expr: str, trans: tuple[bool, bool] = (False, False),
                  bk: int | None = None, sums: str | None = None) -> dict[str, object]:
     """The placeholders of matmul_tiled.wgsl for one tile shape, access mode (include/matmul_access_*),
-    operand layout (``trans``: a stored [K, M], w stored [N, K]), K step and block sum (fma_block;
+    operand layout (``trans``: a stored [K, M], w stored [N, K]), K step and block sum (matmul_core;
     unset: the tile's ``core``)."""
     if bk is None or sums is None:
         bk, sums = core(bm, bn)
+    loads = {"a": max(1, bk * bm // 1024), "w": max(1, bk * bn // 1024)}  # vec4s per thread and step
+    moves = [(x, r, f"flat + {256 * r}u") for x in "aw" for r in range(loads[x])]
+    origin = {"a": "a_base, row0", "w": "w_base, col0"}
+    fetch = " ".join(f"s{x}{r} = fetch_{x}({origin[x]}, {{k0}}, {v});" for x, r, v in moves)
+    stage = " ".join(f"stage_{x}({{half}}u, {v}, s{x}{r});" for x, r, v in moves)
+    first = [f"    var s{x}{r} = fetch_{x}({origin[x]}, 0u, {v});" for x, r, v in moves]
+    first += [f"    stage_{x}(0u, {v}, s{x}{r});" for x, r, v in moves]
     return {"ACCESS": "vec4" if vec4 else "words", "EXPR": expr, "BM": bm, "BN": bn, "BK": bk,
-            "A_VECS": 2 * bk * bm // 4, "W_VECS": 2 * bk * bn // 4, "ACC": bm * bn // 64,
-            "A_LOADS": max(1, bk * bm // 1024), "W_LOADS": max(1, bk * bn // 1024),
-            "FMA": fma_block(bm, bn, bk, sums), "STORE": store_block(bm, bn),
+            "A_VECS": 2 * bk * bm // 4, "W_VECS": 2 * bk * bn // 4, "A_COLS": bm // 4, "W_COLS": bn // 4,
+            "K_ROWS": 2 * bk, "GROUP_ROWS": GROUP_ROWS, "ACC": matmul_core.declarations(bm, bn, bk, sums),
+            "FIRST": "\n".join(first), "K_LOOP": matmul_core.k_loop(bm, bn, bk, sums, fetch, stage),
+            "STORE": matmul_core.stores(bm, bn, "finish(y_base, row + {row}u, col + {col}u, {acc});"),
             "TRANS_A": str(trans[0]).lower(), "TRANS_B": str(trans[1]).lower()}
 
 

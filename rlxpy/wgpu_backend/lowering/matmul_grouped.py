@@ -9,10 +9,10 @@ Two dispatches, no host step:
    tiles any routing can give (ceil(M / BM) + E + 1), workgroups past the table's count return at once:
 
    * matmul_grouped (many rows, compute-bound): the register-tiled GEMM core
-     (include/matmul_register_tiles.wgsl, matmul_tiled's technique: double-buffered 8- or 16-deep K
-     steps with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows, gathered through the
-     permutation, and their expert's weight; each weight tile is read once per BM rows. The tile
-     (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups.
+     (include/matmul_register_tiles.wgsl and matmul_core.py, matmul_tiled's: double-buffered 8- or
+     16-deep K steps with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows,
+     gathered through the permutation, and their expert's weight; each weight tile is read once per
+     BM rows. The tile (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups.
    * matmul_grouped_rows (at most FEW_ROWS rows, decode: the weight read dominates): 64 columns a
      workgroup, its 256 lanes streaming the expert's weight rows in 16 k groups (4 rows in flight
      per lane, no barrier in the K loop), one register sum per tile row, the k groups added in
@@ -20,8 +20,8 @@ Two dispatches, no host step:
      (its predecessor, 64 x 64 x and w tiles staged per 16-deep K step behind a barrier: 0.43 /
      0.38 ms; reading the weights the rows touch takes ~0.1 / ~0.03 ms).
 
-   The tiled kernel at 8 experts x 4096 rows x 2048 x 8192 on an H100: 5.09 ms, 27 TFLOP/s, as
-   matmul_tiled on one 4096-row GEMM of that size (4.84 ms); cuBLAS's per-expert products take 3.7.
+   The tiled kernel at 8 experts x 4096 rows x 2048 x 8192 on an H100: 4.90 ms, 28 TFLOP/s (TILES);
+   cuBLAS's per-expert products take 3.7.
 
    Both read the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
    (matmul_tiled's access includes), else word by word.
@@ -41,6 +41,7 @@ from rlxpy.ir.graph import Graph, Node
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, Layout, kernel, params
+from rlxpy.wgpu_backend.lowering import matmul_core
 from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
@@ -49,25 +50,22 @@ INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: 
 ROUTE_LANES = 256
 MIN_TILE_ROWS = 64  # the smallest BM: the most tiles, which the scratch is sized for
 TILE_K = 8  # K per step of the register-tiled core for the tiles DEPTHS does not list (the shallowest)
-#: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring
-#: (on an H200, 64x128 beat 128x128 by 5% at 8 experts x 4096 rows x 2048 x 8192 and by 30% at 64
-#: experts, whose 64-row average leaves 128-row tiles half empty; the kernel takes 128-row tiles too).
-#: 64x64 in 16-deep steps follows the dense GEMM (matmul.TILES / CORES), where on an H100 it beat the
-#: 8-deep 64x128 and 64x64 tiles at every shape measured (4096-row GEMMs by 3-22%); the grouped kernel
-#: has not been timed with it yet (benches/bench_scan.py's GroupedMatMul rows; set TILES to
-#: ((64, 128), (64, 64)) and DEPTHS to {} for the former plan).
-TILES = ((64, 64),)
+#: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring. On an H100 (2026-11-26,
+#: benches/bench_gemm.py --grouped, one call; the core of lowering/matmul_core) 64x128 in 8-deep steps
+#: with per-quadrant block sums took 4.90 / 1.36 ms at 8 / 64 experts x 4096 rows (64x64 16-deep: 5.78 /
+#: 1.46; 128x128: 6.17-6.27 / 1.98-2.01, and 4.02 / 1.30 with one running sum, torch f32's error level).
+TILES = ((64, 128), (64, 64))
 #: K per step by tile (at most 1024 / BM and 1024 / BN: one vec4 of each operand per thread and step)
-DEPTHS: dict[tuple[int, int], int] = {(64, 64): 16}
+DEPTHS: dict[tuple[int, int], int] = {(64, 128): 8, (64, 64): 16}
 MIN_GROUPS = 256
 #: the few-rows kernel: at most this many rows (each lane keeps one sum per row), 64 columns a workgroup
 FEW_ROWS, ROWS_COLS = 16, 64
 MAX_EXPERTS = 1024
 #: Benches and tests only: force a (BM, BN) of the tiled kernel. Not a user flag.
 FORCE_TILE: tuple[int, int] | None = None
-#: Benches only (A/B): the blocked K sum (see register_tiles; on an H100 at 8 experts x 4096 rows x
-#: 2048 x 8192 it costs 5%: 5.09 against 4.86 ms). Not a user flag.
-BLOCKED = True
+#: The K sum (lowering/matmul_core: "step", "steph", "stepq", "kN" or, benches only, "none"): block
+#: sums per step, one 64 x 64 quadrant of the tile at a time (a 64x64 tile is one quadrant).
+SUMS = "stepq"
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
@@ -163,10 +161,10 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
         subs |= few_rows_source(FEW_ROWS)
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
-        tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED)}
+        tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols)}
         if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # 64x64 8 deep fits 16 KiB
             bm, cols = TILES[-1]
-            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, BLOCKED, TILE_K)}
+            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, depth=TILE_K)}
         subs |= tiled
     route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
     grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
@@ -176,38 +174,22 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
                          m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
-def register_tiles(bm: int, bn: int, blocked: bool = True, depth: int | None = None) -> dict[str, object]:
-    """The placeholders of include/matmul_register_tiles.wgsl for a BM x BN tile: the sums of one K
-    step (``depth`` deep; unset: DEPTHS', else TILE_K) written out (per k, BM/64 + BN/64 vec4 reads
-    feed BM*BN/64 vec4 FMAs; no loop counts against lavapipe's per-invocation iteration limit) and
-    the buffer sizes. A step's products are summed on their own, then added to acc: a blocked sum
-    whose f32 rounding error grows with depth + K / depth terms instead of K (measured at K = 1536,
-    8-deep: 2.6e-7 rms relative, one running sum 7e-7)."""
+def register_tiles(bm: int, bn: int, sums: str | None = None, depth: int | None = None) -> dict[str, object]:
+    """The placeholders of matmul_grouped.wgsl's core for a BM x BN tile (include/matmul_register_tiles
+    and lowering/matmul_core): the accumulators, the K loop (``depth`` deep steps, unset: DEPTHS',
+    else TILE_K; ``sums`` the block sum, unset: SUMS) and the stores, written out, and the buffer sizes."""
     depth = depth or DEPTHS.get((bm, bn), TILE_K)
-    hs, gs = bm // 64, bn // 64
-    count = hs * gs * 4
-    sum_to = "part" if blocked else "acc"
-    lines = [f"        var part: array<vec4<f32>, {count}>;"] if blocked else []
-    for kk in range(depth):
-        reads = [f"let a{h} = rt_a[ta + {kk * bm // 4 + 16 * h}u];" for h in range(hs)]
-        reads += [f"let w{g} = rt_w[tw + {kk * bn // 4 + 16 * g}u];" for g in range(gs)]
-        sums = []
-        for h in range(hs):
-            for i, lane in enumerate("xyzw"):
-                for g in range(gs):
-                    at = (4 * h + i) * gs + g
-                    before = f"{sum_to}[{at}] + " if kk or not blocked else ""
-                    sums.append(f"{sum_to}[{at}] = {before}a{h}.{lane} * w{g};")
-        lines.append("        { " + " ".join(reads + sums) + " }")
-    if blocked:
-        lines.append("        " + " ".join(f"acc[{i}] = acc[{i}] + part[{i}];" for i in range(count)))
-    # the stores, written out: thread (tx, ty)'s rows 4 ty + 64 h + i, columns 4 tx + 64 g
-    store = [f"    put(4u * ty + {64 * h + i}u, col0 + 4u * tx + {64 * g}u, acc[{(4 * h + i) * gs + g}]);"
-             for h in range(hs) for i in range(4) for g in range(gs)]
-    # one thread's outputs: a (BM / 16) x (BN / 16) block, as vec4s (a larger array than the sums
-    # touch would sit in memory, not in registers, wherever a compiler keeps it whole)
-    return {"RT_SUMS": "\n".join(lines), "RT_STORE": "\n".join(store), "RT_ACC": bm * bn // 1024,
-            "RT_K": depth, "RT_A_VECS": 2 * depth * bm // 4, "RT_W_VECS": 2 * depth * bn // 4}
+    sums = sums or SUMS
+    if depth * max(bm, bn) > 1024:
+        raise ValueError(f"a {bm}x{bn} tile in {depth}-deep steps moves more than one vec4 of an operand "
+                         "per thread and step")
+    fetch = ("if (s.loads_a) {{ va = load_a(p.x, row, {k0} + s.ak); }} "
+             "if (s.loads_w) {{ vw = load_w(w, {k0} + s.wk, col0 + s.wc); }}")
+    return {"RT_ACC": matmul_core.declarations(bm, bn, depth, sums),
+            "RT_LOOP": matmul_core.k_loop(bm, bn, depth, sums, fetch, "rt_put({half}u, s, va, vw);",
+                                          "rt_a", "rt_w", depth=2),
+            "RT_STORE": matmul_core.stores(bm, bn, "put(4u * ty + {row}u, col0 + 4u * tx + {col}u, {acc});"),
+            "RT_K": depth, "RT_ROWS": 2 * depth, "RT_A_COLS": bm // 4, "RT_W_COLS": bn // 4}
 
 
 def few_rows_source(count: int) -> dict[str, object]:
