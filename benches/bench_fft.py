@@ -1,9 +1,10 @@
 """FFTs and a Whisper log-mel front end (issue 14), rlxpy side by side with torch (cuFFT on CUDA).
 
 Cases: batched c64 FFTs of 2^10, 2^14 and 2^20 points (one workgroup per line, four-step passes),
-mixed-radix lengths (480, 1000, 2187 = 3^7), primes through Bluestein (97 in one workgroup, 4099 in four
-passes), an rfft, and the log-mel of 30 s of 16 kHz speech-like audio (Stft, LogMel with the
-per-spectrogram floor: WhisperFeatureExtractor's features) at batch 1 and 8. Every rlxpy result is
+mixed-radix lengths (480, 1000, 2187 = 3^7), primes through Bluestein (97 in one workgroup, 4099's
+m = 16384 in one workgroup per line or in four-step passes), an rfft, and the log-mel of 30 s of
+16 kHz speech-like audio (Stft, LogMel with the per-spectrogram floor: WhisperFeatureExtractor's
+features) at batch 1 and 8. Every rlxpy result is
 checked first (max |diff| / max |want| against numpy / the float64 reference).
 
 Times are medians. rlxpy: the sum of its GPU step times (timestamp queries, ``gpu_ms``) and the wall
@@ -19,7 +20,7 @@ Bandwidth: ``passes`` = GPU steps, ``min_mb`` = one read of the input and one wr
 
 One command: ``python benches/bench_fft.py [--quick] [--json out.json] [--cases 2^10,2^20]
 [--shape-cap P,I] [--max-radix R] [--pass-radix R] [--row-fast-in F] [--pass-invocations I[,L]]
-[--prefetch-roots 0|1]``;
+[--prefetch-roots 0|1] [--ab "NAME=V NAME=V;NAME=V"]``;
 ``--quick`` uses small batches and a 5 s clip (lavapipe);
 ``--cases`` keeps the cases whose name contains one of the comma-separated words (``log-mel`` for the
 log-mel rows); ``--shape-cap P,I`` shapes the FFT variants for at most P points of workgroup memory
@@ -31,7 +32,11 @@ four-step row pass loads (``ROW_FAST_IN``; 1: each line's points adjacent, regro
 ``--pass-invocations I[,L]`` gives the four-step passes over lines of at least L points (default 1024) I
 invocations per workgroup (``PASS_INVOCATIONS``: fewer points and registers per invocation);
 ``--prefetch-roots 1`` loads every stage's roots with the first stage's points
-(lowering/signal_fft_code.py ``PREFETCH_ROOTS``).
+(lowering/signal_fft_code.py ``PREFETCH_ROOTS``);
+``--ab`` runs the cases once per ``;``-separated setting in one process, each setting a space-separated
+list of module switches of lowering/signal_fft.py or signal_fft_code.py (``ROUNDS_LINES=0``,
+``ROUNDS_RADIX=8``, ``ROUNDS_CHUNK=None``; an empty setting: the defaults), torch timed beside every row.
+The JSON also records the device's workgroup limits and features.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ CASES = [
     ("c64 1000 (2^3 5^3)", 1000, 1 << 22, "c2c"),
     ("c64 2187 (3^7)", 2187, 1 << 22, "c2c"),
     ("c64 97 (prime, Bluestein)", 97, 1 << 21, "c2c"),
-    ("c64 4099 (prime, Bluestein 4 passes)", 4099, 1 << 20, "c2c"),  # scratch: 2 x m = 16384 per line
+    ("c64 4099 (prime, Bluestein m = 16384)", 4099, 1 << 20, "c2c"),
     ("rfft 2^12", 1 << 12, 1 << 22, "rfft"),
 ]
 QUICK_POINTS = 1 << 14
@@ -105,12 +110,12 @@ class Torch:
             return statistics.median(rounds)
 
 
-def take_option(name: str) -> list[str]:
+def take_option(name: str, sep: str = ",") -> list[str]:
     """This bench's ``--name a,b`` (taken off argv before common.parse_args sees it)."""
     if name not in sys.argv:
         return []
     at = sys.argv.index(name)
-    words = sys.argv[at + 1].split(",")
+    words = sys.argv[at + 1].split(sep)
     del sys.argv[at:at + 2]
     return words
 
@@ -225,15 +230,37 @@ def bench_log_mel(side: Torch, seconds: float, batch: int, repeat: int) -> dict[
 
 def table(results: list[dict[str, Any]]) -> str:
     """The short table printed last."""
-    rows = ["case                                   batch passes  GPU ms  torch ms  torch/rlxpy   GB/s"]
+    rows = [f"{'case':38} batch passes  GPU ms  torch ms  torch/rlxpy   GB/s  setting"]
     for r in results:
         gpu, ratio, rate = r.get("gpu_ms"), r.get("ratio"), r.get("gb_s")
         gpu_text = "-" if gpu is None else f"{gpu:.4f}"
         ratio_text = "-" if ratio is None else f"{ratio:.3f}"
         rate_text = "-" if rate is None else f"{rate:.0f}"
         rows.append(f"{r['case'][:38]:38} {r.get('batch', ''):>5} {r.get('passes', ''):>6} {gpu_text:>7} "
-                    f"{r['torch_ms']:9.4f} {ratio_text:>12} {rate_text:>6}")
+                    f"{r['torch_ms']:9.4f} {ratio_text:>12} {rate_text:>6}  {r.get('setting', '')}")
     return "\n".join(rows)
+
+
+def apply_setting(setting: str, defaults: dict[tuple[object, str], object]) -> None:
+    """Reset the switches an earlier setting changed, then set ``NAME=V ...`` (ints; None) on
+    signal_fft or signal_fft_code, whichever has the name."""
+    for (module, name), value in defaults.items():
+        setattr(module, name, value)
+    for pair in setting.split():
+        name, value = pair.split("=")
+        module = signal_fft if hasattr(signal_fft, name) else signal_fft_code
+        if not hasattr(module, name):
+            raise SystemExit(f"--ab: no switch {name} in lowering/signal_fft*.py")
+        defaults.setdefault((module, name), getattr(module, name))
+        setattr(module, name, None if value == "None" else int(value))
+
+
+def device_limits() -> dict[str, Any]:
+    from rlxpy.wgpu_backend.device import get_device
+
+    dev = get_device()
+    keys = ("max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
+    return {**{key: dev.limits[key] for key in keys}, "features": sorted(dev.features)}
 
 
 def main() -> None:
@@ -254,6 +281,7 @@ def main() -> None:
     if wide:  # invocations of the four-step passes over long lines (lowering/signal_fft.py PASS_INVOCATIONS)
         signal_fft.PASS_INVOCATIONS = int(wide[0])
         signal_fft.PASS_WIDE_FROM = int(wide[1]) if len(wide) > 1 else signal_fft.PASS_WIDE_FROM
+    settings = take_option("--ab", ";") or [""]
     prefetch = take_option("--prefetch-roots")
     if prefetch:  # stage roots loaded up front or in their stage (lowering/signal_fft_code.py)
         signal_fft_code.PREFETCH_ROOTS = prefetch[0] == "1"
@@ -265,13 +293,16 @@ def main() -> None:
     def wanted(name: str) -> bool:
         return not cases or any(word in name for word in cases)
 
-    for name, n, points, kind in CASES:
-        if not wanted(name):
-            continue
-        if args.quick:
-            points = max(n, QUICK_POINTS)  # 2^20 at batch 1
-        results.append(bench_fft(side, name, n, points, kind, repeat))
-        print(results[-1], flush=True)
+    defaults: dict[tuple[object, str], object] = {}
+    for setting in settings:
+        apply_setting(setting, defaults)
+        for name, n, points, kind in CASES:
+            if not wanted(name):
+                continue
+            if args.quick:
+                points = max(n, QUICK_POINTS)  # 2^20 at batch 1
+            results.append({"setting": setting, **bench_fft(side, name, n, points, kind, repeat)})
+            print(results[-1], flush=True)
     for seconds, batch in ([(5.0, 1)] if args.quick else [(30.0, 1), (30.0, 8)]):
         if wanted("log-mel"):
             results.append(bench_log_mel(side, seconds, batch, repeat))
@@ -280,7 +311,7 @@ def main() -> None:
           "max_radix": signal_fft_code.MAX_RADIX, "pass_radix": signal_fft.PASS_MAX_RADIX,
           "row_fast_in": signal_fft.ROW_FAST_IN, "pass_invocations": signal_fft.PASS_INVOCATIONS,
           "pass_wide_from": signal_fft.PASS_WIDE_FROM, "prefetch_roots": signal_fft_code.PREFETCH_ROOTS,
-          "results": results}, args.json)
+          "limits": device_limits(), "results": results}, args.json)
     print(table(results))
 
 

@@ -91,7 +91,9 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
     other test runs): fewer lines per workgroup, exchanges in rounds (97's 256 points and 2^14's
     128-point passes: 2 lines, memory for 1), lines longer than the budget alone in a workgroup; the row
     passes loaded as they store, 16 lines side by side (signal_fft.ROW_FAST_IN 16; the default, 1,
-    regroups them between their load and store: every other test)."""
+    regroups them between their load and store: every other test). 2^14 in four-step passes, as on a
+    device without the memory or invocations for one workgroup per line (signal_fft.ROUNDS_LINES off)."""
+    monkeypatch.setattr(signal_fft, "ROUNDS_LINES", False)
     monkeypatch.setattr(signal_fft, "SHAPE_POINTS", 256)
     monkeypatch.setattr(signal_fft, "SHAPE_INVOCATIONS", 128)
     monkeypatch.setattr(signal_fft, "ROW_FAST_IN", 16)
@@ -100,6 +102,35 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
         got, exe = run(lambda g, z=z: g.fft(g.input("z", z.shape, "c64"), inverse=True), {"z": z})
         assert_spectrum(got, np.fft.ifft(z.astype(np.complex128), norm="forward"), n)
         no_host_steps(exe)
+
+
+@pytest.mark.parametrize("n, batch, inverse", [(1 << 14, 1, False), (1 << 14, 3, True), (1 << 13, 5, False),
+                                                (4099, 3, True)])
+def test_lines_longer_than_workgroup_memory_in_one_pass(device, n, batch, inverse):
+    """2^13 and 2^14 points (and 4099's Bluestein m = 16384: forward, kernel spectrum, inverse) exceed the
+    workgroup memory (32 KiB: 4096 points on lavapipe and llvmpipe, 48 KiB on an H100) but not 16 points
+    per invocation: one dispatch, one line per workgroup, its exchanges in rounds of 4096 points."""
+    z = complex_rand((batch, n), n + batch)
+    got, exe = run(lambda g: g.fft(g.input("z", z.shape, "c64"), inverse=inverse, norm="ortho"), {"z": z})
+    want = (np.fft.ifft if inverse else np.fft.fft)(z.astype(np.complex128), norm="ortho")
+    assert_spectrum(got, want, n)
+    assert [s.kernel for s in exe.schedule.steps] == ["signal_fft_lines"]
+    for memory in (32768, 49152):
+        facts = DeviceFacts(max_workgroup_storage=memory, max_invocations=1024)
+        assert signal_fft.rounds_shape_for(fft_plan_length(n), facts).shared_points == 4096
+
+
+def test_lines_in_rounds_that_split_butterflies_and_reads(device, monkeypatch):
+    """Rounds smaller than a stage's blocks of outputs (radix 8, 256-point rounds of a 1024-point line:
+    each output checks its round) and than the invocations' reads (512 invocations: each read checks
+    its round), with idle invocations in the radix-8 stages."""
+    monkeypatch.setattr(signal_fft, "capacity", lambda facts: 256)
+    for name, value in (("ROUNDS_CHUNK", 256), ("ROUNDS_RADIX", 8), ("ROUNDS_INVOCATIONS", 512)):
+        monkeypatch.setattr(signal_fft, name, value)
+    z = complex_rand((3, 1024), 10)
+    got, exe = run(lambda g: g.fft(g.input("z", z.shape, "c64")), {"z": z})
+    assert_spectrum(got, np.fft.fft(z.astype(np.complex128)), 1024)
+    assert len(exe.schedule.steps) == 1 and "if (((" in exe.schedule.steps[0].source
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 16, 27, 96, 400, 480, 1000, 1024, 2048, 2187, 4096])
@@ -217,9 +248,11 @@ def test_fft_along_any_axis_and_in_the_block_layout(device):
     no_host_steps(exe)
 
 
-def test_multi_pass_transforms_under_a_binding_cap_run_in_chunks_of_lines(device):
+def test_multi_pass_transforms_under_a_binding_cap_run_in_chunks_of_lines(device, monkeypatch):
     """A 2 MiB binding: the scratch of a window holds a few lines of a four-step or Bluestein transform at
-    a time, so the lines run in chunks (several dispatches per pass); results equal the uncapped ones."""
+    a time, so the lines run in chunks (several dispatches per pass); results equal the uncapped ones.
+    4099's m = 16384 in four-step passes (not one workgroup per line: signal_fft.ROUNDS_LINES off)."""
+    monkeypatch.setattr(signal_fft, "ROUNDS_LINES", False)
     rng = np.random.default_rng(15)
     x = rng.standard_normal((32, 4096)).astype(np.float32)
     z = complex_rand((9, 4099), 16)

@@ -4,7 +4,9 @@ A transform of length N runs the length M = ops.signal.fft_plan_length(N) (N its
 factors are 2, 3, 5, 7, else Bluestein's power of two m >= 2N - 1). When M points fit one workgroup
 (``capacity``: the workgroup memory in points of 8 bytes, 2048 in WebGPU's minimum of 16 KiB; at least
 4096 on an H100) one dispatch does it all: load, the stages in registers, (Bluestein: times the kernel's
-spectrum, the inverse stages), store. A longer M runs as four-step passes M = n1 * n2 through arena
+spectrum, the inverse stages), store. So does a longer power of two of at most 16 points per invocation
+(``rounds_shape_for``: 2^14 on 1024 invocations), one line per workgroup, each exchange in rounds of as
+many points as the workgroup memory holds. A longer M runs as four-step passes M = n1 * n2 through arena
 scratch: FFTs of the n2 strided columns of length n1, twisted by w_M^(column * frequency), then FFTs of
 the n1 rows of length n2, stored transposed (the transpose is the passes' addressing); Bluestein doubles
 that (forward, times the kernel, inverse). Each pass reads and writes the data once: 2 passes for
@@ -32,7 +34,7 @@ from rlxpy.ir.ops.signal import fft_plan_length
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
 from rlxpy.wgpu_backend.lowering import signal_fft_code
-from rlxpy.wgpu_backend.lowering.signal_fft_code import Shape, body, line_threads, shape_for
+from rlxpy.wgpu_backend.lowering.signal_fft_code import Shape, body, line_threads, rounds_shape, shape_for
 from rlxpy.wgpu_backend.schedule import DeviceFacts, LowerCtx, Step
 
 _LINES = ("base", "inner", "outer", "inner_w", "elem", "im")
@@ -88,6 +90,18 @@ PASS_LINES, SINGLE_LINES = 16, 0
 #: last stage regroups the invocations). 1 against 16 on an H100, the row passes: 2^14 x 256 0.049 ->
 #: 0.044 ms, 2^20 x 4 0.068 -> 0.062, 4099 x 255's 0.026 -> 0.024 (benches/RESULTS.md).
 COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 1
+#: A line of a power-of-two length longer than the workgroup memory holds, up to ROUNDS_POINTS points per
+#: invocation of ROUNDS_INVOCATIONS (below the device's limit), runs in one pass, one line per workgroup:
+#: its exchanges go through workgroup memory ROUNDS_CHUNK points at a time (None: the largest power of two
+#: the memory holds), stages of radix up to ROUNDS_RADIX. It reads and writes the data once, where
+#: four-step passes move it twice (2^14 on an H100: 128 KiB per line, 32 KiB rounds). A switch for A/B
+#: runs (ROUNDS_LINES).
+ROUNDS_LINES = True
+ROUNDS_INVOCATIONS, ROUNDS_POINTS, ROUNDS_RADIX = 1024, 16, 16
+ROUNDS_CHUNK: int | None = None
+#: Four-step passes may take such lines too (a switch for A/B runs): 0 no, 1 the rows (2^20 = 64 x 16384:
+#: 64-point columns, then 16384-point rows stored transposed), 2 the columns (16384 x 64).
+ROUNDS_SPLIT = 0
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
 #: Most arena scratch (words, 32 MiB) a multi-pass transform asks for; more lines run in chunks.
@@ -136,6 +150,20 @@ def fits(length: int, facts: DeviceFacts) -> bool:
     return length <= capacity(facts) and line_threads(length) <= facts.max_invocations
 
 
+def rounds_shape_for(length: int, facts: DeviceFacts, bluestein: bool = False) -> Shape | None:
+    """The one-pass variant of a line longer than the workgroup memory (ROUNDS_*), None where the line
+    fits one workgroup's memory, is no power of two, or needs more points per invocation."""
+    points = capacity(facts)
+    invocations = min(facts.max_invocations, ROUNDS_INVOCATIONS)
+    invocations = 1 << (invocations.bit_length() - 1)
+    chunk = 1 << (points.bit_length() - 1)
+    chunk = min(chunk, ROUNDS_CHUNK or chunk)
+    if (not ROUNDS_LINES or length & (length - 1) or length <= points or chunk < 256
+            or length > ROUNDS_POINTS * invocations):
+        return None
+    return rounds_shape(length, invocations, chunk, ROUNDS_RADIX, bluestein)
+
+
 def split(length: int, facts: DeviceFacts) -> tuple[int, int] | None:
     """(n1, n2) with n1 * n2 = length, both fitting one workgroup, as balanced as possible; None when
     none exists."""
@@ -173,7 +201,7 @@ class FftJob:
 def line_words(n: int, facts: DeviceFacts) -> int:
     """Arena scratch (words) one line of a length-n transform needs: 0 when it runs in one pass."""
     length = fft_plan_length(n)
-    if fits(length, facts):
+    if fits(length, facts) or rounds_shape_for(length, facts):
         return 0
     return (1 if length == n else 2) * 2 * length  # four-step: one c64 buffer, Bluestein: two
 
@@ -193,16 +221,17 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     table = ctx.offset(job.table)
     assert table % 2 == 0, f"plan table of {node.name} at odd word {table}"  # arena allocations: 256 B
     chirp, kernel_spectrum = (table + 2 * length) // 2, (table + 2 * length + 2 * n) // 2  # in pairs
-    if fits(length, ctx.facts):
+    rounds = rounds_shape_for(length, ctx.facts, bluestein)
+    if fits(length, ctx.facts) or rounds:
         fields = {"conj_in": int(job.inverse), "load_len": n, "out_len": job.out_len,
                   "conj_b": int(job.inverse), "scale": job.scale}
         if bluestein:
             fields.update(has_pre=1, pre=chirp, mid=kernel_spectrum, conj_a=1, has_post=1, post=chirp)
         fast = 1 if job.source.lines.inner == 1 else COLUMN_FAST  # lines along another axis: adjacent
-        shape = shape_for(length, *_budget(ctx.facts), SINGLE_LINES, fast, bluestein)
+        shape = rounds or shape_for(length, *_budget(ctx.facts), SINGLE_LINES, fast, bluestein)
         return [_pass(ctx, job, shape, job.lines, 1, (0, 1), (0, 1), job.source, job.store, job.target,
                       fields)]
-    halves = split(length, ctx.facts)
+    halves = _rounds_split(length, ctx.facts) or split(length, ctx.facts)
     if halves is None:
         raise LimitError(f"{where(node)}: an FFT of length {length} splits into no two factors of at most "
                          f"{capacity(ctx.facts)} points (the workgroup memory)")
@@ -218,10 +247,10 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
     scratch = [Lines(first, outer=2 * length), Lines(second, outer=2 * length)]
     scratch_source = [Source("complex", lines) for lines in scratch]
     col_budget, row_budget = _pass_budget(ctx.facts, n1), _pass_budget(ctx.facts, n2)
-    column_shape = shape_for(n1, *col_budget, PASS_LINES, COLUMN_FAST,
-                             max_radix=_pass_radix(n1, col_budget[1]))
-    row_shape = shape_for(n2, *row_budget, PASS_LINES, ROW_FAST_IN, max_radix=_pass_radix(n2, row_budget[1]),
-                          fast_out=ROW_FAST)
+    column_shape = rounds_shape_for(n1, ctx.facts) or shape_for(
+        n1, *col_budget, PASS_LINES, COLUMN_FAST, max_radix=_pass_radix(n1, col_budget[1]))
+    row_shape = rounds_shape_for(n2, ctx.facts) or shape_for(
+        n2, *row_budget, PASS_LINES, ROW_FAST_IN, max_radix=_pass_radix(n2, row_budget[1]), fast_out=ROW_FAST)
     twist = {"twiddle": 1, "twist_mask": (length - 1) >> ((length.bit_length() - 1) // 2)
              if length > TWIST_DIRECT and length & (length - 1) == 0 else 0}
 
@@ -252,6 +281,19 @@ def fft_steps(job: FftJob, ctx: LowerCtx) -> list[Step]:
                   rows(lines, scratch_source[0], job.store, job.target,
                        {**last_pass, "conj_a": 1, "has_post": 1, "post": chirp})]
     return steps
+
+
+def _rounds_split(length: int, facts: DeviceFacts) -> tuple[int, int] | None:
+    """(n1, n2) with the longest factor that runs as one workgroup per line (ROUNDS_SPLIT), None when
+    off or none exists."""
+    if not ROUNDS_SPLIT or length & (length - 1):
+        return None
+    big = ROUNDS_POINTS * ROUNDS_INVOCATIONS
+    while big > 1 and not (length % big == 0 and rounds_shape_for(big, facts) and fits(length // big, facts)):
+        big //= 2
+    if big == 1:
+        return None
+    return (length // big, big) if ROUNDS_SPLIT == 1 else (big, length // big)
 
 
 def _budget(facts: DeviceFacts) -> tuple[int, int]:

@@ -12,10 +12,13 @@ rounds of ``group`` lines. Points in workgroup memory are swizzled (the low 4 bi
 the bit-reversed next 4) so that the strided writes of the early stages hit distinct banks; when lines
 sit side by side among the invocations (``fast`` > 1, as in the four-step passes) their slots are one
 line length apart, which the swizzle does not tell apart, so the low 4 bits also XOR the line
-(``line_xor``). The last stage may group the invocations differently (``fast_out``): its exchange is
-written by line and point, so any invocation can read any line's points (a four-step row pass can load
-each line's points adjacent and store the lines side by side). ``PREFETCH_ROOTS`` loads each stage's
-roots (one table load per butterfly) up front with the first stage's points.
+(``line_xor``). A line longer than the workgroup memory (``chunk``: one line per workgroup) exchanges
+in rounds of ``chunk`` points: round g writes and reads the line's points g * chunk up to (g + 1) *
+chunk (``_Stages.exchange_chunks``). The last stage may group the invocations differently
+(``fast_out``): its exchange is written by line and point, so any invocation can read any line's
+points (a four-step row pass can load each line's points adjacent and store the lines side by side).
+``PREFETCH_ROOTS`` loads each stage's roots (one table load per butterfly) up front with the first
+stage's points.
 
 Everything here is straight-line code with constant indices (no arrays that the driver could move to
 local memory); the r-point DFTs are built recursively: 2, 4 by hand, 3, 5, 7 by the symmetric direct
@@ -87,6 +90,7 @@ class Shape:
     fast: int
     bluestein: bool = False
     fast_out: int = 0  # 0: fast
+    chunk: int = 0  # > 0: one line longer than the workgroup memory, exchanged ``chunk`` points a round
 
     @property
     def invocations(self) -> int:
@@ -95,6 +99,8 @@ class Shape:
     @property
     def shared_points(self) -> int:
         """Points of workgroup memory (rounded up to the swizzle's 16; at least 16)."""
+        if self.chunk:
+            return self.chunk
         return max(16, -(-self.group * self.length // 16) * 16)
 
     @property
@@ -139,6 +145,15 @@ def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, f
     single = len(radices) < 2 and not bluestein  # no exchange to regroup at
     out = fast if fast_out is None or single else _divisor_at_most(fast_out, lines)
     return Shape(length, radices, threads, lines, group, fast, bluestein, 0 if out == fast else out)
+
+
+def rounds_shape(length: int, invocations: int, chunk: int, max_radix: int | None = None,
+                 bluestein: bool = False) -> Shape:
+    """A variant for one line of ``length`` points (a power of two) per workgroup of ``invocations``
+    invocations, longer than the workgroup memory: each exchange runs in rounds of ``chunk`` points (a
+    power of two, at least 256: the swizzle's blocks) of the line (module docstring)."""
+    assert length & (length - 1) == 0 and chunk & (chunk - 1) == 0 and 256 <= chunk < length
+    return Shape(length, stage_radices(length, max_radix), invocations, 1, 1, 1, bluestein, chunk=chunk)
 
 
 def _divisor_at_most(fast: int, lines: int) -> int:
@@ -358,6 +373,8 @@ class _Stages:
 
     def exchange(self, s: int, r: int, outputs: list[list[tuple[str, str]]]) -> list[list[str]]:
         """Stage s's outputs into workgroup memory and stage s + 1's inputs out of it, in rounds."""
+        if self.shape.chunk:
+            return self.exchange_chunks(s, r, outputs)
         length, threads = self.shape.length, self.shape.threads
         r_next = self.program[s + 1][0]
         inputs = self.declare(s + 1, r_next)
@@ -384,5 +401,41 @@ class _Stages:
                             for q, name in enumerate(row)], indent)
             if rounds > 1:
                 self.w.raw("    }")
+            self.w.raw("    workgroupBarrier();")
+        return inputs
+
+    def exchange_chunks(self, s: int, r: int, outputs: list[list[tuple[str, str]]]) -> list[list[str]]:
+        """The exchange of a line longer than the workgroup memory: round g moves its points g * chunk ..
+        (g + 1) * chunk - 1. A butterfly's outputs lie in one aligned block of ns * r points, so where that
+        block fits a round the butterfly writes in one round; stage s + 1 reads point t + c (t below
+        ``threads``), whose round is known here unless t + c crosses a round's end."""
+        length, threads, chunk = self.shape.length, self.shape.threads, self.shape.chunk
+        shift, mask, ns = chunk.bit_length() - 1, chunk - 1, self.program[s][1]
+        r_next = self.program[s + 1][0]
+        inputs = self.declare(s + 1, r_next)
+        t = self.v(s + 1, "t")
+        for g in range(length // chunk):
+            for b, values in enumerate(outputs):
+                guard = self.guard(r, b, s)
+                if chunk % (ns * r) == 0:  # the butterfly's block lies in one round
+                    cond = f"({values[0][0]} >> {shift}u) == {g}u"
+                    self.block(cond if guard is None else f"{guard} && {cond}",
+                               [f"sh[sw(({pos}) & {mask}u, 0u)] = {value};" for pos, value in values])
+                    continue
+                self.block(guard, [f"if ((({pos}) >> {shift}u) == {g}u) {{ sh[sw(({pos}) & {mask}u, 0u)] = "
+                                   f"{value}; }}" for pos, value in values])
+            self.w.raw("    workgroupBarrier();")
+            for b, row in enumerate(inputs):
+                reads = []
+                for q, name in enumerate(row):
+                    c = b * threads + q * (length // r_next)
+                    if c // chunk != (c + threads - 1) // chunk:
+                        at = f"({t} + {c}u)"
+                        reads.append(f"if (({at} >> {shift}u) == {g}u) {{ {name} = "
+                                     f"sh[sw({at} & {mask}u, 0u)]; }}")
+                    elif c // chunk == g:
+                        reads.append(f"{name} = sh[sw({t} + {c - g * chunk}u, 0u)];")
+                if reads:
+                    self.block(self.guard(r_next, b, s + 1), reads)
             self.w.raw("    workgroupBarrier();")
         return inputs
