@@ -44,7 +44,8 @@ def torch_block(x: np.ndarray, params: dict, qtype: str, hidden: int, ffn: int) 
 
 
 @pytest.mark.parametrize(("qtype", "rows", "hidden", "ffn"), [
-    ("Q8_0", 1, 64, 96), ("Q4_K", 3, 256, 512), ("F16", 2, 75, 37), ("Q4_1", 8, 96, 64)])
+    ("Q8_0", 1, 64, 96), ("Q4_K", 3, 256, 512), ("F16", 2, 75, 37), ("Q4_1", 8, 96, 64), ("F16", 1, 75, 37),
+    ("Q4_1", 1, 576, 1536)])
 def test_decoder_block_fuses_into_two_gemvs_matching_the_unfused_graph(device, qtype, rows, hidden, ffn,
                                                                       gemv_kernel):
     g, params = block(qtype, rows, hidden, ffn)
@@ -56,6 +57,9 @@ def test_decoder_block_fuses_into_two_gemvs_matching_the_unfused_graph(device, q
     sources = [s.source for s in exe.schedule.steps]
     assert "const NORM: bool = true" in sources[0] and "const SWIGLU: bool = true" in sources[0]
     assert "const RESIDUAL: bool = true" in sources[1] and "const NORM: bool = false" in sources[1]
+    # one x row with subgroups: x staged once, the norm's sum of squares by subgroupAdd (FAST_STAGE)
+    fast = gemv_kernel == "quant_gguf_gemv" and rows == 1 and "subgroup" in device.features
+    assert ["FAST_STAGE: bool = true" in source for source in sources] == [fast, fast]
     got = exe.run({"x": x})["resid"]
     want = run_reference(g, {"x": x}, params)["resid"]  # the unfused graph's reference
     scale = float(np.abs(want).max())

@@ -57,12 +57,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 {{Q_LOAD}}
     var m = neg_inf();
     var l = 0.0;
-    // the first step runs whatever the extent (its loads then overlap the position read), the rest loop
-    var k0 = seen.x;
-    {
-{{KEY_STEP}}
-    }
-    for (k0 = seen.x + G * KEYS; k0 < k_end; k0 = k0 + G * KEYS) {
+    for (var k0 = seen.x; k0 < k_end; k0 = k0 + G * KEYS) {
 {{KEY_STEP}}
     }
     if (lane == 0u) {

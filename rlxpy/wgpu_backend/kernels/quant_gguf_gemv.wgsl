@@ -8,6 +8,7 @@
 const KC: u32 = {{KC}}u;  // elements of each x row staged per chunk
 const KC4: u32 = KC / 4u;
 const UPC: u32 = KC / 32u;  // units per chunk (KC is a multiple of 32)
+const FAST_STAGE: bool = {{FAST_STAGE}};  // MR = 1, k <= KC, subgroups: STAGE
 
 // x chunk as [MR][8 quads][UPC units]: the lanes of a team read adjacent vec4s (no bank conflicts);
 // then [RR][MR][256] partial sums
@@ -68,6 +69,14 @@ fn rope_append(t: u32, first: u32, x_rows: u32) {
     }
 }
 
+// elements e .. e + 3 of the k at base (0 past k), four loads issued together
+fn quad_at(base: u32, e: u32) -> vec4<f32> {
+    let last = p.k - 1u;
+    let v = vec4<f32>(bitcast<f32>(buf[base + min(e, last)]), bitcast<f32>(buf[base + min(e + 1u, last)]),
+                      bitcast<f32>(buf[base + min(e + 2u, last)]), bitcast<f32>(buf[base + min(e + 3u, last)]));
+    return select(vec4<f32>(0.0), v, vec4<u32>(e, e + 1u, e + 2u, e + 3u) < vec4<u32>(p.k));
+}
+
 // acc[i][r] += dot(x[r, unit u], dequant(W row i of the team)[unit u]) for the team's weight rows at
 // rb + i * stride (and W_up's at rbu), the body generated fully unrolled (loops over private arrays
 // would live in local memory); rows past n are computed and dropped
@@ -92,80 +101,79 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let rb0 = blk.w + row0 * p.row_bytes;
     let rbu0 = p.w_up + row0 * p.row_bytes;
-    // issued before x is staged, used after: the lane's first output's residual, and one word inside
-    // each of its first two weight units per row (WARM): their memory round trips overlap the RMSNorm
-    // and the staging, and unit_dot's loads of those units then hit the cache
-    let o_first = lane;
-    var res_first = 0.0;
-    if (RESIDUAL && o_first < rows_live * blk.rows) {
-        let i = o_first / blk.rows;
-        res_first = bitcast<f32>(buf[p.residual + (o_first - i * blk.rows) * p.n + row0 + i * p.rows_per_wg]);
-    }
-    let wstride = p.rows_per_wg * p.row_bytes;
-{{WARM}}
-    if (NORM) {
-        // mean of squares of each x row: 256 strided partials -> 16 per row -> 1 per row
-        for (var r = 0u; r < MR; r = r + 1u) {
-            var ss = 0.0;
-            if (r < blk.rows) {
-                for (var e = t; e < p.k; e = e + 256u) {
-                    let v = bitcast<f32>(buf[blk.x + r * p.k + e]);
-                    ss = ss + v * v;
+    if (FAST_STAGE) {
+        // one x row in one chunk (decode): each thread loads its quads of x (and gamma) once, the RMSNorm's
+        // sum of squares goes through subgroupAdd and one barrier (STAGE, generated), then the units
+{{STAGE}}
+        workgroupBarrier();
+        if (rows_live > 0u) {
+            for (var u = lane; u < p.units; u = u + p.tpr) {
+                unit_dot(rb0, rbu0, u, u);
+            }
+        }
+        workgroupBarrier();
+    } else {
+        if (NORM) {
+            // mean of squares of each x row: 256 strided partials -> 16 per row -> 1 per row
+            for (var r = 0u; r < MR; r = r + 1u) {
+                var ss = 0.0;
+                if (r < blk.rows) {
+                    for (var e = t; e < p.k; e = e + 256u) {
+                        let v = bitcast<f32>(buf[blk.x + r * p.k + e]);
+                        ss = ss + v * v;
+                    }
                 }
+                let slot = (r << 8u) + t;
+                xs[slot >> 2u][slot & 3u] = ss;
             }
-            let slot = (r << 8u) + t;
-            xs[slot >> 2u][slot & 3u] = ss;
-        }
-        workgroupBarrier();
-        if (t < MR * 16u) {
-            var s = 0.0;
-            for (var j = 0u; j < 16u; j = j + 1u) {
-                let slot = ((t >> 4u) << 8u) + ((t & 15u) << 4u) + j;
-                s = s + xs[slot >> 2u][slot & 3u];
+            workgroupBarrier();
+            if (t < MR * 16u) {
+                var s = 0.0;
+                for (var j = 0u; j < 16u; j = j + 1u) {
+                    let slot = ((t >> 4u) << 8u) + ((t & 15u) << 4u) + j;
+                    s = s + xs[slot >> 2u][slot & 3u];
+                }
+                norm_parts[t] = s;
             }
-            norm_parts[t] = s;
-        }
-        workgroupBarrier();
-        if (t < MR) {
-            var s = 0.0;
-            for (var j = 0u; j < 16u; j = j + 1u) {
-                s = s + norm_parts[t * 16u + j];
+            workgroupBarrier();
+            if (t < MR) {
+                var s = 0.0;
+                for (var j = 0u; j < 16u; j = j + 1u) {
+                    s = s + norm_parts[t * 16u + j];
+                }
+                inv_rms[t] = 1.0 / sqrt(s / f32(p.k) + p.eps);
             }
-            inv_rms[t] = 1.0 / sqrt(s / f32(p.k) + p.eps);
+            workgroupBarrier();
         }
-        workgroupBarrier();
-    }
-    for (var c0 = 0u; c0 < p.k; c0 = c0 + KC) {
-        for (var j = t; j < MR * KC4; j = j + 256u) {
-            let r = j / KC4;
-            let quad = j - r * KC4;  // vec4 index along the chunk: unit quad >> 3, chunk quad & 7
-            let e = c0 + quad * 4u;
-            var v = vec4<f32>(0.0);
-            if (r < blk.rows) {
-                let xb = blk.x + r * p.k + e;
-                for (var i = 0u; i < 4u; i = i + 1u) {
-                    if (e + i < p.k) {
-                        v[i] = bitcast<f32>(buf[xb + i]);
-                        if (NORM) {
-                            v[i] = v[i] * inv_rms[r] * bitcast<f32>(buf[p.gamma + e + i]);
+        for (var c0 = 0u; c0 < p.k; c0 = c0 + KC) {
+            for (var j = t; j < MR * KC4; j = j + 256u) {
+                let r = j / KC4;
+                let quad = j - r * KC4;  // vec4 index along the chunk: unit quad >> 3, chunk quad & 7
+                let e = c0 + quad * 4u;
+                var v = vec4<f32>(0.0);
+                if (r < blk.rows) {
+                    let xb = blk.x + r * p.k + e;
+                    for (var i = 0u; i < 4u; i = i + 1u) {
+                        if (e + i < p.k) {
+                            v[i] = bitcast<f32>(buf[xb + i]);
+                            if (NORM) {
+                                v[i] = v[i] * inv_rms[r] * bitcast<f32>(buf[p.gamma + e + i]);
+                            }
                         }
                     }
                 }
+                xs[r * KC4 + (quad & 7u) * UPC + (quad >> 3u)] = v;
             }
-            xs[r * KC4 + (quad & 7u) * UPC + (quad >> 3u)] = v;
-        }
-        workgroupBarrier();
-        if (c0 == 0u && warm == 0x9e3779b9u && p.units > p.k) {
-            acc[0][0] = acc[0][0] + 1.0;  // never true (units <= k): keeps the WARM loads alive
-        }
-        if (rows_live > 0u) {
-            let u0 = c0 >> 5u;
-            let u1 = min(p.units, (c0 + KC) >> 5u);
-            for (var u = u0 + lane; u < u1; u = u + p.tpr) {
-                unit_dot(rb0, rbu0, u, u - u0);
+            workgroupBarrier();
+            if (rows_live > 0u) {
+                let u0 = c0 >> 5u;
+                let u1 = min(p.units, (c0 + KC) >> 5u);
+                for (var u = u0 + lane; u < u1; u = u + p.tpr) {
+                    unit_dot(rb0, rbu0, u, u - u0);
+                }
             }
+            workgroupBarrier();
         }
-        workgroupBarrier();
     }
     // with subgroups each aligned group of `span` lanes sums its partials first (LANE_SUM) and only
     // its first lane stores them; the epilogue then adds tpr / span values instead of tpr
@@ -195,11 +203,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             s = s / (1.0 + exp(-s)) * up;
         }
         if (RESIDUAL) {
-            if (o == o_first) {
-                s = s + res_first;
-            } else {
-                s = s + bitcast<f32>(buf[p.residual + out]);
-            }
+            s = s + bitcast<f32>(buf[p.residual + out]);
         }
         if (ROPE) {
             ys[r * p.rows_per_wg * RR + team + i * p.rows_per_wg] = s;

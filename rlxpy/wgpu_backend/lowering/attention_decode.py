@@ -53,12 +53,13 @@ def row_plan(head_dim: int) -> tuple[int, int]:
 def _step_source(dims: int, keys: int, sub: bool) -> str:
     """One step of a key group: KEYS keys' loads, dot products, scores and the online softmax update,
     written out so that the loads are all issued before any is used and the values stay registers.
-    Rows are clamped to the cache (S_k rows), not to the filled part, so that the first step's loads
-    need not wait for the position read; rows past the filled part weigh 0 (their V is never used)."""
+    Keys past the end read the last one's row again (cached; tried: rows up to the cache's capacity,
+    so that the first step need not wait for the position read, was slower on an H100: those rows
+    come from memory) and weigh 0."""
     out = []
     for u in range(keys):
         out += [f"        let j{u} = k0 + {u}u * G + g;",
-                f"        let jc{u} = min(j{u}, p.s_k - 1u);",
+                f"        let jc{u} = min(j{u}, k_end - 1u);",
                 f"        let kr{u} = k_base + jc{u} * p.k_ss;",
                 f"        let vr{u} = v_base + jc{u} * p.k_ss;"]
         out += [f"        let k{u}_{e} = dim_at(kr{u}, {e}u * LK + lane);" for e in range(dims)]
@@ -86,15 +87,17 @@ def _step_source(dims: int, keys: int, sub: bool) -> str:
     # a -inf score (past the end, or an additive -inf) weighs 0 even while the max is still -inf
     out += [f"        let p{u} = select(exp(s{u} - m_new), 0.0, s{u} == neg_inf());" for u in range(keys)]
     out.append(f"        l = l * alpha + {' + '.join(f'p{u}' for u in range(keys))};")
-    for e in range(dims):  # select: an unfilled row's V may be anything, NaN included (0 * NaN = NaN)
-        terms = " + ".join(f"select(0.0, p{u} * v{u}_{e}, j{u} < k_end)" for u in range(keys))
+    for e in range(dims):
+        terms = " + ".join(f"p{u} * v{u}_{e}" for u in range(keys))
         out.append(f"        acc{e} = acc{e} * alpha + {terms};")
     return "\n".join(out)
 
 
-def row_source(head_dim: int, sub: bool, keys: int = ROW_KEYS) -> dict[str, str]:
-    """attention_decode_row's generated parts and constants for ``head_dim``; ``sub``: subgroup sums."""
+def row_source(head_dim: int, sub: bool, keys: int | None = None) -> dict[str, str]:
+    """attention_decode_row's generated parts and constants for ``head_dim``; ``sub``: subgroup sums;
+    ``keys`` per group and step (default ROW_KEYS)."""
     lanes, dims = row_plan(head_dim)
+    keys = keys or ROW_KEYS
     q_load = [f"    let q{e} = dim_at(q_row, {e}u * LK + lane);" for e in range(dims)]
     q_load += [f"    var acc{e} = 0.0;" for e in range(dims)]
     store = [f"    part_acc[g * LK * DL + {e}u * LK + lane] = acc{e};" for e in range(dims)]

@@ -115,8 +115,9 @@ USE_SUBGROUPS = True
 #: shuffles made SmolLM2's layer GEMVs (576-1536 rows) 5-8% faster, while its 49152-row logits GEMV
 #: (9 lanes a row; 16 with power-of-two teams, 2 of them busy in the second pass) got 27% slower.
 SUBGROUP_MAX_ROWS = BIG_ROWS
-#: Touch each lane's first weight units before x is staged (``warm_source``); False for A/B runs.
-USE_WARM = True
+#: With subgroups, one x row staged in one chunk (decode) loads x once and sums the RMSNorm's squares
+#: with subgroupAdd (``stage_source``); False keeps the general staging (A/B runs).
+USE_FAST_STAGE = True
 
 #: Expert-index dtypes of the grouped GEMV (``expert_<dtype>`` in include/quant_gguf_gemv_common.wgsl)
 #: and index dtypes of the gather (``row_<dtype>`` in quant_gguf_gather.wgsl): truncated toward zero.
@@ -218,19 +219,31 @@ def lane_sum_source(x_rows: int, team_rows: int, swiglu: bool = False) -> str:
     return "\n".join(lines)
 
 
-def warm_source(team_rows: int, swiglu: bool = False) -> str:
-    """The GEMV's early touch of its weights: one word inside each of a lane's first two units of each
-    team row (and W_up's), at the unit's share of the row's bytes (any type), folded into ``warm``."""
-    names = []
-    lines = []
-    for tag, base in (("", "rb0"), ("u", "rbu0"))[:1 + swiglu]:
-        for i in range(team_rows):
-            for n in range(2):
-                name = f"warm{tag}{i}_{n}"
-                names.append(name)
-                lines.append(f"    let {name} = buf[({base} + {i}u * wstride + min(lane + {n}u * p.tpr, "
-                             "p.units - 1u) * p.row_bytes / p.units) >> 2u];")
-    return "\n".join(lines + [f"    let warm = {' ^ '.join(names)};"])
+def stage_source(kc: int, norm: bool) -> str:
+    """quant_gguf_gemv's STAGE (FAST_STAGE: one x row, k <= KC, subgroups): thread t's quads t + 256 n of
+    x (and with ``norm`` gamma's) loaded together; the RMSNorm's sum of squares by subgroupAdd, one
+    value per subgroup through workgroup memory and one barrier; then the quads, scaled, into the chunk."""
+    quads = range(math.ceil(kc / 4 / GEMV_THREADS))
+    out = [f"        let xq{q} = quad_at(blk.x, (t + {q * GEMV_THREADS}u) * 4u);" for q in quads]
+    if norm:
+        out += [f"        let gq{q} = quad_at(p.gamma, (t + {q * GEMV_THREADS}u) * 4u);" for q in quads]
+        out += [f"        let ss = subgroupAdd({' + '.join(f'dot(xq{q}, xq{q})' for q in quads)});",
+                "        if ((t & (sg_size - 1u)) == 0u) {",
+                "            norm_parts[t / sg_size] = ss;",
+                "        }",
+                "        workgroupBarrier();",
+                "        var s = 0.0;",
+                "        for (var j = 0u; j < 256u / sg_size; j = j + 1u) {",
+                "            s = s + norm_parts[j];",
+                "        }",
+                "        let inv = 1.0 / sqrt(s / f32(p.k) + p.eps);"]
+    for q in quads:
+        value = f"xq{q} * inv * gq{q}" if norm else f"xq{q}"
+        out += [f"        if (t + {q * GEMV_THREADS}u < KC4) {{",
+                f"            let quad = t + {q * GEMV_THREADS}u;",
+                f"            xs[(quad & 7u) * UPC + (quad >> 3u)] = {value};",
+                "        }"]
+    return "\n".join(out)
 
 
 def _reduce_subs(sub: bool, x_rows: int, team_rows: int, swiglu: bool) -> dict[str, str]:
@@ -302,8 +315,10 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
     subs = {**_epilogue_subs(qtype, grouped, fused, rope, idx), "MR": rows_in_wg, "RR": team_rows, "KC": kc,
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
             "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats,
-            "WARM": warm_source(team_rows, swiglu) if USE_WARM else "    let warm = 0u;",
             **_reduce_subs(sub, rows_in_wg, team_rows, swiglu)}
+    fast = USE_FAST_STAGE and sub and rows_in_wg == 1 and k <= kc  # decode: x staged once
+    subs.update(FAST_STAGE="true" if fast else "false",
+                STAGE=stage_source(kc, "gamma" in fused) if fast else "")
     # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
     # blocks (a block's rows would not follow a rescaled m)
     scalable = rope is None and blocks == 1
