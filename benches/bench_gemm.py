@@ -35,11 +35,12 @@ from rlxpy.wgpu_backend.profile import step_times_ms
 #: (M, N, K): square GEMMs, a 256-row prefill block, and the GPT training step's MLP GEMMs
 SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 4096, 4096), (4096, 384, 1536), (4096, 1536, 384)]
 QUICK_SHAPES = [(256, 256, 256), (130, 96, 200)]
-#: the former default (64x128 8-deep), the deeper and wider neighbours of the default (64x64 16-deep),
-#: and running sums (no block sum: the cost of the blocked one). On an H100 on 2026-11-26 128x256,
-#: 256x128 and 128x128 16-deep tiles lost at every shape by 1.3-5x; name them to sweep them again.
-VARIANTS = ["64x128_8_step", "64x64_8_step", "64x64_32_step", "64x128_16_step", "128x64_16_step",
-            "128x128_8_step", "128x128_16_rows", "64x64_16_none", "64x128_8_none"]
+#: the former default's core (64x64 16-deep), the default's neighbours (depth, tile, block sums,
+#: workgroup walk) and one running sum (no block sum: its cost). On an H100 on 2026-11-26 128x128 and
+#: 128x64 tiles (any depth and sums) and 16-deep 64x128 lost to 8-deep 64x128 at 4096^3; name them to
+#: sweep them again.
+VARIANTS = ["64x64_16_step", "64x64_8_step", "64x128_8_none", "64x128_16_stepq", "64x128_8_stepq_g8",
+            "64x256_8_stepq", "128x128_8_stepq", "128x128_8_none"]
 
 
 def parse_variant(spec: str) -> tuple[tuple[int, int], tuple[int, str], int, int]:

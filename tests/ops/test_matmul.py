@@ -21,7 +21,7 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.base import ActKind
 from rlxpy.wgpu_backend.compiler import lower_graph, prepare
 from rlxpy.wgpu_backend.kernels.params import KERNELS
-from rlxpy.wgpu_backend.lowering import matmul, matmul_skinny
+from rlxpy.wgpu_backend.lowering import matmul, matmul_core, matmul_skinny
 from rlxpy.wgpu_backend.schedule import DeviceFacts
 
 F = torch.nn.functional
@@ -103,6 +103,14 @@ def test_default_plan_is_64x128_tiles_then_64x64_in_16_deep_steps():
     assert "const BN: u32 = 64u" in step.source and "const BK: u32 = 16u" in step.source
     (step,) = lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192)).steps
     assert "const BK: u32 = 8u" in step.source, "16-deep tiles (16 KiB) do not fit: 8-deep ones (8 KiB)"
+
+
+def test_block_sums_span_whole_loop_iterations():
+    assert matmul_core.block_steps(8, "k64") == 8 and matmul_core.block_steps(16, "stepq") == 1
+    with pytest.raises(ValueError, match="multiple of 16"):
+        matmul_core.block_steps(8, "k24")  # a block must start on buffer 0: an even number of steps
+    with pytest.raises(ValueError, match="'none', 'step'"):
+        matmul_core.block_steps(8, "rows")
 
 
 @pytest.mark.parametrize("sums", ["none", "step", "steph", "stepq", "k32"])
