@@ -1,11 +1,11 @@
 """FFTs and a Whisper log-mel front end (issue 14), rlxpy side by side with torch (cuFFT on CUDA).
 
-Cases: batched c64 FFTs of 2^10, 2^14 and 2^20 points (one workgroup per line, four-step passes),
-mixed-radix lengths (480, 1000, 2187 = 3^7), primes through Bluestein (97 in one workgroup, 4099's
-m = 16384 in one workgroup per line or in four-step passes), an rfft, and the log-mel of 30 s of
-16 kHz speech-like audio (Stft, LogMel with the per-spectrogram floor: WhisperFeatureExtractor's
-features) at batch 1 and 8. Every rlxpy result is
-checked first (max |diff| / max |want| against numpy / the float64 reference).
+Cases: batched c64 FFTs of 2^10, 2^13, 2^14 and 2^20 points (one workgroup per line; 2^13 and 2^14
+longer than its memory, exchanged in rounds; four-step passes), mixed-radix lengths (480, 1000,
+2187 = 3^7), primes through Bluestein (97 in one workgroup, 4099's m = 16384 in one workgroup per line
+or in four-step passes), an rfft, and the log-mel of 30 s of 16 kHz speech-like audio (Stft, LogMel
+with the per-spectrogram floor: WhisperFeatureExtractor's features) at batch 1 and 8. Every rlxpy
+result is checked first (max |diff| / max |want| against numpy / the float64 reference).
 
 Times are medians. rlxpy: the sum of its GPU step times (timestamp queries, ``gpu_ms``) and the wall
 time of a run with dispatches only (``ms``: submit and wait, no readback); torch: CUDA events around
@@ -59,6 +59,7 @@ from rlxpy.wgpu_backend.profile import step_times_ms
 #: (name, length, points per batch: batch = points // length); kind "c2c" or "rfft"
 CASES = [
     ("c64 2^10", 1 << 10, 1 << 22, "c2c"),
+    ("c64 2^13", 1 << 13, 1 << 22, "c2c"),
     ("c64 2^14", 1 << 14, 1 << 22, "c2c"),
     ("c64 2^20", 1 << 20, 1 << 22, "c2c"),
     ("c64 480 (2^5 3 5)", 480, 1 << 22, "c2c"),

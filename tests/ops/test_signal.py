@@ -109,7 +109,8 @@ def test_fft_variants_shaped_for_a_smaller_workgroup_budget(device, monkeypatch)
 def test_lines_longer_than_workgroup_memory_in_one_pass(device, n, batch, inverse):
     """2^13 and 2^14 points (and 4099's Bluestein m = 16384: forward, kernel spectrum, inverse) exceed the
     workgroup memory (32 KiB: 4096 points on lavapipe and llvmpipe, 48 KiB on an H100) but not 16 points
-    per invocation: one dispatch, one line per workgroup, its exchanges in rounds of 4096 points."""
+    per invocation: one dispatch, one line per workgroup, its exchanges in rounds of 4096 points (the
+    largest power of two the memory holds)."""
     z = complex_rand((batch, n), n + batch)
     got, exe = run(lambda g: g.fft(g.input("z", z.shape, "c64"), inverse=inverse, norm="ortho"), {"z": z})
     want = (np.fft.ifft if inverse else np.fft.fft)(z.astype(np.complex128), norm="ortho")
@@ -121,16 +122,18 @@ def test_lines_longer_than_workgroup_memory_in_one_pass(device, n, batch, invers
 
 
 def test_lines_in_rounds_that_split_butterflies_and_reads(device, monkeypatch):
-    """Rounds smaller than a stage's blocks of outputs (radix 8, 256-point rounds of a 1024-point line:
-    each output checks its round) and than the invocations' reads (512 invocations: each read checks
-    its round), with idle invocations in the radix-8 stages."""
-    monkeypatch.setattr(signal_fft, "capacity", lambda facts: 256)
-    for name, value in (("ROUNDS_CHUNK", 256), ("ROUNDS_RADIX", 8), ("ROUNDS_INVOCATIONS", 512)):
+    """Rounds that are not whole blocks of a stage's outputs (radix 8, a 1024-point line in rounds of 768
+    and 256 points: each output checks its round) nor of the invocations' reads (512 invocations: each
+    read that may cross a round's end checks its round), with idle invocations in the radix-8 stages."""
+    monkeypatch.setattr(signal_fft, "capacity", lambda facts: 768)
+    for name, value in (("ROUNDS_CHUNK", 768), ("ROUNDS_POINTS", 2), ("ROUNDS_RADIX", 8),
+                        ("ROUNDS_INVOCATIONS", 512)):
         monkeypatch.setattr(signal_fft, name, value)
     z = complex_rand((3, 1024), 10)
     got, exe = run(lambda g: g.fft(g.input("z", z.shape, "c64")), {"z": z})
     assert_spectrum(got, np.fft.fft(z.astype(np.complex128)), 1024)
-    assert len(exe.schedule.steps) == 1 and "if (((" in exe.schedule.steps[0].source
+    source = exe.schedule.steps[0].source
+    assert len(exe.schedule.steps) == 1 and "if (t + 512u - 768u < 256u) {" in source
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 16, 27, 96, 400, 480, 1000, 1024, 2048, 2187, 4096])

@@ -92,15 +92,21 @@ PASS_LINES, SINGLE_LINES = 16, 0
 COLUMN_FAST, ROW_FAST, ROW_FAST_IN = 16, 16, 1
 #: A line of a power-of-two length longer than the workgroup memory holds, up to ROUNDS_POINTS points per
 #: invocation of ROUNDS_INVOCATIONS (below the device's limit), runs in one pass, one line per workgroup:
-#: its exchanges go through workgroup memory ROUNDS_CHUNK points at a time (None: the largest power of two
-#: the memory holds), stages of radix up to ROUNDS_RADIX. It reads and writes the data once, where
-#: four-step passes move it twice (2^14 on an H100: 128 KiB per line, 32 KiB rounds). A switch for A/B
-#: runs (ROUNDS_LINES).
+#: its exchanges go through workgroup memory ROUNDS_CHUNK points at a time (whole blocks of 256; None: the
+#: largest power of two the memory holds, 4096 on an H100), stages of radix up to ROUNDS_RADIX. It reads
+#: and writes the data once where four-step passes move it twice. H100, against four-step passes:
+#: 2^14 x 256 0.096 -> 0.060 ms, 2^13 x 512 0.092 -> 0.073, 4099 x 255 (Bluestein m = 16384) 0.183 ->
+#: 0.090. Slower there: rounds of 2048 points (2^14: 0.093) or 6144 (the whole 48 KiB, 3 rounds: 0.062,
+#: 4099: 0.137), radix 8 (0.068) or 4 (0.085), 512 invocations of 32 points, radix 32 (0.079; 4099
+#: faster, 0.079, but its shader compiles 3x slower on lavapipe), 2^13 on 1024 invocations of 8 points
+#: (0.082) (benches/RESULTS.md). A switch for A/B runs (ROUNDS_LINES).
 ROUNDS_LINES = True
 ROUNDS_INVOCATIONS, ROUNDS_POINTS, ROUNDS_RADIX = 1024, 16, 16
 ROUNDS_CHUNK: int | None = None
 #: Four-step passes may take such lines too (a switch for A/B runs): 0 no, 1 the rows (2^20 = 64 x 16384:
-#: 64-point columns, then 16384-point rows stored transposed), 2 the columns (16384 x 64).
+#: 64-point columns, then 16384-point rows stored transposed), 2 the columns (16384 x 64). Slower on an
+#: H100, 2^20 x 4: 0.130 ms -> 0.179 (1: the rows' stores 512 B apart, 0.134) and 0.194 (2: the
+#: columns' loads, 0.154), so off.
 ROUNDS_SPLIT = 0
 #: A four-step twist reads roots[e] directly up to this plan length, beyond as two factors from slices.
 TWIST_DIRECT = 4096
@@ -156,12 +162,12 @@ def rounds_shape_for(length: int, facts: DeviceFacts, bluestein: bool = False) -
     points = capacity(facts)
     invocations = min(facts.max_invocations, ROUNDS_INVOCATIONS)
     invocations = 1 << (invocations.bit_length() - 1)
-    chunk = 1 << (points.bit_length() - 1)
-    chunk = min(chunk, ROUNDS_CHUNK or chunk)
+    chunk = min(points, ROUNDS_CHUNK or 1 << (points.bit_length() - 1)) // 256 * 256
     if (not ROUNDS_LINES or length & (length - 1) or length <= points or chunk < 256
             or length > ROUNDS_POINTS * invocations):
         return None
-    return rounds_shape(length, invocations, chunk, ROUNDS_RADIX, bluestein)
+    threads = min(invocations, length // ROUNDS_POINTS)  # a shorter line: ROUNDS_POINTS points each still
+    return rounds_shape(length, threads, chunk, ROUNDS_RADIX, bluestein)
 
 
 def split(length: int, facts: DeviceFacts) -> tuple[int, int] | None:

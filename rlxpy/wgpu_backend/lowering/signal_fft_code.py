@@ -150,9 +150,9 @@ def shape_for(length: int, capacity: int, invocations: int, lines_wanted: int, f
 def rounds_shape(length: int, invocations: int, chunk: int, max_radix: int | None = None,
                  bluestein: bool = False) -> Shape:
     """A variant for one line of ``length`` points (a power of two) per workgroup of ``invocations``
-    invocations, longer than the workgroup memory: each exchange runs in rounds of ``chunk`` points (a
-    power of two, at least 256: the swizzle's blocks) of the line (module docstring)."""
-    assert length & (length - 1) == 0 and chunk & (chunk - 1) == 0 and 256 <= chunk < length
+    invocations, longer than the workgroup memory: each exchange runs in rounds of ``chunk`` points (whole
+    blocks of 256, the swizzle's) of the line (module docstring)."""
+    assert length & (length - 1) == 0 and chunk % 256 == 0 and 256 <= chunk < length
     return Shape(length, stage_radices(length, max_radix), invocations, 1, 1, 1, bluestein, chunk=chunk)
 
 
@@ -405,37 +405,47 @@ class _Stages:
         return inputs
 
     def exchange_chunks(self, s: int, r: int, outputs: list[list[tuple[str, str]]]) -> list[list[str]]:
-        """The exchange of a line longer than the workgroup memory: round g moves its points g * chunk ..
-        (g + 1) * chunk - 1. A butterfly's outputs lie in one aligned block of ns * r points, so where that
-        block fits a round the butterfly writes in one round; stage s + 1 reads point t + c (t below
-        ``threads``), whose round is known here unless t + c crosses a round's end."""
+        """The exchange of a line longer than the workgroup memory: round g moves its points g * chunk up
+        to (g + 1) * chunk (the last round what is left). A butterfly's outputs lie in one aligned block
+        of ns * r points, so where the rounds are whole blocks the butterfly writes in one round, else
+        each output checks its round; stage s + 1 reads point t + c (t below ``threads``), whose round is
+        known here unless t + c may cross a round's end."""
         length, threads, chunk = self.shape.length, self.shape.threads, self.shape.chunk
-        shift, mask, ns = chunk.bit_length() - 1, chunk - 1, self.program[s][1]
-        r_next = self.program[s + 1][0]
+        ns, r_next = self.program[s][1], self.program[s + 1][0]
         inputs = self.declare(s + 1, r_next)
         t = self.v(s + 1, "t")
-        for g in range(length // chunk):
+        for lo in range(0, length, chunk):
+            size = min(chunk, length - lo)
             for b, values in enumerate(outputs):
                 guard = self.guard(r, b, s)
+                stores = [f"sh[sw({_minus(pos, lo)}, 0u)] = {value};" for pos, value in values]
                 if chunk % (ns * r) == 0:  # the butterfly's block lies in one round
-                    cond = f"({values[0][0]} >> {shift}u) == {g}u"
-                    self.block(cond if guard is None else f"{guard} && {cond}",
-                               [f"sh[sw(({pos}) & {mask}u, 0u)] = {value};" for pos, value in values])
+                    cond = _inside(values[0][0], lo, size)
+                    self.block(cond if guard is None else f"{guard} && {cond}", stores)
                     continue
-                self.block(guard, [f"if ((({pos}) >> {shift}u) == {g}u) {{ sh[sw(({pos}) & {mask}u, 0u)] = "
-                                   f"{value}; }}" for pos, value in values])
+                self.block(guard, [f"if ({_inside(pos, lo, size)}) {{ {store} }}"
+                                   for (pos, _), store in zip(values, stores)])
             self.w.raw("    workgroupBarrier();")
             for b, row in enumerate(inputs):
                 reads = []
                 for q, name in enumerate(row):
                     c = b * threads + q * (length // r_next)
                     if c // chunk != (c + threads - 1) // chunk:
-                        at = f"({t} + {c}u)"
-                        reads.append(f"if (({at} >> {shift}u) == {g}u) {{ {name} = "
-                                     f"sh[sw({at} & {mask}u, 0u)]; }}")
-                    elif c // chunk == g:
-                        reads.append(f"{name} = sh[sw({t} + {c - g * chunk}u, 0u)];")
+                        at = f"{t} + {c}u"
+                        read = f"{name} = sh[sw({_minus(at, lo)}, 0u)];"
+                        reads.append(f"if ({_inside(at, lo, size)}) {{ {read} }}")
+                    elif c // chunk == lo // chunk:
+                        reads.append(f"{name} = sh[sw({t} + {c - lo}u, 0u)];")
                 if reads:
                     self.block(self.guard(r_next, b, s + 1), reads)
             self.w.raw("    workgroupBarrier();")
         return inputs
+
+
+def _inside(at: str, lo: int, size: int) -> str:
+    """Is point ``at`` in the round of points lo .. lo + size - 1? (u32: below lo wraps to large)"""
+    return f"{_minus(at, lo)} < {size}u"
+
+
+def _minus(at: str, lo: int) -> str:
+    return f"{at} - {lo}u" if lo else at
