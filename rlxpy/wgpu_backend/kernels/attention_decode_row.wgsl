@@ -2,8 +2,8 @@
 // query i, batch b). Its lanes form G = 256 / LK key groups of LK lanes; a group takes keys g, g + G, ...
 // KEYS at a time (all their K and V loads issued together), each lane DL dims d = lane + LK e; the
 // group's dot product is summed by subgroup shuffles where the device has them (else every lane computes
-// it whole: SCORE_SUM), and each group keeps its own online softmax, so the key loop has no barrier. The
-// groups' (max, sum, output) merge once through workgroup memory at the end.
+// it whole), and each group keeps its own online softmax, so the key loop has no barrier. The groups'
+// (max, sum, output) merge at the end: within each subgroup by shuffles, then through workgroup memory.
 // Bindings: 0 = arena window (u32 words), 1 = AttentionDecodeRowParams.
 #include "common_arena.wgsl"
 #include "common_words.wgsl"
@@ -60,23 +60,31 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     for (var k0 = seen.x; k0 < k_end; k0 = k0 + G * KEYS) {
 {{KEY_STEP}}
     }
-    if (lane == 0u) {
-        part_m[g] = m;
-        part_l[g] = l;
-    }
+    // the groups of `span` lanes are merged: with subgroups a whole subgroup's groups first, by shuffles
+    // (GROUP_MERGE), then the first group of each span writes its (max, sum, output) for the final merge
+    var span = LK;
+{{GROUP_MERGE}}
+    let slot = t / span;
+    if (t % span < LK) {
+        if (lane == 0u) {
+            part_m[slot] = m;
+            part_l[slot] = l;
+        }
 {{ACC_STORE}}
+    }
     workgroupBarrier();
     if (t < D) {
         // groups without keys (l == 0) are skipped; a NaN sum stays NaN (NaN != 0)
+        let entries = 256u / span;
         var mx = neg_inf();
-        for (var gg = 0u; gg < G; gg = gg + 1u) {
+        for (var gg = 0u; gg < entries; gg = gg + 1u) {
             if (part_l[gg] != 0.0) {
                 mx = max(mx, part_m[gg]);
             }
         }
         var total_l = 0.0;
         var total = 0.0;
-        for (var gg = 0u; gg < G; gg = gg + 1u) {
+        for (var gg = 0u; gg < entries; gg = gg + 1u) {
             let lg = part_l[gg];
             if (lg != 0.0) {
                 let w = exp(part_m[gg] - mx);

@@ -15,7 +15,7 @@ const FAST_STAGE: bool = {{FAST_STAGE}};  // MR = 1, k <= KC, subgroups: STAGE
 var<workgroup> xs: array<vec4<f32>, {{XS}}>;
 var<private> acc: array<array<f32, MR>, RR>;
 var<private> acc_up: array<array<f32, MR>, RR>;  // SwiGLU's second weight
-var<workgroup> norm_parts: array<f32, 128>;  // [MR][16] partial sums of squares
+var<workgroup> norm_parts: array<f32, 256>;  // [MR][16] partial sums of squares (STAGE: one a subgroup)
 var<workgroup> inv_rms: array<f32, 8>;
 // RoPE: every workgroup's block of output rows holds both rows of each rotation pair (the lowerer
 // picks the row split); they are staged here: [MR][block rows] outputs before RoPE

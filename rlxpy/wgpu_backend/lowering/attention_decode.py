@@ -32,6 +32,8 @@ ROW_KEYS = 4  # keys a group scores per step: 4 x (K + V) x 8 dims = 64 loads in
 #: Sum a key group's dot product with subgroup shuffles where the device has wgpu's ``subgroup`` feature
 #: (a compile-time choice; False computes it whole in every lane everywhere, for A/B runs).
 USE_SUBGROUPS = True
+#: ... and merge a subgroup's key groups by shuffles before the workgroup-memory merge (A/B runs).
+GROUP_MERGE = True
 
 ATTENTION_DECODE_ROW = kernel(
     "attention_decode_row",
@@ -93,6 +95,26 @@ def _step_source(dims: int, keys: int, sub: bool) -> str:
     return "\n".join(out)
 
 
+def _merge_source(dims: int) -> str:
+    """The subgroup's key groups merged by shuffles (lanes LK, 2 LK, ... apart hold the same dims of
+    other groups): every group of the subgroup ends with the merged (max, sum, output). A group without
+    keys (sum 0) weighs 0, so two of them give no -inf - -inf."""
+    out = ["    if (sg_size > LK) {",
+           "        span = sg_size;",
+           "        for (var off = LK; off < sg_size; off = off << 1u) {",
+           "            let m_o = subgroupShuffleXor(m, off);",
+           "            let l_o = subgroupShuffleXor(l, off);"]
+    out += [f"            let acc{e}_o = subgroupShuffleXor(acc{e}, off);" for e in range(dims)]
+    out += ["            let m_n = max(m, m_o);",
+            "            let a = select(exp(m - m_n), 0.0, l == 0.0);",
+            "            let b = select(exp(m_o - m_n), 0.0, l_o == 0.0);",
+            "            m = m_n;",
+            "            l = l * a + l_o * b;"]
+    out += [f"            acc{e} = acc{e} * a + acc{e}_o * b;" for e in range(dims)]
+    out += ["        }", "    }"]
+    return "\n".join(out)
+
+
 def row_source(head_dim: int, sub: bool, keys: int | None = None) -> dict[str, str]:
     """attention_decode_row's generated parts and constants for ``head_dim``; ``sub``: subgroup sums;
     ``keys`` per group and step (default ROW_KEYS)."""
@@ -100,10 +122,11 @@ def row_source(head_dim: int, sub: bool, keys: int | None = None) -> dict[str, s
     keys = keys or ROW_KEYS
     q_load = [f"    let q{e} = dim_at(q_row, {e}u * LK + lane);" for e in range(dims)]
     q_load += [f"    var acc{e} = 0.0;" for e in range(dims)]
-    store = [f"    part_acc[g * LK * DL + {e}u * LK + lane] = acc{e};" for e in range(dims)]
+    store = [f"        part_acc[slot * LK * DL + {e}u * LK + lane] = acc{e};" for e in range(dims)]
     return {"LK": lanes, "DL": dims, "KEYS": keys, "EXACT": "true" if lanes * dims == head_dim else "false",
             "Q_LOAD": "\n".join(q_load),
             "KEY_STEP": _step_source(dims, keys, sub), "ACC_STORE": "\n".join(store),
+            "GROUP_MERGE": _merge_source(dims) if sub and GROUP_MERGE else "",
             "SG_ARGS": ", @builtin(subgroup_size) sg_size: u32" if sub else ""}
 
 

@@ -51,10 +51,10 @@ QUANT_GGUF_GEMV = kernel(
            residual=U32, eps=F32, q_width=U32, kv_width=U32, capacity=U32, max_pos=U32, k_cache=U32,
            v_cache=U32, cos=U32, sin=U32, pos=U32),
     dtypes=GEMV_DTYPES, mutates=("k_cache", "v_cache"),
-    # xs (XS vec4s: the x chunk, then the partial sums), norm_parts (128 f32), inv_rms (8), ys (YS f32);
+    # xs (XS vec4s: the x chunk, then the partial sums), norm_parts (256 f32), inv_rms (8), ys (YS f32);
     # the default variant stages 2048 floats of one x row (a full 16 KiB chunk needs ~16.5 KiB in all)
     workgroup=(GEMV_THREADS, 1, 1),
-    shared_bytes=lambda s: 16 * int(s["XS"]) + 4 * (128 + 8) + workgroup_var_bytes(4 * int(s["YS"])),
+    shared_bytes=lambda s: 16 * int(s["XS"]) + 4 * (256 + 8) + workgroup_var_bytes(4 * int(s["YS"])),
     sizes={"XS": 512, "YS": 1})  # grid spans n: m shrinks, the grid stays
 ROWS_WG = 8  # one SIMD batch of lavapipe per workgroup: few invocations still spread over the cores
 # The CPU variant's work per invocation: every storage load is a per-lane scalar load on llvmpipe, so
