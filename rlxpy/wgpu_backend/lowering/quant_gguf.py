@@ -316,9 +316,12 @@ def gemv_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n
             "XS": xs_floats // 4, "UNIT_DOT": unit_dot_source(qtype, rows_in_wg, team_rows, swiglu),
             "PARTIALS": partials_source(rows_in_wg, team_rows, swiglu), "YS": ys_floats,
             **_reduce_subs(sub, rows_in_wg, team_rows, swiglu)}
-    fast = USE_FAST_STAGE and sub and rows_in_wg == 1 and k <= kc  # decode: x staged once
+    # decode: x staged once (big matrices too, whose team sums stay in workgroup memory)
+    fast = USE_FAST_STAGE and "subgroup" in ctx.facts.features and rows_in_wg == 1 and k <= kc
     subs.update(FAST_STAGE="true" if fast else "false",
                 STAGE=stage_source(kc, "gamma" in fused) if fast else "")
+    if fast:
+        subs["SG_ARGS"] = ", @builtin(subgroup_size) sg_size: u32"
     # the RoPE epilogue appends to the caches: its rows must all land, so it never scales; nor do row
     # blocks (a block's rows would not follow a rescaled m)
     scalable = rope is None and blocks == 1
