@@ -2,6 +2,7 @@
 // 256 threads = rows_per_wg teams x tpr lanes; a team owns RR weight rows (rows_per_wg apart), its lanes stride over their 32-element units; x sits in workgroup memory. Grouped (MoE) mode: grid y/z = x row, W slab = its expert.
 // Cross-lane sums: through workgroup memory, or where the device has subgroups a shuffle-xor butterfly
 // inside each aligned power-of-two group of lanes first (the lowerer's choice: SG_ARGS, SPAN, LANE_SUM).
+// FAST_STAGE (one x row in one chunk, subgroups): x loaded once, the RMSNorm's sum by subgroupAdd (STAGE).
 // Bindings: 0 = arena window (u32 words; x, y, idx word offsets, w a BYTE offset), 1 = QuantGgufGemvParams.
 #include "quant_gguf_gemv_common.wgsl"
 

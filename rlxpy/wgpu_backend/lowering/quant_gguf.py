@@ -5,7 +5,8 @@
   lanes striding over its 32-element units, with x staged in workgroup memory (up to
   ``TILED_MIN_ROWS`` rows in blocks of ``GEMV_MAX_ROWS``); a team's lanes add their partial sums
   with subgroup shuffles where the device has the ``subgroup`` feature (``USE_SUBGROUPS``), else
-  through workgroup memory. More rows (prefill) run the
+  through workgroup memory; one x row that fits one chunk (decode) is loaded once and its RMSNorm
+  summed with subgroupAdd there (``USE_FAST_STAGE``). More rows (prefill) run the
   register-tiled GEMM: BM x BN output tiles, W dequantised 16 or 32 k at a time into double-buffered
   workgroup memory (``tiled_plan``). CPU adapters keep the GEMV's rows variant longer.
 * ``FusedGgufMatMul`` (made by ir/passes/patterns.py once this lowerer exists): the same GEMV
