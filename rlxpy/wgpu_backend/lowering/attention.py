@@ -74,6 +74,9 @@ ATTENTION_DECODE = kernel(
     shared_bytes=lambda s: 16 * int(s["QD"]) + 2 * 4096 + 256, sizes={"QD": 256},
 )
 ATTENTION_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
+#: Loop steps one invocation may run: lavapipe (llvmpipe) silently stops an invocation after 65535 in all
+#: (lowering/reduce.py); half of it, as there.
+ROWS_LOOP_BUDGET = 32768
 ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, dtypes=ATTENTION_DTYPES,
                         workgroup=(ATTENTION_ROWS_WG, 1, 1))
 ATTENTION_COMBINE = kernel(
@@ -93,6 +96,14 @@ ATTENTION_COMBINE = kernel(
     dtypes=ATTENTION_DTYPES,
     workgroup=(COMBINE_WG, 1, 1),
 )
+
+
+def rows_fit_loop_budget(s_k: int, head_dim: int) -> bool:
+    """Does attention_rows (CPU adapters' decode kernel: one invocation walks every key, two loops of
+    head_dim steps a key) stay within ROWS_LOOP_BUDGET for S_k keys? Longer caches take
+    attention_decode there (its loops are per 256-key block; attention_decode_row's whole dot products,
+    without subgroups, grow with head_dim x keys)."""
+    return s_k * (2 * head_dim + 1) + head_dim <= ROWS_LOOP_BUDGET
 
 
 def flash_tiles(head_dim: int) -> dict[str, int]:
@@ -319,7 +330,7 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
         kv_dyn=0 if pos is None else 2 if pos.numel > 1 else 1,
     )
     subs = {"D": head_dim, "MASK_KIND": int(op.mask_kind), "LOAD_MASK": load_mask}
-    if s_q <= DECODE_MAX_Q and ctx.facts.cpu:
+    if s_q <= DECODE_MAX_Q and ctx.facts.cpu and rows_fit_loop_budget(s_k, head_dim):
         grid = (math.ceil(heads * s_q / ATTENTION_ROWS_WG), 1, batch)
         return [ctx.dispatch(ATTENTION_ROWS, node, grid, subs, operands=operands, **fields, heads=heads,
                              splits=1, part=0)]
@@ -345,7 +356,7 @@ def _lower_decode(
     rows = batch * heads * s_q
     unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
-    if splits == 1 and DECODE_ROW:
+    if splits == 1 and DECODE_ROW and not ctx.facts.cpu:
         return [decode_row_step(node, ctx, fields, subs, batch, heads, head_dim, operands)]
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
