@@ -39,9 +39,11 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
     if actual.dtype == bool or expected.dtype == bool:
         np.testing.assert_array_equal(actual, expected, err_msg=what)
         return
+    # complex values compare whole (a float64 cast would drop the imaginary parts)
+    wide = np.complex128 if np.iscomplexobj(actual) or np.iscomplexobj(expected) else np.float64
     np.testing.assert_allclose(
-        actual.astype(np.float64),
-        expected.astype(np.float64),
+        actual.astype(wide),
+        expected.astype(wide),
         rtol=rtol,
         atol=atol,
         equal_nan=True,
