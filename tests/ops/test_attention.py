@@ -295,6 +295,19 @@ def test_lowering_is_pure_and_checks_workgroup_memory():
         lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=8192))
 
 
+def _query_and_cache(seed: int, s_q: int, heads: int, kv_heads: int, dim: int, capacity: int,
+                     filled: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random queries [1, S_q, heads * dim] and a KV cache of `capacity` rows whose first `filled` exist:
+    the others are NaN, so reading a never-written row shows in the output."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
+    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    k[:, filled:] = np.nan
+    v[:, filled:] = np.nan
+    return q, k, v
+
+
 @pytest.mark.parametrize("s_q,pos", [(1, 0), (1, 3), (1, 40), (3, 17), (8, 33), (17, 100)])
 def test_sliding_window_over_a_kv_cache_matches_torch(device, s_q, pos):
     """Gemma's decode and prefill attention: a KV cache of 128 rows of which pos + S_q exist (the pos
@@ -302,13 +315,8 @@ def test_sliding_window_over_a_kv_cache_matches_torch(device, s_q, pos):
     head for 4 query heads, its own score scale and a softcap; torch SDPA on float64 over the keys
     that exist, the window and the softcap applied to the scores by hand."""
     heads, kv_heads, dim, capacity, window, scale, cap = 4, 1, 256, 128, 6, 0.0625, 20.0
-    rng = np.random.default_rng(pos * 31 + s_q)
-    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
-    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
-    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    q, k, v = _query_and_cache(pos * 31 + s_q, s_q, heads, kv_heads, dim, capacity, pos + s_q)
     n = pos + s_q
-    k[:, n:] = np.nan  # never-written cache rows must not be read
-    v[:, n:] = np.nan
     g = rlxpy.Graph()
     qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
     p = g.input("pos", [1], "i32")
@@ -340,13 +348,8 @@ def test_decode_row_over_a_gqa_kv_cache_matches_torch(device, monkeypatch, kerne
 
     monkeypatch.setattr(attention_decode, "USE_SUBGROUPS", use_subgroups)
     heads, kv_heads, capacity, window = 9, 3, 1100, 40
-    rng = np.random.default_rng(pos + dim)
-    q = rng.standard_normal((1, s_q, heads * dim)).astype(np.float32)
-    k = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
-    v = rng.standard_normal((1, capacity, kv_heads * dim)).astype(np.float32)
+    q, k, v = _query_and_cache(pos + dim, s_q, heads, kv_heads, dim, capacity, pos + s_q)
     n = pos + s_q
-    k[:, n:] = np.nan  # never-written cache rows must not be read
-    v[:, n:] = np.nan
     g = rlxpy.Graph()
     qn, kn, vn = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
     p = g.input("pos", [1], "i32")
