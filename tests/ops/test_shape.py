@@ -373,6 +373,17 @@ def test_scatter_add_matches_torch_index_add(device, shape, out_dim):
     assert kernels_of(exe) == ["shape_scatter_add"]
 
 
+def test_scatter_add_past_the_loop_limit_splits_into_dispatches(device):
+    # a thread walks 50000 rows to zero and 20000 updates: past the 65535 loop steps after which lavapipe
+    # silently stops an invocation (the last rows came out wrong in one dispatch)
+    updates = np.random.default_rng(6).integers(-50, 50, (20000, 2)).astype(np.int32)
+    idx = np.random.default_rng(7).integers(-5, 50005, 20000).astype(np.int32)
+    exe, (gpu,), _ = run_graph(lambda g, u, i: g.scatter_add(u, i, 50000),
+                               [(updates, DType.I32), (idx, DType.I32)])
+    np.testing.assert_array_equal(gpu, index_add(updates, idx, 50000))
+    assert kernels_of(exe) == ["shape_scatter_add"] * 3
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # the reference's NaN row
 @pytest.mark.parametrize("index_dtype", [DType.I32, DType.U32, DType.F32, DType.I64], ids=str)
 def test_scatter_add_skips_rows_outside_and_truncates(device, index_dtype):

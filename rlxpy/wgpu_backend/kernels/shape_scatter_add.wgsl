@@ -1,5 +1,7 @@
 // y = zeros([out_dim, width]); y[row(idx[u]), c] += updates[u, c] for u = 0..count-1 in order (numpy.add.at).
 // One thread per column c: it owns y[:, c], zeroes it, then accumulates sequentially, so the result is deterministic.
+// A dispatch zeroes rows [zero_start, zero_end) and adds updates [start, end): the lowering splits the
+// two walks over several dispatches in order (lavapipe's loop limit).
 // Bindings: 0 = arena window (u32 words), 1 = ShapeScatterAddParams (word offsets x, idx, y; rows outside skipped).
 #include "common_arena.wgsl"
 #include "common_entry_items.wgsl"
@@ -39,10 +41,10 @@ fn run_item(c: u32) {
     if (c >= p.width) {
         return;
     }
-    for (var r = 0u; r < p.out_dim; r = r + 1u) {
+    for (var r = p.zero_start; r < p.zero_end; r = r + 1u) {
         buf[p.y + r * p.width + c] = 0u;
     }
-    for (var u = 0u; u < p.count; u = u + 1u) {
+    for (var u = p.start; u < p.end; u = u + 1u) {
         let r = row_of(u);
         if (r != SKIP) {
             let at = p.y + r * p.width + c;

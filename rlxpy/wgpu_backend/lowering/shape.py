@@ -21,6 +21,7 @@ from rlxpy.ir.shape import normalize_axis
 from rlxpy.wgpu_backend.kernels.contract import ANY, WORDS, accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.lowering import shape_resize  # noqa: F401  (Resize)
+from rlxpy.wgpu_backend.lowering.reduce import chunks, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_RANK = 6
@@ -38,8 +39,9 @@ SHAPE_STRIDED = kernel("shape_strided", params("ShapeStridedParams", **_STRIDED_
 SHAPE_GATHER = kernel("shape_gather", params("ShapeGatherParams", ("n", "words"), n=U32, words=U32, x=U32,
                                               idx=U32, y=U32, elem_bytes=U32, inner=U32, count=U32, dim=U32),
                       dtypes=accepts(ANY, _INDICES), extent_axis=0)
-SHAPE_SCATTER_ADD = kernel("shape_scatter_add", params("ShapeScatterAddParams", width=U32, count=U32,
-                                                        out_dim=U32, x=U32, idx=U32, y=U32),
+SHAPE_SCATTER_ADD = kernel("shape_scatter_add", params("ShapeScatterAddParams", width=U32, out_dim=U32,
+                                                        zero_start=U32, zero_end=U32, start=U32, end=U32,
+                                                        x=U32, idx=U32, y=U32),
                            dtypes=accepts(WORDS, _INDICES, out=WORDS))
 
 #: Largest element index the kernels address (0xffffffff is their "skip" marker).
@@ -255,7 +257,9 @@ def lower_gather(node: Node, ctx: LowerCtx) -> list[Step]:
 @lowers(ops.ScatterAdd)
 def lower_scatter_add(node: Node, ctx: LowerCtx) -> list[Step]:
     """``out = zeros; numpy.add.at(out, trunc(idx), updates)`` (torch.index_add_ on a zero tensor)
-    with out-of-range rows skipped. Deterministic: each thread owns one column and adds in order."""
+    with out-of-range rows skipped. Deterministic: each thread owns one column and adds in order.
+    A thread walks out_dim rows to zero, then every update: that walk is cut into dispatches of at
+    most LOOP_BUDGET steps (lowering/reduce.py), run in order."""
     updates, idx = ctx.inputs(node)
     if node.dtype not in _SCATTER_ADD:
         raise UnsupportedOpError(f"{where(node)}: scatter_add of {node.dtype} is not lowered "
@@ -265,9 +269,16 @@ def lower_scatter_add(node: Node, ctx: LowerCtx) -> list[Step]:
         return []
     _check_indexing(node, node.numel, updates.numel, node.op.out_dim)
     subs = {"INDEX": _index_dtype(node, idx), "ADD": _SCATTER_ADD[node.dtype]}
-    return [ctx.dispatch(SHAPE_SCATTER_ADD, node, ctx.grid_1d(width), subs, width=width, count=idx.numel,
-                         out_dim=node.op.out_dim, x=ctx.offset(updates), idx=ctx.offset(idx),
-                         y=ctx.offset(node))]
+    out_dim = node.op.out_dim
+    steps = []
+    for first, n in chunks(out_dim + idx.numel, steps_per_dispatch(node, 1, 16, "ScatterAdd")):
+        last = first + n  # steps [0, out_dim) zero rows, the rest add updates
+        steps.append(ctx.dispatch(SHAPE_SCATTER_ADD, node, ctx.grid_1d(width), subs, width=width,
+                                  out_dim=out_dim, zero_start=min(first, out_dim),
+                                  zero_end=min(last, out_dim), start=max(first, out_dim) - out_dim,
+                                  end=max(last, out_dim) - out_dim, x=ctx.offset(updates),
+                                  idx=ctx.offset(idx), y=ctx.offset(node)))
+    return steps
 
 
 __all__ = ["Axis", "coalesce", "contiguous_strides", "strided_step"]
