@@ -39,7 +39,8 @@ def device_facts(dev: Device) -> DeviceFacts:
         raise EnvError(f"RLX_WGPU_KERNELS={variant!r}: expected auto, gpu or cpu")
     cpu = dev.is_cpu if variant == "auto" else variant == "cpu"
     return DeviceFacts(dev.max_binding, dev.storage_align, dev.limits["max-compute-workgroup-storage-size"],
-                       dev.limits["max-compute-invocations-per-workgroup"], frozenset(dev.features), cpu)
+                       dev.limits["max-compute-invocations-per-workgroup"], frozenset(dev.features), cpu,
+                       dev.is_cpu)
 
 
 class HostIO:

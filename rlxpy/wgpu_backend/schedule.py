@@ -96,6 +96,9 @@ class DeviceFacts:
     features: frozenset[str] = frozenset()
     #: a CPU adapter (lavapipe, llvmpipe): kernels with a CPU variant use it (RLX_WGPU_KERNELS overrides)
     cpu: bool = False
+    #: the adapter is a CPU one whatever RLX_WGPU_KERNELS picks: llvmpipe silently stops an invocation
+    #: after 65535 loop iterations (lowering/reduce.py), so kernels whose walk grows past it avoid it there
+    loop_limited: bool = False
 
 
 def exceeds(kernel: Kernel, facts: DeviceFacts, subs: Mapping[str, object] | None = None) -> str:

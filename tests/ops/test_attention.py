@@ -17,7 +17,7 @@ from rlxpy import env
 from rlxpy.errors import GraphError, LimitError, UnsupportedOpError
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend.kernels.params import KERNELS
-from rlxpy.wgpu_backend.lowering.attention import rows_fit_loop_budget
+from rlxpy.wgpu_backend.lowering.attention import flash_fits_loop_budget, rows_fit_loop_budget
 
 TOL = (2e-4, 2e-5)
 
@@ -165,6 +165,14 @@ def test_attention_matches_torch_sdpa(device, case, kernel_variant):
         kernels = ["attention_rows"] if rows_fit_loop_budget(s_k, dim) else \
             [k.replace("attention_decode_row", "attention_decode") for k in kernels]
     run_case(layout, layout_kv, batch, heads, kv_heads, s_q, s_k, dim, kind, window=5, expect_kernels=kernels)
+
+
+def test_long_prefill_walks_its_keys_in_blocks_on_cpu_adapters(device, kernel_variant):
+    # attention_flash walks every key in one invocation: with 12000 keys of dim 128 lavapipe stopped it
+    # silently at 65535 loop steps (wrong output); there such walks take attention_decode's key blocks
+    assert not flash_fits_loop_budget(12000, 128) and flash_fits_loop_budget(129, 256)
+    want = ["attention_decode", "attention_combine"] if device.is_cpu else ["attention_flash"]
+    run_case("bhsd", "bshd", 1, 2, 1, 5, 12000, 128, "causal", expect_kernels=want)
 
 
 @pytest.mark.parametrize("mask_shape,s_q,dtype", [

@@ -40,6 +40,7 @@ from rlxpy.wgpu_backend.lowering.attention_flash import (
     ATTENTION_FLASH_PARAMS,
     flash_rows_step,
 )
+from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MAX_HEAD_DIM = 256
@@ -65,6 +66,7 @@ ATTENTION_FLASH = kernel(
     workgroup=(256, 1, 1), shared_bytes=14976,  # the two workgroup arrays of attention_flash.wgsl
 )
 FLASH_QUERIES = 64  # queries per attention_flash workgroup
+FLASH_KEYS = 32  # keys per attention_flash block (its BK)
 ATTENTION_DECODE = kernel(
     "attention_decode",
     params("AttentionDecodeParams", ("kv_len",), **_COMMON, heads=U32, splits=U32, part=U32),
@@ -74,9 +76,6 @@ ATTENTION_DECODE = kernel(
     shared_bytes=lambda s: 16 * int(s["QD"]) + 2 * 4096 + 256, sizes={"QD": 256},
 )
 ATTENTION_ROWS_WG = 8  # one SIMD batch of lavapipe: a decode step's few rows still spread over the cores
-#: Loop steps one invocation may run: lavapipe (llvmpipe) silently stops an invocation after 65535 in all
-#: (lowering/reduce.py); half of it, as there.
-ROWS_LOOP_BUDGET = 32768
 ATTENTION_ROWS = kernel("attention_rows", ATTENTION_DECODE.params, dtypes=ATTENTION_DTYPES,
                         workgroup=(ATTENTION_ROWS_WG, 1, 1))
 ATTENTION_COMBINE = kernel(
@@ -98,12 +97,23 @@ ATTENTION_COMBINE = kernel(
 )
 
 
+def flash_fits_loop_budget(s_k: int, head_dim: int) -> bool:
+    """Does attention_flash (one invocation walks every visible key, FLASH_KEYS a block) stay within
+    LOOP_BUDGET on lavapipe for S_k keys? A block runs about head_dim + head_dim / 16 steps of its score
+    loops, FLASH_KEYS of its value loop and a few fixed ones (counted generously: llvmpipe unrolls some;
+    a 128-dim head measured wrong between 8000 and 12000 keys). Longer walks take attention_decode there,
+    whose loops run per 256-key block."""
+    tiles = flash_tiles(head_dim)
+    per_block = head_dim + head_dim // 16 + FLASH_KEYS + FLASH_KEYS // tiles["KC"] + 4 * tiles["UD"] + 32
+    return math.ceil(s_k / FLASH_KEYS) * per_block <= LOOP_BUDGET
+
+
 def rows_fit_loop_budget(s_k: int, head_dim: int) -> bool:
     """Does attention_rows (CPU adapters' decode kernel: one invocation walks every key, two loops of
-    head_dim steps a key) stay within ROWS_LOOP_BUDGET for S_k keys? Longer caches take
+    head_dim steps a key) stay within LOOP_BUDGET for S_k keys? Longer caches take
     attention_decode there (its loops are per 256-key block; attention_decode_row's whole dot products,
     without subgroups, grow with head_dim x keys)."""
-    return s_k * (2 * head_dim + 1) + head_dim <= ROWS_LOOP_BUDGET
+    return s_k * (2 * head_dim + 1) + head_dim <= LOOP_BUDGET
 
 
 def flash_tiles(head_dim: int) -> dict[str, int]:
@@ -339,6 +349,8 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
     rows = flash_rows_step(node, ctx, fields, subs, batch, heads, operands)  # short heads
     if rows is not None:
         return [rows]
+    if ctx.facts.loop_limited and not flash_fits_loop_budget(s_k, head_dim):
+        return _lower_decode(node, ctx, fields, subs, batch, heads, head_dim, operands, row_kernel=False)
     grid = (math.ceil(s_q / FLASH_QUERIES), heads, batch)
     return [ctx.dispatch(ATTENTION_FLASH, node, grid, {**subs, **flash_tiles(head_dim)}, operands=operands,
                          **fields)]
@@ -346,17 +358,18 @@ def attention_steps(node: Node, ctx: LowerCtx, op: ops.Attention, offsets: Tripl
 
 def _lower_decode(
     node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: int, heads: int, head_dim: int,
-    operands: Sequence[Node] | None
+    operands: Sequence[Node] | None, row_kernel: bool = True
 ) -> list[Step]:
     """attention_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
-    head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine."""
+    head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine.
+    ``row_kernel``: an unsplit pass may take attention_decode_row instead (GPU kernels)."""
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
     _, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
     unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
-    if splits == 1 and DECODE_ROW and not ctx.facts.cpu:
+    if splits == 1 and DECODE_ROW and row_kernel and not ctx.facts.cpu:
         return [decode_row_step(node, ctx, fields, subs, batch, heads, head_dim, operands)]
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0
     padded = 4 * math.ceil(head_dim / 4)
