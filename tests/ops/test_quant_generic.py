@@ -111,6 +111,24 @@ def test_dequant_matmul_matches_torch(device, scheme):
         assert_close(ref[f"y{i}"], want, 1e-6, 1e-5, f"{scheme} case {i}: reference vs torch")
 
 
+@pytest.mark.parametrize("scheme", ("int4", "nvfp4"))
+def test_gemv_past_the_loop_limit_walks_k_in_dispatches(device, scheme):
+    # one GEMV thread walks all of K: 70001 steps of its loop (lavapipe silently stops an invocation
+    # after 65535: a third of the output was wrong); now three dispatches each add their part of K
+    k, n, rows, block = 70001, 6, 3, 64
+    rng = np.random.default_rng(5)
+    g = rlxpy.Graph(f"dq_long_{scheme}")
+    params, feeds = {}, {"x": rng.standard_normal((rows, k)).astype(np.float32)}
+    raw, scale, zp = make_case(scheme, k, n, block, rng)
+    g.output(build(g, "0", scheme, g.input("x", (rows, k)), k, n, block, raw, scale, zp, params))
+    exe, got = run(g, params, feeds)
+    assert [s.kernel for s in exe.schedule.steps] == ["quant_generic_gemv"] * 3
+    decoded = oracle_weight(scheme, k, n, block, raw, scale, zp)
+    want = (torch.from_numpy(feeds["x"]).double() @ torch.from_numpy(decoded)).numpy()
+    tol = 1e-5 * np.abs(feeds["x"]).astype(np.float64) @ np.abs(decoded) + 1e-6
+    assert (np.abs(got["y0"] - want) <= tol).all()
+
+
 @pytest.mark.parametrize("scheme", ("int8", "int4", "fp8_e4m3", "fp8_e5m2", "nvfp4"))
 def test_every_code_decodes_exactly(device, scheme):
     """x = identity rows, so y = dequant(W) with no rounding: every code of the format appears."""

@@ -1,5 +1,6 @@
 // y[r, c] = sum_kk x[r, kk] * dequant(W)[kk, c] for few x rows; W [K, N] row-major, packed per scheme.
 // One thread per 4 consecutive columns (1-D grid folded into y); it walks K block by block, loading the block's scales once.
+// A dispatch walks blocks [first, last) and stores (accumulate = 0) or adds its sums (lavapipe's loop limit splits K).
 // Bindings: 0 = arena window (u32 words; x, y, zp word offsets, w and nvfp4 scale BYTE offsets), 1 = QuantGenericGemvParams.
 #include "common_arena.wgsl"
 #include "quant_generic_codes_{{CODES}}.wgsl"
@@ -14,8 +15,8 @@ fn run_item(t: u32) {
         return;
     }
     var acc = array<vec4<f32>, MR>();
-    var kk = 0u;
-    for (var blk = 0u; blk < p.blocks; blk = blk + 1u) {
+    var kk = p.first * p.block;
+    for (var blk = p.first; blk < p.last; blk = blk + 1u) {
         let aff = affine4(blk, col);
         let end = min(p.k, kk + p.block);
         for (; kk < end; kk = kk + 1u) {
@@ -29,7 +30,8 @@ fn run_item(t: u32) {
         if (r < p.m) {
             for (var i = 0u; i < 4u; i = i + 1u) {
                 if (col + i < p.n) {
-                    buf[p.y + r * p.n + col + i] = bitcast<u32>(acc[r][i]);
+                    let at = p.y + r * p.n + col + i;
+                    buf[at] = bitcast<u32>(select(acc[r][i], bitcast<f32>(buf[at]) + acc[r][i], p.accumulate != 0u));
                 }
             }
         }

@@ -4,7 +4,8 @@
 int8 / int8_asym / int4 (scales, zero points per (K-block, column)), fp8 e4m3 / e5m2 (no scale)
 or nvfp4 (E2M1 nibbles, e4m3 byte scales per 16 rows of K, one global f32 scale). The decode
 mirrors ``rlxpy/ir/reference/quant.py``: ``value = (q - zero) * scale``. Up to
-``GEMV_MAX_ROWS`` rows of x run a GEMV (one thread per 4 columns walks K block by block);
+``GEMV_MAX_ROWS`` rows of x run a GEMV (one thread per 4 columns walks K block by block, in
+dispatches of at most LOOP_BUDGET loop steps that add to what the previous ones stored: lavapipe);
 more run a 64x64 tiled kernel that dequantises each 16x64 tile of W into workgroup memory.
 """
 
@@ -18,12 +19,14 @@ from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.contract import accepts
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.lowering.reduce import chunks, steps_per_dispatch
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 _FIELDS = dict(m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, scale=U32, zp=U32, block=U32, blocks=U32)
 #: x f32; the weight, scales and zero points as the scheme stores them (checked in ``_validate``)
 _DTYPES = accepts(DType.F32, out=DType.F32)
-QUANT_GENERIC_GEMV = kernel("quant_generic_gemv", params("QuantGenericGemvParams", ("m",), **_FIELDS),
+QUANT_GENERIC_GEMV = kernel("quant_generic_gemv", params("QuantGenericGemvParams", ("m",), **_FIELDS,
+                                                         first=U32, last=U32, accumulate=U32),
                             dtypes=_DTYPES, workgroup=(64, 1, 1))
 QUANT_GENERIC_TILED = kernel("quant_generic_tiled", params("QuantGenericTiledParams", ("m",), **_FIELDS),
                              dtypes=_DTYPES, workgroup=(16, 16, 1), shared_bytes=8192, extent_axis=1)
@@ -118,6 +121,8 @@ def lower_dequant_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     source = decode_subs(op.scheme, zp.dtype if op.scheme == "nvfp4" else None)
     if m <= GEMV_MAX_ROWS:
         grid = ctx.grid_1d(math.ceil(op.n / 4), QUANT_GENERIC_GEMV.workgroup[0])
-        return [ctx.dispatch(QUANT_GENERIC_GEMV, node, grid, {**source, "MR": m}, **fields)]
+        pieces = chunks(blocks, steps_per_dispatch(node, block + 1, 16, "DequantMatMul"))
+        return [ctx.dispatch(QUANT_GENERIC_GEMV, node, grid, {**source, "MR": m}, **fields, first=first,
+                             last=first + count, accumulate=int(first > 0)) for first, count in pieces]
     grid = (math.ceil(op.n / TILE), math.ceil(m / TILE), 1)
     return [ctx.dispatch(QUANT_GENERIC_TILED, node, grid, source, **fields)]
