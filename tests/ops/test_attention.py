@@ -18,6 +18,7 @@ from rlxpy.errors import GraphError, LimitError, UnsupportedOpError
 from rlxpy.ir.reference import run_reference
 from rlxpy.wgpu_backend.kernels.params import KERNELS
 from rlxpy.wgpu_backend.lowering.attention import flash_fits_loop_budget, rows_fit_loop_budget
+from rlxpy.wgpu_backend.lowering.attention_decode import row_fits_loop_budget
 
 TOL = (2e-4, 2e-5)
 
@@ -365,13 +366,33 @@ def test_decode_row_over_a_gqa_kv_cache_matches_torch(device, monkeypatch, kerne
                          kv_len=p, name="o"))
     exe = rlxpy.compile(g)
     out = exe.run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
-    if kernel_variant == "gpu":
+    if kernel_variant == "gpu" and device.is_cpu and not row_fits_loop_budget(capacity, dim):
+        assert [s.kernel for s in exe.schedule.steps] == ["attention_decode"]  # whole dot products a key
+    elif kernel_variant == "gpu":
         [step] = exe.schedule.steps
         assert step.kernel == "attention_decode_row"
         assert ("subgroupShuffleXor" in step.source) == (use_subgroups and "subgroup" in device.features)
     else:  # attention_rows walks every key of the cache in one invocation: past lavapipe's loop limit
         assert [s.kernel for s in exe.schedule.steps] == ["attention_decode"]  # 1100 x (2 x dim + 1) steps
     want = torch_attention(q, k, v, "bs(hd)", "bs(hd)", heads, kv_heads, dim, kind, window=window, kv_len=n)
+    assert_close(out, want, *TOL, "attention")
+
+
+def test_long_kv_cache_of_wide_heads_within_the_loop_limit(device, kernel_variant):
+    # attention_decode_row sums each dot product whole on lavapipe past 64 dims (4 x 256 loop steps per
+    # 32 keys): 2151 keys passed 65535 steps and the output was silently wrong; CPU adapters now take
+    # attention_decode there
+    heads, kv_heads, dim, capacity, pos = 4, 2, 256, 2200, 2150
+    q, k, v = _query_and_cache(11, 1, heads, kv_heads, dim, capacity, pos + 1)
+    g = rlxpy.Graph()
+    p = g.input("pos", [1], "i32")
+    g.output(g.attention(g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape), heads, dim,
+                         num_kv_heads=kv_heads, mask_kind="causal", kv_len=p, name="o"))
+    exe = rlxpy.compile(g)
+    out = exe.run({"q": q, "k": k, "v": v, "pos": np.array([pos], np.int32)})["o"]
+    row = kernel_variant == "gpu" and not device.is_cpu
+    assert [s.kernel for s in exe.schedule.steps] == ["attention_decode_row" if row else "attention_decode"]
+    want = torch_attention(q, k, v, "bs(hd)", "bs(hd)", heads, kv_heads, dim, "causal", kv_len=pos + 1)
     assert_close(out, want, *TOL, "attention")
 
 

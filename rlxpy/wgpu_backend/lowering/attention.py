@@ -33,7 +33,7 @@ from rlxpy.ir.ops.attention import attention_layout
 from rlxpy.ir.ops.base import TensorType
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.kernels.wgsl import word_type
-from rlxpy.wgpu_backend.lowering.attention_decode import decode_row_step
+from rlxpy.wgpu_backend.lowering.attention_decode import decode_row_step, row_fits_loop_budget
 from rlxpy.wgpu_backend.lowering.attention_flash import (
     ATTENTION_DTYPES,
     ATTENTION_FIELDS,
@@ -362,13 +362,15 @@ def _lower_decode(
 ) -> list[Step]:
     """attention_decode over (split, kv head x row chunk, batch): a workgroup takes ROWS query rows of one kv
     head's group (GQA heads x S_q) through each K/V row once; partial records need attention_combine.
-    ``row_kernel``: an unsplit pass may take attention_decode_row instead (GPU kernels)."""
+    ``row_kernel``: an unsplit pass may take attention_decode_row instead (GPU kernels; on CPU adapters
+    only while its walk stays within the loop budget)."""
     s_q, s_k, group = fields["s_q"], fields["s_k"], fields["group"]
     _, chunks = decode_blocks(heads, group, s_q, head_dim)
     kv_heads = heads // group
     rows = batch * heads * s_q
     unsplit = fields["kv_dyn"] >= 1 and s_k <= UNSPLIT_CACHE_KEYS
     splits = 1 if unsplit else _decode_splits(batch * kv_heads * chunks, rows, s_k, head_dim, ctx)
+    row_kernel = row_kernel and (not ctx.facts.loop_limited or row_fits_loop_budget(s_k, head_dim))
     if splits == 1 and DECODE_ROW and row_kernel and not ctx.facts.cpu:
         return [decode_row_step(node, ctx, fields, subs, batch, heads, head_dim, operands)]
     part = (ctx.scratch[0] - ctx.window_base) // 4 if splits > 1 else 0

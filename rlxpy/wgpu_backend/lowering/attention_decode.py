@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
 from rlxpy.wgpu_backend.lowering.attention_flash import ATTENTION_DTYPES, ATTENTION_FIELDS
+from rlxpy.wgpu_backend.lowering.reduce import LOOP_BUDGET
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step
 
 ROW_WG = 256
@@ -44,6 +45,15 @@ ATTENTION_DECODE_ROW = kernel(
     shared_bytes=lambda s: 4 * (2 * (ROW_WG // int(s["LK"])) + ROW_WG * int(s["DL"])),
     sizes={"LK": 32, "DL": 8},
 )
+
+
+def row_fits_loop_budget(s_k: int, head_dim: int) -> bool:
+    """Does one attention_decode_row invocation stay within LOOP_BUDGET over S_k keys where it sums
+    each dot product whole (GL, or lavapipe's 8-wide subgroups past 64 dims)? A step of ROW_KEYS keys
+    per group then loops ROW_KEYS x head_dim times (4096 keys of dim 256 came out wrong on lavapipe)."""
+    lanes, _ = row_plan(head_dim)
+    steps = math.ceil(s_k / (ROW_WG // lanes * ROW_KEYS))
+    return steps * (ROW_KEYS * head_dim + 1) + head_dim <= LOOP_BUDGET
 
 
 def row_plan(head_dim: int) -> tuple[int, int]:
