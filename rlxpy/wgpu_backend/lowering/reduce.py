@@ -15,7 +15,9 @@ Loop budget: lavapipe (llvmpipe) silently stops a shader invocation after 65535 
 in total, over all its loops (LP_MAX_TGSI_LOOP_ITERATIONS; measured: a 70000-step loop writes
 65535 values, then nothing). Work that could run past ``LOOP_BUDGET`` iterations per invocation
 is split into several dispatches of the same kernel over consecutive chunks, each resuming from
-what the previous one wrote; where no split exists the lowering raises LimitError.
+what the previous one wrote (also ScatterAdd, the generic quantised GEMV); where no split exists the
+lowering raises LimitError, or, on a CPU adapter whichever kernel variant is forced
+(``DeviceFacts.loop_limited``), picks a kernel whose walk stays within the budget (attention).
 """
 
 from __future__ import annotations
