@@ -98,6 +98,20 @@ def assert_matmul_close(got: np.ndarray, x: np.ndarray, weight: np.ndarray, what
     assert not bad.any(), f"{what}: {bad.sum()} values off, e.g. {got[bad][:3]} vs {want[bad][:3]}"
 
 
+def matmul_cases_graph(name: str, cases: list[tuple[str, int, int, int]], seed: int):
+    """One graph of independent DequantMatMulGguf nodes y{i} = x{i} @ W{i}^T, a case (qtype, n, k, rows)
+    each, with its weights (seeded seed + 1 + i) and random inputs (seeded seed)."""
+    rng = np.random.default_rng(seed)
+    g = rlxpy.Graph(name)
+    weights, feeds = {}, {}
+    for i, (qtype, n, k, rows) in enumerate(cases):
+        weights[f"w{i}"] = make_weights(qtype, n, k, seed=seed + 1 + i)
+        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
+        g.output(g.dequant_matmul_gguf(g.input(f"x{i}", (rows, k)), w, qtype, n, k, name=f"y{i}"))
+    return g, weights, feeds
+
+
 def compile_with(g: rlxpy.Graph, weights: dict[str, np.ndarray]):
     exe = rlxpy.compile(g)
     for name, raw in weights.items():
@@ -196,15 +210,8 @@ def test_every_tile_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_var
 
     monkeypatch.setattr(quant_gguf, "TILED_TILES", (tile,))
     monkeypatch.setattr(quant_gguf, "TILED_MIN_ROWS", 1)  # few rows too: one partial row tile
-    rng = np.random.default_rng(40)
     cases = [("Q4_1", 17, 96, 255), ("F16", 33, 75, 40), ("Q6_K", 70, 256, 129), ("Q8_0", 3, 64, 32)]
-    g = rlxpy.Graph("tiles")
-    weights, feeds = {}, {}
-    for i, (qtype, n, k, rows) in enumerate(cases):
-        weights[f"w{i}"] = make_weights(qtype, n, k, seed=41 + i)
-        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
-        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
-        g.output(g.dequant_matmul_gguf(g.input(f"x{i}", (rows, k)), w, qtype, n, k, name=f"y{i}"))
+    g, weights, feeds = matmul_cases_graph("tiles", cases, 40)
     exe = compile_with(g, weights)
     assert [(s.kernel, s.grid[:2]) for s in exe.schedule.steps] == [
         ("quant_gguf_tiled", (-(-n // tile[1]), -(-rows // tile[0]))) for _, n, _, rows in cases]
@@ -420,14 +427,7 @@ def test_gemv_subgroup_sums_where_the_device_has_them(device, monkeypatch, gpu_v
     monkeypatch.setattr(quant_gguf, "MIN_GROUPS", 1)  # several rows per team on small matrices too
     cases = [("Q4_1", 17, 32, 1), ("Q8_0", 33, 96, 5), ("Q6_K", 70, 512, 1), ("Q4_0", 255, 1024, 3),
              ("F16", 3, 75, 1), ("Q5_K", 40, 4096 + 256, 1), ("Q4_1", quant_gguf.SUBGROUP_MAX_ROWS, 64, 1)]
-    g = rlxpy.Graph("subgroups")
-    weights, feeds = {}, {}
-    rng = np.random.default_rng(50)
-    for i, (qtype, n, k, rows) in enumerate(cases):
-        weights[f"w{i}"] = make_weights(qtype, n, k, seed=51 + i)
-        feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
-        w = g.param(f"w{i}", weights[f"w{i}"].shape, DType.U8)
-        g.output(g.dequant_matmul_gguf(g.input(f"x{i}", (rows, k)), w, qtype, n, k, name=f"y{i}"))
+    g, weights, feeds = matmul_cases_graph("subgroups", cases, 50)
     exe = compile_with(g, weights)
     shuffles = use_subgroups and "subgroup" in device.features
     assert [("subgroupShuffleXor" in s.source, s.kernel) for s in exe.schedule.steps] == [
