@@ -58,7 +58,9 @@ class RlxpySide:
 
     def measure(self) -> dict[str, Any]:
         prefill, decode = [], []
-        for _ in range(self.reps):
+        # one untimed round first: the GPU clocks drop while the builds run beside the preparation
+        # (llama-bench warms up the same way)
+        for _ in range(self.reps + 1):
             self.gen.prefill(self.prompt)
             prefill.append(PROMPT / self.gen.stats.prefill_seconds)
             started = time.perf_counter()
@@ -67,6 +69,7 @@ class RlxpySide:
                 if produced == 0:  # the 1-token prefill's answer: decode starts here
                     started = time.perf_counter()
             decode.append(produced / (time.perf_counter() - started))
+        prefill, decode = prefill[1:], decode[1:]
         return {"load_compile_s": self.load_s, "prefill_tps": statistics.median(prefill),
                 "decode_tps": statistics.median(decode), "decode_tps_all": decode, "prefill_tps_all": prefill}
 

@@ -7,6 +7,7 @@ each with its own sampling settings.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ import rlxpy
 from rlxpy.errors import InputError, NumericsError
 from rlxpy.models.transformer import TransformerConfig, build_batched_decoder, build_transformer
 from rlxpy.wgpu_backend.debug import describe
+from rlxpy.wgpu_backend.encode import STAGING_RING
 
 
 def weight_cap() -> int:
@@ -71,6 +73,8 @@ class Generator:
         self.stats = GenerationStats(compile_seconds=time.perf_counter() - started)
         #: called after each prefill chunk with (tokens done, tokens to do): a progress display
         self.progress: Callable[[int, int], None] | None = None
+        #: decode steps in flight at once in ``generate`` (at most encode.STAGING_RING)
+        self.depth = 4
 
     def _build(self, config: TransformerConfig, chunk: int, sampler: dict | None) -> rlxpy.Graph:
         return build_transformer(config, chunk, sampler)
@@ -160,14 +164,15 @@ class Generator:
                  start: int = 0) -> Iterator[int]:
         """Yield up to ``max_tokens`` new tokens, stopping after a token in ``stop``.
 
-        Decode steps are pipelined: step t+1 is submitted (its token fed from step t's output on the
-        GPU) before step t is read back, so the GPU does not wait for the host's readback, streaming
-        and stop check. When a stop token ends the text, the one step already in flight is
-        discarded (its KV row lies past the new position, overwritten by the next step).
+        Decode steps are pipelined ``depth`` deep: steps t+1 .. t+depth-1 are submitted (each
+        token fed from the step before on the GPU) before step t is read back, so the GPU does not
+        wait for the host's readback, streaming and stop check, nor for a host that stalls for a
+        few steps. When a stop token ends the text, the steps already in flight are discarded
+        (their KV rows lie past the new position, overwritten by the next steps).
 
         ``start`` > 0 prefills only ``ids[start:]`` over a KV cache that holds ``ids[:start]``. When
-        the caller stops iterating early, the step in flight is drained and kept: afterwards the
-        cache holds ``(ids + yielded tokens)[:position]`` in every case."""
+        the caller stops iterating early, the steps in flight are drained: afterwards the cache
+        holds ``(ids + yielded tokens)[:position]`` in every case."""
         self.stats = GenerationStats(compile_seconds=self.stats.compile_seconds,
                                      upload_seconds=self.stats.upload_seconds)
         token = self.prefill(ids, start)
@@ -178,31 +183,37 @@ class Generator:
         if token in stop or produced == max_tokens or self.position >= self.config.context:
             return
         started = time.perf_counter()
-        pipelined = not self.exe.flags.debug()  # the debug flags explain each run before the next
-        pending, following = self._submit_decode(token), None
+        # the debug flags explain each run before the next; the readback ring bounds the depth
+        depth = 1 if self.exe.flags.debug() else max(1, min(self.depth, STAGING_RING))
+        in_flight: collections.deque = collections.deque()
+        submitted, fed = produced, token  # tokens yielded or on their way; the host-fed token
+        context = self.config.context
         try:
             while True:
-                more = produced + 1 < max_tokens and self.position < self.config.context
-                following = self._submit_decode(None) if more and pipelined else None
-                token, pending = self._read(pending), None
+                while len(in_flight) < depth and submitted < max_tokens and self.position < context:
+                    in_flight.append(self._submit_decode(fed))  # None: fed from the step before
+                    fed, submitted = None, submitted + 1
+                if not in_flight:
+                    return
+                token = self._read(in_flight.popleft())
                 now = time.perf_counter()
                 self._count_step(now - started)
                 started = now
                 produced += 1
                 yield token
-                if not more:
-                    return
                 if token in stop:
-                    if following is not None:
-                        following, drain = None, following
-                        drain()  # drain the step in flight before anything else runs
-                        self.position -= 1
+                    self._discard(in_flight, keep=0)
                     return
-                pending, following = following if following is not None else self._submit_decode(None), None
-        finally:
-            for step in (pending, following):  # a caller that stopped early: finish what was submitted
-                if step is not None:
-                    step()
+        finally:  # a caller that stopped early: the step fed its last token stays in the cache
+            self._discard(in_flight, keep=1)
+
+    def _discard(self, in_flight: collections.deque, keep: int) -> None:
+        """Finish the steps in flight (before anything else runs); all but the first ``keep`` leave
+        the KV cache (the position moves back over their rows)."""
+        count = len(in_flight)
+        while in_flight:
+            in_flight.popleft()()
+        self.position -= max(0, count - keep)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""

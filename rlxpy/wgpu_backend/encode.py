@@ -52,6 +52,11 @@ class Prepared:
         return [data[dst : dst + size] for dst, size in self.placed]
 
 
+#: readback buffers per pre-encoded run key, used in turn: how many runs of one key a caller may
+#: have submitted and not yet read (Generator's decode pipeline depth is below it)
+STAGING_RING = 8
+
+
 class Encoder:
     def __init__(
         self, device: Device, arena: Arena, steps: Sequence[Step], window_size: int, raw: bool = True
@@ -86,8 +91,8 @@ class Encoder:
         self._entries: dict[int, list] = {}
         self._prepared: dict[tuple, Prepared] = {}
         self._slot = 0
-        # pre-encoded runs read back into buffers of their own key, two per key used in turn: a run
-        # may still be unread when the next one (of any key) is submitted
+        # pre-encoded runs read back into buffers of their own key, STAGING_RING per key used in
+        # turn: a pipelined caller has runs in flight, unread, when it submits the next ones
         self._key_stagings: dict[tuple, list[Any]] = {}
         self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
@@ -221,8 +226,9 @@ class Encoder:
         A schedule without host steps is pre-encoded: the command buffer of the next run with the
         same steps, reads and copies is recorded while the GPU works on this one (command buffers
         are single-use, but nothing in them depends on input values). Such a run returns before
-        the GPU is done, so a caller may submit the next run before reading this one (the two
-        readback slots alternate; read a run before submitting the one after next).
+        the GPU is done, so a caller may submit the next runs before reading this one (the
+        STAGING_RING readback buffers of a key are used in turn: read a run before submitting the
+        STAGING_RING-th run after it).
 
         ``timer`` (profile.StepTimer) gives every GPU step, staging copy and the feed copies a pass
         of its own with timestamps, and times host steps; such a run is synchronous."""
@@ -235,7 +241,7 @@ class Encoder:
             # its readback waits for this submission only, not for a next run submitted meanwhile
             prepared.submission = submit_for_index(self.device.queue, prepared.commands)
             if key in self._key_stagings:
-                self._key_stagings[key][2] = prepared.slot  # the buffer the next run must leave alone
+                self._key_stagings[key][-1] = prepared.slot  # the next run takes the buffer after it
             self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
             return lambda: prepared.read(self.arena)
         result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit, timer)
@@ -291,17 +297,17 @@ class Encoder:
         return readback.read(self.arena)
 
     def _key_staging(self, key: tuple, size: int) -> tuple[int, Any]:
-        """(slot, buffer): the one of ``key``'s two readback buffers that its last submitted run does
-        not use (that run may still await its read), grown to ``size`` bytes. Chosen against the
-        last *submitted* run, not the last prepared one: a run prepared and then dropped
-        (``invalidate``) must not make its replacement take the in-flight run's buffer."""
-        pair = self._key_stagings.setdefault(key, [None, None, 0])
-        slot = pair[2] ^ 1
-        if pair[slot] is None or pair[slot].size < size:
-            pair[slot] = self.device.device.create_buffer(
+        """(slot, buffer): the next of ``key``'s readback buffers after the one its last submitted
+        run uses (the runs before may still await their reads), grown to ``size`` bytes. Chosen
+        against the last *submitted* run, not the last prepared one: a run prepared and then
+        dropped (``invalidate``) must not make its replacement skip a buffer."""
+        ring = self._key_stagings.setdefault(key, [None] * STAGING_RING + [0])
+        slot = (ring[-1] + 1) % STAGING_RING
+        if ring[slot] is None or ring[slot].size < size:
+            ring[slot] = self.device.device.create_buffer(
                 label="rlx_readback", size=max(align_up(size, 256), 256),
                 usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        return slot, pair[slot]
+        return slot, ring[slot]
 
     def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None,
                   key: tuple | None = None) -> Prepared:
@@ -311,17 +317,19 @@ class Encoder:
         for _, size in reads:
             placed.append((cursor, size))
             cursor += align_up(size, 8)
-        self._slot ^= 1
+        if key is None:
+            self._slot ^= 1
+        slot = self._slot
         if cursor:
             if key is not None:
-                self._slot, staging = self._key_staging(key, cursor)
+                slot, staging = self._key_staging(key, cursor)
             else:
-                staging = self.arena.staging(cursor, self._slot)
+                staging = self.arena.staging(cursor, slot)
             for (offset, size), (dst, _) in zip(reads, placed):
                 if size:  # empty tensors have nothing to copy (wgpu refuses zero-size maps)
                     encoder.copy_buffer_to_buffer(self.arena.buffer, offset, staging, dst, align_up(size, 4))
-            return Prepared(commands, placed, cursor, self._slot, staging)
-        return Prepared(commands, placed, cursor, self._slot)
+            return Prepared(commands, placed, cursor, slot, staging)
+        return Prepared(commands, placed, cursor, slot)
 
     def _prepare(self, segments: list[Segment], reads: Sequence[tuple[int, int]],
                  copies: Sequence[tuple[int, int, int]] = (), key: tuple | None = None) -> Prepared:

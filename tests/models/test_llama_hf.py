@@ -87,10 +87,13 @@ def test_prefill_residual_norm_tee_is_exact(device, tiny_llama):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-def test_pipelined_generate_stops_cleanly_and_resumes(tiny_llama, generator):
-    """generate() keeps one decode step in flight; a stop token discards it, leaves the position
-    after the last yielded token, and decoding on by hand continues the same text."""
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_pipelined_generate_stops_cleanly_and_resumes(tiny_llama, generator, depth):
+    """generate() keeps ``depth`` decode steps in flight; a stop token discards them, leaves the
+    position after the last yielded token, and decoding on by hand continues the same text. A
+    caller that stops iterating early leaves the cache holding exactly the tokens it saw."""
     ids = [5, 17, 42, 3, 99, 64, 7, 1, 33, 2]
+    generator.depth = depth
     full = list(generator.generate(ids, 12))
     stopped = list(generator.generate(ids, 12, stop=[full[4]]))
     assert stopped == full[: full.index(full[4]) + 1]
@@ -99,3 +102,20 @@ def test_pipelined_generate_stops_cleanly_and_resumes(tiny_llama, generator):
     while len(stopped) + len(resumed) < len(full):
         resumed.append(generator.decode(resumed[-1]))
     assert stopped + resumed == full
+
+    seen = []
+    for token in generator.generate(ids, 12):
+        seen.append(token)
+        if len(seen) == 5:
+            break  # closes the generator: the steps in flight are drained
+    assert seen == full[:5]
+    # the cache holds the prompt and the tokens seen (the last one's row only when its step was in flight)
+    assert generator.position == len(ids) + len(seen) - (depth == 1)
+    resumed = []
+    token = seen[-1]
+    generator.position = len(ids) + len(seen) - 1  # feed the last seen token again from there
+    while len(seen) + len(resumed) < len(full):
+        token = generator.decode(token)
+        resumed.append(token)
+    assert seen + resumed == full
+    generator.depth = 4
