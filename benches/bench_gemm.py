@@ -12,7 +12,9 @@ One command: ``python benches/bench_gemm.py [--quick] [--json out.json]``; a var
 lowering/matmul_core; gROWS: matmul.GROUP_ROWS, the workgroup walk's band of tile rows; sCHUNKS: K
 split into that many chunks, default none). ``--grouped`` runs bench_scan's
 GroupedMatMul rows (8 / 64 experts x 4096 rows) for the default plan and each listed variant of
-matmul_grouped's tile (TILE_BK_SUMS); ``--train`` adds bench_train's timing of the GPT training step
+matmul_grouped's tile (TILE_BK_SUMS); ``--train-shapes`` times the GPT training step's GEMMs with
+their operands stored as its backward pass stores them (x^T dy, dy W^T) instead; ``--train`` adds
+bench_train's timing of the GPT training step
 (eager torch beside it). ``--quick`` runs small shapes (a lavapipe smoke run; without CUDA the torch
 side runs on the CPU).
 """
@@ -29,12 +31,26 @@ import numpy as np
 from common import emit, torch_cuda
 
 import rlxpy
+from rlxpy.ir import ops
 from rlxpy.wgpu_backend.lowering import matmul
 from rlxpy.wgpu_backend.profile import step_times_ms
 
 #: (M, N, K): square GEMMs, a 256-row prefill block, and the GPT training step's MLP GEMMs
 SHAPES = [(4096, 4096, 4096), (1024, 1024, 1024), (256, 4096, 4096), (4096, 384, 1536), (4096, 1536, 384)]
-QUICK_SHAPES = [(256, 256, 256), (130, 96, 200)]
+QUICK_SHAPES = [(256, 256, 256), (130, 96, 200), (130, 96, 200, True, False), (130, 96, 200, False, True)]
+#: the GEMMs of bench_train's GPT step (d 384, MLP 1536, 16 x 256 tokens) with the operands as its
+#: backward pass stores them: (M, N, K, a stored [K, M], w stored [N, K]). dW = x^T dy reads x
+#: transposed (K = the 4096 tokens; split K), dx = dy W^T reads W transposed.
+TRAIN_SHAPES = [(4096, 1152, 384, False, False), (4096, 384, 1536, False, True),
+                (4096, 384, 1152, False, True), (384, 1536, 4096, True, False),
+                (1536, 384, 4096, True, False), (384, 1152, 4096, True, False)]
+
+
+def parse_shape(spec: str) -> tuple:
+    """``MxNxK`` with ``_ta`` / ``_tb`` for a stored transposed (a [K, M] / w [N, K])."""
+    dims, *flags = spec.split("_")
+    m, n, k = (int(v) for v in dims.split("x"))
+    return (m, n, k, "ta" in flags, "tb" in flags)
 #: the former default's core (64x64 16-deep), the default's neighbours (depth, tile, block sums,
 #: workgroup walk) and one running sum (no block sum: its cost). On an H100 on 2026-11-26 128x128 and
 #: 128x64 tiles (any depth and sums) and 16-deep 64x128 lost to 8-deep 64x128 at 4096^3; name them to
@@ -52,9 +68,11 @@ def parse_variant(spec: str) -> tuple[tuple[int, int], tuple[int, str], int, int
     return (bm, bn), (int(bk), sums), extra.get("g", 0), extra.get("s", 1)
 
 
-def rlxpy_run(a: np.ndarray, w: np.ndarray, reps: int) -> tuple[np.ndarray, float, list[str]]:
+def rlxpy_run(a: np.ndarray, w: np.ndarray, reps: int, trans: tuple[bool, bool] = (False, False)
+              ) -> tuple[np.ndarray, float, list[str]]:
     g = rlxpy.Graph("gemm")
-    y = g.matmul(g.input("a", list(a.shape)), g.input("w", list(w.shape)), name="y")
+    op = ops.MatMul(transpose_a=trans[0], transpose_b=trans[1])
+    y = g.apply(op, [g.input("a", list(a.shape)), g.input("w", list(w.shape))], "y")
     g.output(y)
     exe = rlxpy.compile(g)
     got = exe.run({"a": a, "w": w})["y"]
@@ -63,10 +81,13 @@ def rlxpy_run(a: np.ndarray, w: np.ndarray, reps: int) -> tuple[np.ndarray, floa
     return got, ms, kernels
 
 
-def torch_side(torch: Any, cuda: bool, a: np.ndarray, w: np.ndarray, reps: int) -> tuple[Any, float, Any]:
-    """torch's f32 product, its time (ms) and the float64 product."""
+def torch_side(torch: Any, cuda: bool, a: np.ndarray, w: np.ndarray, reps: int,
+               trans: tuple[bool, bool] = (False, False)) -> tuple[Any, float, Any]:
+    """torch's f32 product, its time (ms) and the float64 product (``trans``: a / w stored transposed,
+    read through .mT views, which cuBLAS takes as they are)."""
     dev = "cuda" if cuda else "cpu"
     ta, tw = torch.from_numpy(a).to(dev), torch.from_numpy(w).to(dev)
+    ta, tw = (ta.mT if trans[0] else ta), (tw.mT if trans[1] else tw)
     want = (ta.double() @ tw.double())
     if not cuda:
         return (ta @ tw), float("nan"), want
@@ -89,11 +110,12 @@ def rel_rms(torch: Any, got: Any, want: Any) -> float:
 
 def bench_shape(torch: Any, cuda: bool, shape: tuple[int, int, int], variants: list[str], reps: int
                 ) -> dict[str, Any]:
-    m, n, k = shape
+    m, n, k = shape[:3]
+    trans = (bool(shape[3]), bool(shape[4])) if len(shape) == 5 else (False, False)
     r = np.random.default_rng(0)
-    a = r.standard_normal((m, k)).astype(np.float32)
-    w = (r.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
-    ours, torch_ms, want = torch_side(torch, cuda, a, w, reps)
+    a = r.standard_normal((k, m) if trans[0] else (m, k)).astype(np.float32)
+    w = (r.standard_normal((n, k) if trans[1] else (k, n)) / np.sqrt(k)).astype(np.float32)
+    ours, torch_ms, want = torch_side(torch, cuda, a, w, reps, trans)
     torch_err = rel_rms(torch, ours, want)
     tflop = 2 * m * n * k / 1e9
     row: dict[str, Any] = {"shape": list(shape), "torch_ms": torch_ms, "torch_tflops": tflop / torch_ms,
@@ -104,7 +126,7 @@ def bench_shape(torch: Any, cuda: bool, shape: tuple[int, int, int], variants: l
         matmul.FORCE_TILE, matmul.FORCE_CORE, matmul.GROUP_ROWS = tile, core, group
         matmul.FORCE_SPLITS = splits
         try:
-            got, ms, kernels = rlxpy_run(a, w, reps)
+            got, ms, kernels = rlxpy_run(a, w, reps, trans)
         finally:
             matmul.FORCE_TILE, matmul.FORCE_CORE, matmul.FORCE_SPLITS = None, None, None
             matmul.GROUP_ROWS = saved
@@ -170,18 +192,21 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--variants", nargs="*", default=None, help="TILE_BK_SUMS entries (default: a sweep)")
-    parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK entries")
+    parser.add_argument("--shapes", nargs="*", default=None,
+                        help="MxNxK entries (_ta / _tb: a / w stored transposed)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--grouped", nargs="*", default=None, help="GroupedMatMul: TILE_BK_SUMS variants")
     parser.add_argument("--train", action="store_true", help="also time the GPT training step")
+    parser.add_argument("--train-shapes", action="store_true",
+                        help="the GPT training step's GEMMs (transposed operands) instead of SHAPES")
     args = parser.parse_args()
     cuda = torch_cuda()
     import torch
 
     if cuda is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes is not None
-              else QUICK_SHAPES if args.quick else SHAPES)
+    shapes = ([parse_shape(s) for s in args.shapes] if args.shapes is not None
+              else QUICK_SHAPES if args.quick else TRAIN_SHAPES if args.train_shapes else SHAPES)
     variants = VARIANTS if args.variants is None else args.variants
     out: dict[str, Any] = {"bench": "gemm", "torch_tf32": False, "shapes": []}
     for shape in shapes:
