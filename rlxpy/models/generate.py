@@ -210,10 +210,9 @@ class Generator:
     def _discard(self, in_flight: collections.deque, keep: int) -> None:
         """Finish the steps in flight (before anything else runs); all but the first ``keep`` leave
         the KV cache (the position moves back over their rows)."""
-        count = len(in_flight)
+        self.position -= max(0, len(in_flight) - keep)  # first: a step that fails to finish raises
         while in_flight:
             in_flight.popleft()()
-        self.position -= max(0, count - keep)
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt (prefill from position 0), for comparisons with other runtimes."""
