@@ -7,6 +7,7 @@ Storage is dtype-aware: a tensor takes numel * itemsize bytes (bool as u32, see 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +125,21 @@ def plan_arena(graph: Graph, alignment: int = 256, keep_all: bool = False, scrat
     return ArenaPlan(offsets, roots, plan, (align_up(plan.size, alignment), scratch_size), tuple(buffers))
 
 
+def _free(buffers: list[Any]) -> None:
+    """Destroy an arena's buffers (its ``_owned`` list, as it is at the time)."""
+    for buffer in buffers:
+        if buffer is not None:
+            buffer.destroy()
+
+
 class Arena:
-    """The one storage buffer (plus pooled readback staging)."""
+    """The one storage buffer (plus pooled readback staging).
+
+    Its buffers are destroyed when the arena is (``destroy()``, or when the last reference goes):
+    wgpu-native keeps a buffer alive while a finished command buffer that never reached a queue
+    refers to it, and every executable keeps its next run encoded ahead (encode.py), so releasing
+    the buffer alone would leak the whole arena. ``destroy`` frees the memory once the submitted
+    work that uses it is done."""
 
     def __init__(self, device: Any, size: int, label: str = "rlx_arena") -> None:
         wgpu = wgpu_module()
@@ -148,6 +162,9 @@ class Arena:
                              f"{device.name}: {' '.join(str(e).split())}") from e
         self._stagings: list[Any] = [None, None, None]  # two for runs' readback, one for read()
         self._transfer: Any = None
+        self._owned: list[Any] = [self.buffer]  # destroyed with the arena (staging, transfer: added)
+        self._finalizer = weakref.finalize(self, _free, self._owned)
+        self._finalizer.atexit = False  # the process's end frees them anyway
         self._pending_upload = 0
 
     def write(self, offset: int, data: bytes | np.ndarray) -> None:
@@ -178,6 +195,7 @@ class Arena:
                 size=max(align_up(total, 256), 256),
                 usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
             )
+            self.own(self._transfer)
         cursor = 0
         for src, _, n in copies:
             encoder.copy_buffer_to_buffer(self.buffer, src, self._transfer, cursor, align_up(n, 4))
@@ -199,6 +217,7 @@ class Arena:
                 size=max(align_up(size, 256), 4096),
                 usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
             )
+            self.own(self._stagings[slot])
         return self._stagings[slot]
 
     def read(self, offset: int, size: int) -> bytes:
@@ -221,8 +240,10 @@ class Arena:
         staging = staging if staging is not None else self._stagings[slot]
         return map_read(self.device.device, staging, size, align_up(size, 8), submission)
 
+    def own(self, buffer: Any) -> Any:
+        """``buffer``, to be destroyed with the arena (the executable's other buffers)."""
+        self._owned.append(buffer)
+        return buffer
+
     def destroy(self) -> None:
-        self.buffer.destroy()
-        for staging in self._stagings:
-            if staging is not None:
-                staging.destroy()
+        self._finalizer()

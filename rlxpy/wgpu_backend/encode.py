@@ -69,11 +69,11 @@ class Encoder:
         record = align_up(max((len(s.uniforms) for s in gpu_steps), default=16), 16)
         self.record_size = record
         self.stride = align_up(record, device.uniform_align)
-        self.uniform_buffer = device.device.create_buffer(
+        self.uniform_buffer = arena.own(device.device.create_buffer(
             label="rlx_uniforms",
             size=max(self.stride * max(len(gpu_steps), 1), 256),
             usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
-        )
+        ))
         layout = device.bind_group_layout(record)
         # one bind group serves every step (dynamic offsets): its label names the step range
         span = f"{steps[0].label}..{steps[-1].label}" if steps else "no steps"
@@ -304,9 +304,9 @@ class Encoder:
         ring = self._key_stagings.setdefault(key, [None] * STAGING_RING + [0])
         slot = (ring[-1] + 1) % STAGING_RING
         if ring[slot] is None or ring[slot].size < size:
-            ring[slot] = self.device.device.create_buffer(
+            ring[slot] = self.arena.own(self.device.device.create_buffer(
                 label="rlx_readback", size=max(align_up(size, 256), 256),
-                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
         return slot, ring[slot]
 
     def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None,
