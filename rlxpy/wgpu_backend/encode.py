@@ -18,6 +18,7 @@ from typing import Any
 import wgpu
 from wgpu.backends.wgpu_native._ffi import ffi, lib  # the raw path: three C calls per dispatch
 
+from rlxpy.errors import InputError
 from rlxpy.wgpu_backend.arena import Arena
 from rlxpy.wgpu_backend.device import Device
 from rlxpy.wgpu_backend.memplan import align_up
@@ -52,8 +53,9 @@ class Prepared:
         return [data[dst : dst + size] for dst, size in self.placed]
 
 
-#: readback buffers per pre-encoded run key, used in turn: how many runs of one key a caller may
-#: have submitted and not yet read (Generator's decode pipeline depth is below it)
+#: at most this many readback buffers per pre-encoded run key: how many runs of one key a caller may
+#: have submitted and not yet read (Generator's decode pipeline depth is below it). A key gets only as
+#: many as its caller keeps unread at once: two for a caller that reads each run before the next.
 STAGING_RING = 8
 
 
@@ -91,8 +93,9 @@ class Encoder:
         self._entries: dict[int, list] = {}
         self._prepared: dict[tuple, Prepared] = {}
         self._slot = 0
-        # pre-encoded runs read back into buffers of their own key, STAGING_RING per key used in
-        # turn: a pipelined caller has runs in flight, unread, when it submits the next ones
+        # pre-encoded runs read back into buffers of their own key (up to STAGING_RING, then the
+        # set of slots whose runs are submitted and unread): a pipelined caller has runs in flight,
+        # unread, when it submits the next ones
         self._key_stagings: dict[tuple, list[Any]] = {}
         self._subsets: dict[frozenset[int], list[Segment]] = {}
         offsets: list[int] = []
@@ -226,9 +229,8 @@ class Encoder:
         A schedule without host steps is pre-encoded: the command buffer of the next run with the
         same steps, reads and copies is recorded while the GPU works on this one (command buffers
         are single-use, but nothing in them depends on input values). Such a run returns before
-        the GPU is done, so a caller may submit the next runs before reading this one (the
-        STAGING_RING readback buffers of a key are used in turn: read a run before submitting the
-        STAGING_RING-th run after it).
+        the GPU is done, so a caller may submit the next runs before reading this one (up to
+        STAGING_RING runs of one key unread at once; one more is an InputError).
 
         ``timer`` (profile.StepTimer) gives every GPU step, staging copy and the feed copies a pass
         of its own with timestamps, and times host steps; such a run is synchronous."""
@@ -240,10 +242,12 @@ class Encoder:
                 before_submit()
             # its readback waits for this submission only, not for a next run submitted meanwhile
             prepared.submission = submit_for_index(self.device.queue, prepared.commands)
-            if key in self._key_stagings:
-                self._key_stagings[key][-1] = prepared.slot  # the next run takes the buffer after it
-            self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
-            return lambda: prepared.read(self.arena)
+            unread = self._key_stagings[key][-1] if key in self._key_stagings else None
+            if unread is not None:
+                unread.add(prepared.slot)  # the next runs leave its buffer alone until it is read
+            if unread is None or len(unread) < STAGING_RING:  # else prepared at the next submit
+                self._prepared[key] = self._prepare(segments, reads, copies, key)  # overlaps the GPU's work
+            return functools.partial(self._read, prepared, unread)
         result = self._run_with_host_steps(host_io, reads, segments, copies, before_submit, timer)
         return lambda: result
 
@@ -296,13 +300,22 @@ class Encoder:
         dev.queue.submit([encoder.finish()])
         return readback.read(self.arena)
 
+    def _read(self, prepared: Prepared, unread: set[int] | None) -> list[bytes]:
+        try:
+            return prepared.read(self.arena)
+        finally:
+            if unread is not None:
+                unread.discard(prepared.slot)
+
     def _key_staging(self, key: tuple, size: int) -> tuple[int, Any]:
-        """(slot, buffer): the next of ``key``'s readback buffers after the one its last submitted
-        run uses (the runs before may still await their reads), grown to ``size`` bytes. Chosen
-        against the last *submitted* run, not the last prepared one: a run prepared and then
-        dropped (``invalidate``) must not make its replacement skip a buffer."""
-        ring = self._key_stagings.setdefault(key, [None] * STAGING_RING + [0])
-        slot = (ring[-1] + 1) % STAGING_RING
+        """(slot, buffer): the first of ``key``'s readback buffers that no submitted, unread run
+        uses, made or grown to ``size`` bytes. Chosen against the *submitted* runs, not the prepared
+        ones: a run prepared and then dropped (``invalidate``) holds no buffer."""
+        ring = self._key_stagings.setdefault(key, [None] * STAGING_RING + [set()])
+        slot = next((i for i in range(STAGING_RING) if i not in ring[-1]), None)
+        if slot is None:
+            raise InputError(f"{STAGING_RING} runs of this executable are submitted and not read back; "
+                             "read one (call what submit returned) before submitting another")
         if ring[slot] is None or ring[slot].size < size:
             ring[slot] = self.arena.own(self.device.device.create_buffer(
                 label="rlx_readback", size=max(align_up(size, 256), 256),

@@ -320,8 +320,9 @@ def test_run_flags_are_copied_when_the_executable_is_built(device, capsys):
 
 
 def test_runs_in_flight_up_to_the_readback_ring_read_back_their_own_results(device):
-    """A pipelined caller (Generator.generate, several decode steps deep) has up to STAGING_RING - 1
-    runs of one key submitted and unread: each still reads its own values."""
+    """A pipelined caller (Generator.generate, several decode steps deep) has up to STAGING_RING runs
+    of one key submitted and unread: each still reads its own values. One more is a clear error that
+    leaves the executable usable; a caller that reads each run before the next uses two buffers."""
     from rlxpy.wgpu_backend.encode import STAGING_RING
 
     g = rlxpy.Graph("counter_deep")
@@ -329,11 +330,19 @@ def test_runs_in_flight_up_to_the_readback_ring_read_back_their_own_results(devi
     g.output(g.add(x, g.param("one", [5]), name="y"))
     exe = rlxpy.compile(g)
     exe.set_param("one", np.ones(5, np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(exe.run({"x": np.zeros(5, np.float32)}, outputs=["y"])["y"], 1)
+    ring = next(iter(exe.encoder._key_stagings.values()))
+    assert sum(b is not None for b in ring[:-1]) == 2  # one run read, one encoded ahead
     in_flight = [exe.submit({"x": np.zeros(5, np.float32)}, outputs=["y"])]
-    for _ in range(STAGING_RING - 2):
+    for _ in range(STAGING_RING):  # the fed runs are one key (their feed copy makes them another)
         in_flight.append(exe.submit(feeds={"x": exe.handle("y")}, outputs=["y"]))
+    with pytest.raises(InputError, match="submitted and not read back"):
+        exe.submit(feeds={"x": exe.handle("y")}, outputs=["y"])
     for step, pending in enumerate(in_flight, 1):
         np.testing.assert_array_equal(pending()["y"], np.full(5, step, np.float32))
+    out = exe.run(feeds={"x": exe.handle("y")}, outputs=["y"])
+    np.testing.assert_array_equal(out["y"], np.full(5, STAGING_RING + 2, np.float32))
 
 
 def test_a_dropped_executable_gives_its_memory_back(device):
