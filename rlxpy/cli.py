@@ -144,7 +144,7 @@ def _chat(args: argparse.Namespace, check: Callable[[], None]) -> int:
             print(f"\nrlxpy: {e} (/reset starts over)", file=sys.stderr)
             continue
         finally:
-            reply.close()  # a stopped reply finishes its step in flight; the KV cache stays usable
+            reply.close()  # a stopped reply finishes its steps in flight; the KV cache stays usable
         print(flush=True)
         s = session.last
         print(

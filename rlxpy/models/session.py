@@ -99,7 +99,7 @@ class PrefixCache:
                     stats.finish_reason = "stop"
                 yield token
         finally:
-            tokens.close()  # a caller that stopped early: the generator drains its step in flight
+            tokens.close()  # a caller that stopped early: the generator drains its steps in flight
             if gen.position >= len(ids):  # the prefill finished: rows [0, position) are known
                 self.tokens = (ids + stats.tokens)[: gen.position]
             stats.prefill_seconds = gen.stats.prefill_seconds

@@ -237,7 +237,7 @@ class Engine:
                     if piece:
                         job.emit("text", piece)
             finally:
-                tokens.close()  # drains a decode step in flight; the cache stays consistent
+                tokens.close()  # drains the decode steps in flight; the cache stays consistent
             tail = decoder.flush()
             if tail:
                 job.emit("text", tail)
