@@ -190,12 +190,11 @@ class Arena:
         if self._transfer is None or self._transfer.size < total:
             # no destroy(): copies already recorded in this encoder may still use the old buffer;
             # dropping our reference lets wgpu free it once those commands are done
-            self._transfer = self.device.device.create_buffer(
+            self._transfer = self.own(self.device.device.create_buffer(
                 label="rlx_transfer",
                 size=max(align_up(total, 256), 256),
                 usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
-            )
-            self.own(self._transfer)
+            ), replaces=self._transfer)
         cursor = 0
         for src, _, n in copies:
             encoder.copy_buffer_to_buffer(self.buffer, src, self._transfer, cursor, align_up(n, 4))
@@ -212,12 +211,11 @@ class Arena:
         if self._stagings[slot] is None or self._stagings[slot].size < size:
             # no destroy(): a pre-encoded run may still copy into the old buffer; dropping our
             # reference frees it once no command buffer holds it
-            self._stagings[slot] = self.device.device.create_buffer(
+            self._stagings[slot] = self.own(self.device.device.create_buffer(
                 label=f"rlx_readback{slot}",
                 size=max(align_up(size, 256), 4096),
                 usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
-            )
-            self.own(self._stagings[slot])
+            ), replaces=self._stagings[slot])
         return self._stagings[slot]
 
     def read(self, offset: int, size: int) -> bytes:
@@ -240,8 +238,12 @@ class Arena:
         staging = staging if staging is not None else self._stagings[slot]
         return map_read(self.device.device, staging, size, align_up(size, 8), submission)
 
-    def own(self, buffer: Any) -> Any:
-        """``buffer``, to be destroyed with the arena (the executable's other buffers)."""
+    def own(self, buffer: Any, replaces: Any = None) -> Any:
+        """``buffer``, to be destroyed with the arena (the executable's other buffers). A buffer it
+        ``replaces`` (a smaller one) is left to wgpu: not destroyed, since commands already recorded
+        may still use it, and not kept, so that growing buffers do not pile up."""
+        if replaces is not None and replaces in self._owned:
+            self._owned.remove(replaces)
         self._owned.append(buffer)
         return buffer
 

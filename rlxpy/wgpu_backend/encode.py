@@ -319,7 +319,7 @@ class Encoder:
         if ring[slot] is None or ring[slot].size < size:
             ring[slot] = self.arena.own(self.device.device.create_buffer(
                 label="rlx_readback", size=max(align_up(size, 256), 256),
-                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
+                usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST), replaces=ring[slot])
         return slot, ring[slot]
 
     def _readback(self, encoder: Any, reads: Sequence[tuple[int, int]], commands: Any = None,
