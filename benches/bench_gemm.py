@@ -150,20 +150,18 @@ def bench_grouped_variants(variants: list[str], quick: bool) -> list[dict[str, A
     rows = []
     for experts, k, n, count in cases:
         for name in ["default", *variants]:
-            saved = grouped.FORCE_TILE, grouped.SUMS, dict(grouped.DEPTHS)
+            saved = grouped.FORCE_TILE, grouped.FORCE_CORE
             if name != "default":
-                tile, (depth, sums), _, _ = parse_variant(name)
-                grouped.FORCE_TILE, grouped.SUMS = tile, sums
-                grouped.DEPTHS[tile] = depth
+                tile, plan, _, _ = parse_variant(name)
+                grouped.FORCE_TILE, grouped.FORCE_CORE = tile, plan
             try:
                 row = bench_grouped(side, experts, k, n, count, 3 if quick else 10)
             finally:
-                grouped.FORCE_TILE, grouped.SUMS = saved[:2]
-                grouped.DEPTHS.clear()
-                grouped.DEPTHS.update(saved[2])
+                grouped.FORCE_TILE, grouped.FORCE_CORE = saved
             rows.append({"variant": name, **row})
             print(f"grouped {experts}x{count} {name:18s} gpu {row['rlxpy']['gpu_ms']} ms torch "
-                  f"{row['torch_ms']:.3f} ratio {row['ratio']} err {row['rel_error']:.2e}", flush=True)
+                  f"{row['torch_ms']:.3f} ratio {row['ratio']} err {row['rel_error']:.2e} "
+                  f"err/torch {row['err_vs_torch']:.2f}", flush=True)
     return rows
 
 

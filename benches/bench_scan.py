@@ -260,6 +260,9 @@ def bench_grouped(side: Side, experts: int, k: int, n: int, rows: int, repeat: i
     got = exe.run(feeds)["y"]
     tx, tw, ti = side.tensor(x), side.tensor(w), side.tensor(idx.astype(np.int64))
     want = moe_experts(side.torch, tx, tw, ti)
+    exact = moe_experts(side.torch, tx.double(), tw.double(), ti).cpu().numpy()
+    rms = {name: float(np.sqrt(np.mean((v - exact) ** 2)))
+           for name, v in (("rlxpy", got), ("torch", want.cpu().numpy()))}
     ours = rlxpy_ms(exe, feeds, repeat)
     torch_ms = side.time_ms(lambda: moe_experts(side.torch, tx, tw, ti), repeat)
     flops = 2.0 * rows * k * n
@@ -267,7 +270,9 @@ def bench_grouped(side: Side, experts: int, k: int, n: int, rows: int, repeat: i
     exe.destroy()
     return {"experts": experts, "rows": rows, "k": k, "n": n, "rlxpy": ours, "torch_ms": torch_ms,
             "ratio": ratio(torch_ms, ours), "rlxpy_tflops": flops / ours_ms / 1e9,
-            "torch_tflops": flops / torch_ms / 1e9, "rel_error": rel_error(got, want)}
+            "torch_tflops": flops / torch_ms / 1e9, "rel_error": rel_error(got, want),
+            # rms error against the float64 product, rlxpy's over torch f32's
+            "err_vs_torch": rms["rlxpy"] / rms["torch"]}
 
 
 def bench_mamba_model(side: Side, shape: dict[str, int], prompt: int, steps: int) -> dict[str, Any]:

@@ -141,6 +141,10 @@ KERNEL_VARIANT = flag(
     "auto",
     "kernel variants: auto (by adapter type), gpu (workgroup-cooperative), cpu (one invocation per row)",
 )
+CHECKED_SHADERS = flag(
+    "RLX_WGPU_CHECKED_SHADERS", int, 0,
+    "compile every kernel with WGSL's runtime bounds checks (the GEMM kernels run without them)",
+)
 RAW_ENCODE = flag(
     "RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)"
 )

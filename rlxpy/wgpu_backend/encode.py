@@ -108,7 +108,7 @@ class Encoder:
             blob[slot * self.stride : slot * self.stride + len(step.uniforms)] = step.uniforms
             offsets += [step.window[0], slot * self.stride]
             # "kernel:node" of the first step that compiles it (a pipeline is shared by identical WGSL)
-            pipeline = device.pipeline(step.label, step.source, record)
+            pipeline = device.pipeline(step.label, step.source, record, step.checked)
             if not self.segments or self.segments[-1].kind != "gpu":
                 self.segments.append(Segment("gpu", []))
             self.slot_of[index] = slot

@@ -45,6 +45,7 @@ class Step:
     extent_axis: int = -1  # grid axis that shrinks with the active extent (-1: keep the grid)
     extent_rows: int = 0  # leading dim of the step's node: the extent it can scale, 0 = none
     copy: tuple[int, int, int] | None = None  # (src byte offset, dst byte offset, bytes)
+    checked: bool = True  # compiled with WGSL's runtime checks (Kernel.checked)
 
     @property
     def workgroups(self) -> int:
@@ -178,6 +179,7 @@ class LowerCtx:
             scales=kernel.params.scales if scalable else (),
             extent_axis=kernel.extent_axis,
             extent_rows=int(node.shape[0]) if node.rank and scalable else 0,
+            checked=kernel.checked,
         )
 
     # -- kernel contracts -----------------------------------------------------------------------

@@ -84,19 +84,19 @@ def test_matmul_schedule_is_one_tiled_dispatch(device):
     assert (fields["m"], fields["k"], fields["n"], fields["has_bias"]) == (65, 33, 129, 0)
 
 
-def test_default_plan_is_64x128_tiles_then_64x64_in_16_deep_steps():
+def test_default_plan_is_128x64_tiles_then_64x64_in_16_deep_steps():
     for m, n, batch in [(4096, 4096, 1), (4096, 384, 1)]:
-        assert matmul.choose_tile(m, n, batch) == (64, 128)
+        assert matmul.choose_tile(m, n, batch) == (128, 64)
     for m, n, batch in [(1024, 1024, 1), (256, 4096, 1), (65, 129, 1)]:
-        assert matmul.choose_tile(m, n, batch) == (64, 64), "fewer than MIN_GROUPS 64x128 tiles"
-    assert matmul.core(64, 128) == (8, "stepq")
+        assert matmul.choose_tile(m, n, batch) == (64, 64), "fewer than MIN_GROUPS 128x64 tiles"
+    assert matmul.core(128, 64) == (8, "k64")
     assert matmul.core(64, 64) == (16, "step")
     assert matmul.core(128, 128) == (8, "step"), "tiles CORES does not list take 8-deep steps"
     g = rlxpy.Graph("big")
     g.output(g.matmul(g.input("a", (2048, 256)), g.input("w", (256, 4100))))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
-    assert step.grid == (33, 32, 1) and uses_vec4(step)
-    assert "const BN: u32 = 128u" in step.source and "const BK: u32 = 8u" in step.source
+    assert step.grid == (65, 16, 1) and uses_vec4(step) and not step.checked
+    assert "const BM: u32 = 128u" in step.source and "const BK: u32 = 8u" in step.source
     g = rlxpy.Graph("small")
     g.output(g.matmul(g.input("a", (1024, 256)), g.input("w", (256, 1024))))
     (step,) = lower_graph(prepare(g), DeviceFacts()).steps
@@ -409,3 +409,22 @@ def test_long_k_rounding_of_the_tiled_kernel_is_no_worse_than_torch_f32(device, 
         return float(np.sqrt(((a.astype(np.float64) - want) ** 2).mean() / (want ** 2).mean()))
 
     assert rms(got) <= 1.5 * rms(ours), (rms(got), rms(ours))
+
+
+@pytest.mark.parametrize("checked", [0, 1], ids=["unchecked", "checked"])
+def test_the_gemm_runs_without_runtime_checks_unless_asked(device, monkeypatch, tiled_only, checked):
+    """matmul_tiled is compiled without WGSL's index clamps (its indices are in range by construction);
+    RLX_WGPU_CHECKED_SHADERS puts them back. The same product either way, against torch."""
+    from rlxpy.wgpu_backend import device as device_module
+
+    compiled = []
+    real = device_module.unchecked_module
+    monkeypatch.setattr(device_module, "unchecked_module", lambda *a: compiled.append(a[1]) or real(*a))
+    monkeypatch.setattr(device, "_pipelines", {})  # compile afresh: an earlier test may share the WGSL
+    a, w = rand((255, 17), seed=3), rand((17, 131), seed=4)
+    with env.override(RLX_WGPU_CHECKED_SHADERS=checked):
+        g = rlxpy.Graph(f"checks{checked}")
+        g.output(g.matmul(g.input("a", a.shape), g.input("w", w.shape), name="y"))
+        got = rlxpy.compile(g).run({"a": a, "w": w})["y"]
+    assert [label.split(":")[0] for label in compiled] == ([] if checked else ["matmul_tiled"])
+    assert_close(got, a.astype(np.float64) @ w, *TOL["matmul"])

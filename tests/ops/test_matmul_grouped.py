@@ -226,3 +226,11 @@ def test_16_deep_steps_fall_back_to_8_deep_within_16_kib():
         steps = lower_graph(prepare(g), DeviceFacts(max_workgroup_storage=storage)).steps
         (gemm,) = [s for s in steps if s.kernel == "matmul_grouped"]
         assert f"const RT_K: u32 = {depth}u;" in gemm.source
+
+
+def test_tile_plan_fills_its_rows_fits_the_workgroup_memory_and_runs_unchecked():
+    assert matmul_grouped.choose_tile(4096, 8, 8192) == (128, 128), "512 rows an expert fill 128-row tiles"
+    assert matmul_grouped.core(128, 128) == (8, "none")
+    assert matmul_grouped.choose_tile(4096, 64, 1408) == (64, 128), "64 rows an expert: 64-row tiles"
+    assert matmul_grouped.choose_tile(4096, 8, 8192, storage=16384) == (64, 128), "128x128 needs 16.5 KiB"
+    assert not matmul_grouped.MATMUL_GROUPED.checked and matmul_grouped.MATMUL_GROUPED_ROUTE.checked

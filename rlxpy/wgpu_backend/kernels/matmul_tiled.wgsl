@@ -100,23 +100,23 @@ fn w_spot(v: u32) -> vec2<u32> {
 // Vec4 number v of a's part of the step at k0, and of w's (zero outside the matrices or past the step).
 fn fetch_a(a_base: u32, row0: u32, k0: u32, v: u32) -> vec4<f32> {
     let at = a_spot(v);
-    if (v >= A_STEP) {
-        return vec4<f32>();
-    }
+    var va: vec4<f32>;
     if (TRANS_A) {
-        return load_a_t(a_base, row0 + at.x, k0 + at.y);
+        va = load_a_t(a_base, row0 + at.x, k0 + at.y);
+    } else {
+        va = load_a(a_base, row0 + at.x, k0 + at.y);
     }
-    return load_a(a_base, row0 + at.x, k0 + at.y);
+    return select(vec4<f32>(), va, v < A_STEP);
 }
 fn fetch_w(w_base: u32, col0: u32, k0: u32, v: u32) -> vec4<f32> {
     let wt = w_spot(v);
-    if (v >= W_STEP) {
-        return vec4<f32>();
-    }
+    var vw: vec4<f32>;
     if (TRANS_B) {
-        return load_w_t(w_base, k0 + wt.x, col0 + wt.y);
+        vw = load_w_t(w_base, k0 + wt.x, col0 + wt.y);
+    } else {
+        vw = load_w(w_base, k0 + wt.x, col0 + wt.y);
     }
-    return load_w(w_base, k0 + wt.x, col0 + wt.y);
+    return select(vec4<f32>(), vw, v < W_STEP);
 }
 
 // Registers -> workgroup buffer `b`: a k-major so the sums read 4 rows as one vec4 (4 k of a row go to

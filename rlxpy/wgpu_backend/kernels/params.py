@@ -105,6 +105,10 @@ class Kernel:
     dtypes: Accepts = Accepts()
     mutates: tuple[str, ...] = ()
     sizes: tuple[tuple[str, int], ...] = ()
+    #: False: compiled without WGSL's runtime checks (index clamps, loop bounding; Device.pipeline).
+    #: Only for a kernel whose every index is in range by construction and whose global reads are
+    #: guarded in its own code; the op tests run it both ways (RLX_WGPU_CHECKED_SHADERS).
+    checked: bool = True
 
     def launch(self, subs: Mapping[str, object] | None = None) -> tuple[tuple[int, int, int], int]:
         """(workgroup size, workgroup memory bytes) of the variant made with ``subs``."""
@@ -162,11 +166,13 @@ def include(text: str, values: dict[str, object] | None = None, what: str = "wgs
 def kernel(name: str, params: Layout, *, dtypes: Accepts,
            workgroup: tuple[int, int | str, int | str] = (256, 1, 1),
            shared_bytes: int | Callable[[Mapping[str, object]], int] = 0, extent_axis: int = -1,
-           mutates: tuple[str, ...] = (), sizes: Mapping[str, int] | None = None) -> Kernel:
+           mutates: tuple[str, ...] = (), sizes: Mapping[str, int] | None = None,
+           checked: bool = True) -> Kernel:
     """Declare the kernel of ``kernels/<name>.wgsl`` with its contract (kernels/contract.py): the
     dtypes it takes, its workgroup size and memory (``shared_bytes`` may be a function of the
     substitutions, ``sizes`` gives the defaults of those it reads), and the uniform fields of the
-    inputs it writes in place (``mutates``). ``LowerCtx.dispatch`` enforces it for every step."""
+    inputs it writes in place (``mutates``); ``checked=False`` drops WGSL's runtime checks (see
+    ``Kernel.checked``). ``LowerCtx.dispatch`` enforces it for every step."""
     if name in KERNELS:
         raise RegistryError(f"kernel {name} declared twice")
     if not (KERNEL_DIR / f"{name}.wgsl").exists():
@@ -177,7 +183,7 @@ def kernel(name: str, params: Layout, *, dtypes: Accepts,
     if not isinstance(workgroup[0], int):
         raise RegistryError(f"kernel {name}: the workgroup's x size is a number ({{{{WG}}}} overrides it)")
     declared = Kernel(name, params, workgroup, shared_bytes, extent_axis, dtypes, tuple(mutates),
-                      tuple((sizes or {}).items()))
+                      tuple((sizes or {}).items()), checked)
     try:
         declared.launch()
     except KeyError as e:

@@ -5,7 +5,7 @@ the skinny GEMM of matmul_skinny.py, which reads the weight once per block of <=
 
 The tiled GEMM's tile is BM x BN (64 or 128 each) on 16 x 16 threads, 4-wide vec4 groups per thread,
 summing BK = 8 or 16 k per double-buffered step (``core``; the per-thread code is written out by
-matmul_core.py); 64 x 128 tiles in 8-deep steps, or 64 x 64 in 16-deep ones for smaller grids, are the
+matmul_core.py); 128 x 64 tiles in 8-deep steps, or 64 x 64 in 16-deep ones for smaller grids, are the
 default (TILES, CORES: measured below). Where every offset, row length and
 split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
 otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
@@ -40,17 +40,20 @@ MATMUL_TILED = kernel(
     dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # a, w, bias
     # the double-buffered a and w tiles, [2][BK][BM] and [2][BK][BN] (a 128 x 128 tile: 16 KiB)
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
-    sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1)
+    sizes={"A_VECS": 2 * 8 * 128 // 4, "W_VECS": 2 * 8 * 128 // 4}, extent_axis=1,
+    # workgroup tiles indexed in range by construction, global reads guarded (include/matmul_access_*)
+    checked=False)
 BK = 8  # K per step of the tiles CORES does not list, and the unit of the K split's chunks
 #: (BM, BN) from the largest; the first whose grid has at least MIN_GROUPS workgroups is taken (a grid
 #: of 160 already fills an H100's 132 SMs). The core (lowering/matmul_core) writes everything per thread
 #: out with constant indices: named vec4 accumulators and staged loads, 2-D workgroup tiles read at
-#: constant rows. On an H100 (benches/bench_gemm.py, 2026-11-26, one call) 64x128 in 8-deep steps with
-#: per-quadrant block sums reached 28.8 TFLOP/s at 4096^3 (the former 64x64 16-deep plan 22.6, 128x128
-#: 23.7-24.0, 128x64 25.6), 20.7 at 4096 x 384 x 1536 (192 workgroups; 64x64: 16.7) and 26.6 at
-#: 4096 x 1536 x 384 (22.2); with 128 workgroups (1024^3, 256 x 4096 x 4096) 64x64 16-deep stays ahead
-#: (23.8 / 24.6 against 21.1 / 18.5). The kernel takes any BM, BN in {64, 128, 256} (FORCE_TILE).
-TILES = ((64, 128), (64, 64))
+#: constant rows, a K loop without branches; the kernel is compiled without runtime checks. On an H100
+#: (benches/RESULTS.md, 2026-11-26, "the GEMM core's instruction stream") at 4096^3: 128x64 in 8-deep
+#: steps with block sums per 64 of K 36.8 TFLOP/s (per 32: 36.3; one running sum 38.5), 64x128 with
+#: per-quadrant step sums 32.6 (per 64 of K 34.8), 128x128 with one running sum 40.7 but with per-half
+#: step sums 31.5 (a block sum costs it a second set of 64 accumulators), 64x64 16-deep 32.4. The
+#: kernel takes any BM, BN in {64, 128, 256} (FORCE_TILE).
+TILES = ((128, 64), (64, 64))
 MIN_GROUPS = 160
 MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
                                                      y=U32), dtypes=accepts(DType.F32, out=DType.F32))
@@ -66,12 +69,11 @@ FORCE_TILE: tuple[int, int] | None = None
 VEC4 = True
 FORCE_SPLITS: int | None = None
 #: (BK, sums) per (BM, BN) tile (lowering/matmul_core); tiles not listed take (BK, "step"). FORCE_CORE
-#: (benches and tests) sets one for every tile. Block sums (error against float64 at 0.26-0.71x torch
-#: f32's on the H100; one running sum is at torch's level, 2x it where torch splits K): 64x64 over each
-#: 16-deep step (16 KiB of workgroup memory, WebGPU's minimum limit); 64x128 over each 8-deep step, one
-#: 64 x 64 quadrant at a time, so the block sums take 16 registers instead of 32 (full block sums or
-#: sums per 64 of K cost 15-30% at 128x128, a second full set of accumulators).
-CORES: dict[tuple[int, int], tuple[int, str]] = {(64, 128): (8, "stepq"), (64, 64): (16, "step")}
+#: (benches and tests) sets one for every tile. Block sums keep the error against float64 under torch
+#: f32's (one running sum is at torch's level, 2x it where torch splits K): 128x64 over each 64 of K
+#: (0.18x torch's error at 4096^3, 2.1e-7 rms), 64x64 over each 16-deep step (16 KiB of workgroup
+#: memory, WebGPU's minimum limit).
+CORES: dict[tuple[int, int], tuple[int, str]] = {(128, 64): (8, "k64"), (64, 64): (16, "step")}
 FORCE_CORE: tuple[int, str] | None = None
 #: Tile rows per band of the workgroup walk (matmul_tiled's GROUP_ROWS; 0: as dispatched).
 GROUP_ROWS = 0

@@ -13,10 +13,12 @@ per-thread array reaches the driver:
 * the K loop runs two steps per iteration, one per buffer, so the buffer is a constant too.
 
 The next step's operands are loaded into registers (the kernel's ``fetch`` statement) before the
-current one is summed, then stored into the other buffer (``stage``), one barrier per step.
+current one is summed, then stored into the other buffer (``stage``), one barrier per step; the loop
+body has no branch (see ``_step``).
 
-Sums (``sums``): "none" is one running f32 sum per output (benches only: its error against float64 is
-torch f32's); "step" sums each step's BK products on their own before adding them to the running sum
+Sums (``sums``): "none" is one running f32 sum per output (cuBLAS's way: its error against float64 is
+about torch f32's; GroupedMatMul's 128x128 tiles, where a block sum would need a second set of 64
+accumulators); "step" sums each step's BK products on their own before adding them to the running sum
 ("steph" / "stepq": one 64-row group / 64 x 64 quadrant of the thread's outputs after the other, so
 the block sums take a half / a quarter of the registers); "kN" does so per N of K (N a multiple of
 2 BK). A blocked sum's rounding error grows with the
@@ -103,12 +105,14 @@ def _add_blocks(group: list[tuple[int, int, int]]) -> str:
 
 
 def _step(bm: int, bn: int, bk: int, sums: str, half: int, at: str, parts: dict[str, str]) -> list[str]:
-    """One K step ``at`` read from buffer ``half``: prefetch the next, sum, stage it, barrier."""
+    """One K step ``at`` read from buffer ``half``: prefetch the next, sum, stage it, barrier. The
+    prefetch and the stage run unconditionally: past the last step they load zeros (the loads check
+    k against K) into the buffer no later step reads, which keeps the loop body free of branches (a
+    branch merging the accumulators costs the driver's register allocator dozens of moves)."""
     k0 = f"({at} + 1u) * {bk}u"
-    return [f"let more = {at} + 1u < steps;",
-            f"if (more) {{ {parts['fetch'].format(k0=k0)} }}",
+    return [f"{{ {parts['fetch'].format(k0=k0)} }}",
             *_sums(bm, bn, bk, sums, half, parts["a"], parts["w"]),
-            f"if (more) {{ {parts['stage'].format(half=1 - half)} }}",
+            f"{{ {parts['stage'].format(half=1 - half)} }}",
             "workgroupBarrier();"]
 
 
@@ -119,22 +123,22 @@ def _indent(lines: list[str], depth: int) -> list[str]:
 def k_loop(bm: int, bn: int, bk: int, sums: str, fetch: str, stage: str, a: str = "tile_a",
            w: str = "tile_w", depth: int = 1) -> str:
     """The K loop over ``steps`` steps (a u32 the kernel defines; step 0 is staged in buffer 0 before
-    it). ``fetch`` loads step {k0}'s operands into registers, ``stage`` stores them into buffer {half};
-    ``a`` / ``w`` name the workgroup tiles."""
+    it). ``fetch`` loads step {k0}'s operands into registers (zeros past K), ``stage`` stores them into
+    buffer {half}; ``a`` / ``w`` name the workgroup tiles. Each iteration runs two steps, one per
+    buffer, with no branch between them: an odd step count gets one more step of zeros."""
     block = block_steps(bk, sums)
     parts = {"fetch": fetch, "stage": stage, "a": a, "w": w}
-    inner = 1 if block <= 1 else 2
-    end = "steps" if block <= 1 else "kb_end"
     body = ["{", *_indent(_step(bm, bn, bk, sums, 0, "ks", parts), 1), "}",
-            f"if (ks + 1u < {end}) {{", *_indent(_step(bm, bn, bk, sums, 1, "ks + 1u", parts), 1), "}"]
+            "{", *_indent(_step(bm, bn, bk, sums, 1, "ks + 1u", parts), 1), "}"]
+    even = "let even_steps = (steps + 1u) & ~1u;"
     if block <= 1:
-        lines = ["for (var ks = 0u; ks < steps; ks = ks + 2u) {", *_indent(body, inner), "}"]
+        lines = [even, "for (var ks = 0u; ks < even_steps; ks = ks + 2u) {", *_indent(body, 1), "}"]
     else:
         zero = " ".join(f"{q} = vec4<f32>();" for q in _block_names(bm, bn, sums))
-        lines = [f"for (var kb = 0u; kb < steps; kb = kb + {block}u) {{",
-                 f"    let kb_end = min(steps, kb + {block}u);",
+        lines = [even, f"for (var kb = 0u; kb < even_steps; kb = kb + {block}u) {{",
+                 f"    let kb_end = min(even_steps, kb + {block}u);",
                  f"    {zero}",
-                 "    for (var ks = kb; ks < kb_end; ks = ks + 2u) {", *_indent(body, inner), "    }",
+                 "    for (var ks = kb; ks < kb_end; ks = ks + 2u) {", *_indent(body, 2), "    }",
                  f"    {_add_blocks(_outputs(bm, bn))}",
                  "}"]
     return "\n".join(_indent(lines, depth))

@@ -10,9 +10,9 @@ Two dispatches, no host step:
 
    * matmul_grouped (many rows, compute-bound): the register-tiled GEMM core
      (include/matmul_register_tiles.wgsl and matmul_core.py, matmul_tiled's: double-buffered 8- or
-     16-deep K steps with register prefetch, 4 x 4 vec4 blocks per thread) on the tile's rows,
-     gathered through the permutation, and their expert's weight; each weight tile is read once per
-     BM rows. The tile (BM x BN) is the first of TILES whose grid reaches MIN_GROUPS workgroups.
+     16-deep K steps with register prefetch, vec4 blocks per thread, no runtime checks) on the tile's
+     rows, gathered through the permutation, and their expert's weight; each weight tile is read once
+     per BM rows. The tile (BM x BN): ``choose_tile``, its K plan: CORES.
    * matmul_grouped_rows (at most FEW_ROWS rows, decode: the weight read dominates): 64 columns a
      workgroup, its 256 lanes streaming the expert's weight rows in 16 k groups (4 rows in flight
      per lane, no barrier in the K loop), one register sum per tile row, the k groups added in
@@ -20,8 +20,8 @@ Two dispatches, no host step:
      (its predecessor, 64 x 64 x and w tiles staged per 16-deep K step behind a barrier: 0.43 /
      0.38 ms; reading the weights the rows touch takes ~0.1 / ~0.03 ms).
 
-   The tiled kernel at 8 experts x 4096 rows x 2048 x 8192 on an H100: 4.90 ms, 28 TFLOP/s (TILES);
-   cuBLAS's per-expert products take 3.7.
+   The tiled kernel at 8 experts x 4096 rows x 2048 x 8192 on an H100: 3.55 ms, 39 TFLOP/s (TILES,
+   CORES); cuBLAS's per-expert products take 3.7-3.9.
 
    Both read the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
    (matmul_tiled's access includes), else word by word.
@@ -49,23 +49,26 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 INDEX_TYPES = {DType.I32: "i32", DType.U32: "u32", DType.F32: "f32", DType.I64: "i64"}
 ROUTE_LANES = 256
 MIN_TILE_ROWS = 64  # the smallest BM: the most tiles, which the scratch is sized for
-TILE_K = 8  # K per step of the register-tiled core for the tiles DEPTHS does not list (the shallowest)
-#: (BM, BN) from the largest (the dense GEMM's rule); see the module docstring. On an H100 (2026-11-26,
-#: benches/bench_gemm.py --grouped, one call; the core of lowering/matmul_core) 64x128 in 8-deep steps
-#: with per-quadrant block sums took 4.90 / 1.36 ms at 8 / 64 experts x 4096 rows (64x64 16-deep: 5.78 /
-#: 1.46; 128x128: 6.17-6.27 / 1.98-2.01, and 4.02 / 1.30 with one running sum, torch f32's error level).
-TILES = ((64, 128), (64, 64))
-#: K per step by tile (at most 1024 / BM and 1024 / BN: one vec4 of each operand per thread and step)
-DEPTHS: dict[tuple[int, int], int] = {(64, 128): 8, (64, 64): 16}
+TILE_K = 8  # K per step of the register-tiled core for the tiles CORES does not list (the shallowest)
+#: (BM, BN) from the largest (``choose_tile``; a 128-row tile of an expert with 64 rows would be half idle).
+TILES = ((128, 128), (64, 128), (64, 64))
+#: (K per step, K sum of lowering/matmul_core) by tile (K per step at most 1024 / BM and 1024 / BN: one
+#: vec4 of each operand per thread and step). On an H100 (2026-11-26, benches/RESULTS.md) 8 experts x
+#: 4096 rows x 2048 x 8192 took 3.53-3.55 ms at 128x128 with one running sum (cuBLAS's per-expert
+#: products 3.7-4.0 ms), 4.15-4.18 at 64x128 with block sums per quadrant or per 32 of K, 4.23-4.27 at
+#: 128x128 with block sums per 256-1024 of K (the second set of 64 accumulators spills), 4.58 at
+#: 128x64. The price of one running sum: rms error against float64 8.1e-7 where torch f32's is 6.2e-7
+#: (the quadrant sums: 2.9e-7).
+CORES: dict[tuple[int, int], tuple[int, str]] = {(128, 128): (8, "none"), (64, 128): (8, "stepq"),
+                                                 (64, 64): (16, "step")}
 MIN_GROUPS = 256
 #: the few-rows kernel: at most this many rows (each lane keeps one sum per row), 64 columns a workgroup
 FEW_ROWS, ROWS_COLS = 16, 64
 MAX_EXPERTS = 1024
-#: Benches and tests only: force a (BM, BN) of the tiled kernel. Not a user flag.
+#: Benches and tests only: force a (BM, BN) of the tiled kernel, and its (K per step, K sum). Not user
+#: flags.
 FORCE_TILE: tuple[int, int] | None = None
-#: The K sum (lowering/matmul_core: "step", "steph", "stepq", "kN" or, benches only, "none"): block
-#: sums per step, one 64 x 64 quadrant of the tile at a time (a 64x64 tile is one quadrant).
-SUMS = "stepq"
+FORCE_CORE: tuple[int, str] | None = None
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
     "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
@@ -86,7 +89,8 @@ MATMUL_GROUPED = kernel(
     "matmul_grouped", _gemm_params("MatmulGroupedParams"), dtypes=_GEMM_DTYPES, workgroup=(16, 16, 1),
     # the double-buffered x and w tiles, the tile's row ids and its job
     shared_bytes=lambda s: 4 * (2 * int(s["RT_K"]) * (int(s["BM"]) + int(s["BN"])) + int(s["BM"]) + 4),
-    sizes={"BM": 64, "BN": 128, "RT_K": TILE_K})
+    sizes={"BM": 64, "BN": 128, "RT_K": TILE_K},
+    checked=False)  # as matmul_tiled: tiles indexed in range by construction, global reads guarded
 MATMUL_GROUPED_ROWS = kernel(
     "matmul_grouped_rows", _gemm_params("MatmulGroupedRowsParams"), dtypes=_GEMM_DTYPES,
     workgroup=(16, 16, 1),
@@ -112,11 +116,15 @@ def few_rows(rows: int) -> bool:
     return rows <= FEW_ROWS
 
 
-def choose_tile(rows: int, experts: int, n: int) -> tuple[int, int]:
+def choose_tile(rows: int, experts: int, n: int, storage: int = 1 << 30) -> tuple[int, int]:
+    """The tiled kernel's (BM, BN): the first of TILES whose grid reaches MIN_GROUPS, whose rows the
+    experts fill on average and whose workgroup memory fits ``storage`` bytes."""
     if FORCE_TILE is not None:
         return FORCE_TILE
     for bm, bn in TILES:
-        if math.ceil(n / bn) * max_tiles(rows, experts, bm) >= MIN_GROUPS:
+        filled = bm == MIN_TILE_ROWS or rows >= bm * experts
+        fits = MATMUL_GROUPED.launch({"BM": bm, "BN": bn, "RT_K": core(bm, bn)[0]})[1] <= storage
+        if filled and fits and math.ceil(n / bn) * max_tiles(rows, experts, bm) >= MIN_GROUPS:
             return bm, bn
     return TILES[-1]
 
@@ -160,11 +168,11 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
         bm, gemm, cols = MIN_TILE_ROWS, MATMUL_GROUPED_ROWS, ROWS_COLS
         subs |= few_rows_source(FEW_ROWS)
     else:
-        (bm, cols), gemm = choose_tile(rows, experts, n), MATMUL_GROUPED
+        (bm, cols), gemm = choose_tile(rows, experts, n, ctx.facts.max_workgroup_storage), MATMUL_GROUPED
         tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols)}
         if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # 64x64 8 deep fits 16 KiB
             bm, cols = TILES[-1]
-            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, depth=TILE_K)}
+            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, (TILE_K, "step"))}
         subs |= tiled
     route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
     grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
@@ -174,17 +182,21 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
                          m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
 
 
-def register_tiles(bm: int, bn: int, sums: str | None = None, depth: int | None = None) -> dict[str, object]:
+def core(bm: int, bn: int) -> tuple[int, str]:
+    """(K per step, K sum) of a BM x BN tile: FORCE_CORE, else CORES', else TILE_K with step sums."""
+    return FORCE_CORE or CORES.get((bm, bn), (TILE_K, "step"))
+
+
+def register_tiles(bm: int, bn: int, plan: tuple[int, str] | None = None) -> dict[str, object]:
     """The placeholders of matmul_grouped.wgsl's core for a BM x BN tile (include/matmul_register_tiles
-    and lowering/matmul_core): the accumulators, the K loop (``depth`` deep steps, unset: DEPTHS',
-    else TILE_K; ``sums`` the block sum, unset: SUMS) and the stores, written out, and the buffer sizes."""
-    depth = depth or DEPTHS.get((bm, bn), TILE_K)
-    sums = sums or SUMS
+    and lowering/matmul_core): the accumulators, the K loop (``plan`` = (K per step, K sum); unset:
+    the tile's ``core``) and the stores, written out, and the buffer sizes."""
+    depth, sums = plan or core(bm, bn)
     if depth * max(bm, bn) > 1024:
         raise ValueError(f"a {bm}x{bn} tile in {depth}-deep steps moves more than one vec4 of an operand "
                          "per thread and step")
-    fetch = ("if (s.loads_a) {{ va = load_a(p.x, row, {k0} + s.ak); }} "
-             "if (s.loads_w) {{ vw = load_w(w, {k0} + s.wk, col0 + s.wc); }}")
+    fetch = ("va = select(vec4<f32>(), load_a(p.x, row, {k0} + s.ak), s.loads_a); "
+             "vw = select(vec4<f32>(), load_w(w, {k0} + s.wk, col0 + s.wc), s.loads_w);")
     return {"RT_ACC": matmul_core.declarations(bm, bn, depth, sums),
             "RT_LOOP": matmul_core.k_loop(bm, bn, depth, sums, fetch, "rt_put({half}u, s, va, vw);",
                                           "rt_a", "rt_w", depth=2),

@@ -11,17 +11,15 @@
 fn ld4(i: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(buf[i >> 2u]);
 }
+// Branch-free: a load outside reads word 0 of the window instead and is replaced by zeros (no branch
+// in the GEMM's K loop, see lowering/matmul_core.py).
 fn load_a(base: u32, row: u32, k: u32) -> vec4<f32> {
-    if (row < p.m && k < p.k_len) {  // k is a multiple of 4 and so is p.k_len: all four or none
-        return ld4(base + row * p.k + k);
-    }
-    return vec4<f32>();
+    let inside = row < p.m && k < p.k_len;  // k is a multiple of 4 and so is p.k_len: all four or none
+    return select(vec4<f32>(), ld4(select(0u, base + row * p.k + k, inside)), inside);
 }
 fn load_w(base: u32, k: u32, col: u32) -> vec4<f32> {
-    if (k < p.k_len && col < p.n) {
-        return ld4(base + k * p.n + col);
-    }
-    return vec4<f32>();
+    let inside = k < p.k_len && col < p.n;
+    return select(vec4<f32>(), ld4(select(0u, base + k * p.n + col, inside)), inside);
 }
 fn load_bias(col: u32) -> vec4<f32> {
     return ld4(p.bias + col);
