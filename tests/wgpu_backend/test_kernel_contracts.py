@@ -180,6 +180,15 @@ def _wide_variants(g: rlxpy.Graph) -> None:
              g.sample(g.input("logits", (1, 20000)), 0.7, top_k=5))
 
 
+#: kernels compiled without WGSL's runtime checks (Kernel.checked): each one's indices were audited to
+#: stay in range by construction; adding one to this set is a deliberate act
+UNCHECKED = {"matmul_tiled", "matmul_grouped", "quant_gguf_tiled", "attention_flash", "attention_flash_rows"}
+
+
+def test_only_audited_kernels_run_without_runtime_checks():
+    assert {name for name, k in KERNELS.items() if not k.checked} == UNCHECKED
+
+
 def test_declared_launches_match_the_rendered_wgsl(monkeypatch):
     """Every dispatch's declared (workgroup, memory) is what its rendered WGSL declares, over the graphs
     that reach every kernel (test_kernel_sources.py) on GPU, CPU and wide adapters."""

@@ -40,6 +40,9 @@ ATTENTION_FLASH_ROWS = kernel(
     # K and V blocks: BKEYS rows of D floats each
     shared_bytes=lambda s: 2 * 4 * int(s["SPLITS"]) * int(s["KT"]) * int(s["D"]),
     sizes={"SPLITS": ROWS_SPLITS, "KT": ROWS_KEYS, "D": ROWS_MAX_DIM},
+    # no runtime checks: block indices stay under BKEYS * DV (the staging is guarded where the block
+    # is not a whole number of loads), global reads clamped in load_kv; prefill 4% faster on an H100
+    checked=False,
 )
 
 
