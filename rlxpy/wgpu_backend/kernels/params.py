@@ -107,7 +107,8 @@ class Kernel:
     sizes: tuple[tuple[str, int], ...] = ()
     #: False: compiled without WGSL's runtime checks (index clamps, loop bounding; Device.pipeline).
     #: Only for a kernel whose every index is in range by construction and whose global reads are
-    #: guarded in its own code; the op tests run it both ways (RLX_WGPU_CHECKED_SHADERS).
+    #: guarded in its own code (test_kernel_contracts lists them); RLX_WGPU_CHECKED_SHADERS=1 puts
+    #: the checks back, e.g. to rule them out while chasing a wrong result.
     checked: bool = True
 
     def launch(self, subs: Mapping[str, object] | None = None) -> tuple[tuple[int, int, int], int]:
