@@ -143,7 +143,7 @@ KERNEL_VARIANT = flag(
 )
 CHECKED_SHADERS = flag(
     "RLX_WGPU_CHECKED_SHADERS", int, 0,
-    "compile every kernel with WGSL's runtime bounds checks (the GEMM kernels run without them)",
+    "compile every kernel with WGSL's runtime bounds checks (audited GEMM and attention kernels skip them)",
 )
 RAW_ENCODE = flag(
     "RLX_WGPU_RAW_ENCODE", int, 1, "encode dispatches through raw wgpu-native calls (0 = wrappers)"
