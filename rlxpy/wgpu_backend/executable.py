@@ -328,7 +328,9 @@ class WgpuExecutable:
             if handle.node.type != node.type:
                 raise InputError(f"feed {name!r} ({node.type}) from {handle.node.name} ({handle.node.type}): "
                                  "types differ")
-            copies.append((handle.offset, self.schedule.node_offset(node.id), node.nbytes))
+            target = self.schedule.node_offset(node.id)
+            if handle.offset != target:  # a feed of the input's own slot (last run's input) moves nothing
+                copies.append((handle.offset, target, node.nbytes))
             self._last_inputs.pop(name, None)  # the slot no longer holds the last upload
         return copies
 
@@ -399,7 +401,10 @@ class WgpuExecutable:
 
     def sync(self) -> None:
         """Wait until the GPU finished everything submitted so far."""
-        self.arena.read(0, 4)
+        from rlxpy.wgpu_backend.readback import wait_idle  # wgpu-native's C calls: device side only
+
+        self.device.check(f"sync {self.graph.name}")  # a poll of a lost device may abort the process
+        wait_idle(self.device.device)
 
     def _resolve_outputs(self, outputs: Iterable[str] | None) -> list[Node]:
         out_nodes = [self.graph.nodes[i] for i in self.graph.outputs]

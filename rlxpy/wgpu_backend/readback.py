@@ -35,6 +35,11 @@ def submit_for_index(queue: Any, commands: Any) -> int:
     return int(lib.wgpuQueueSubmitForIndex(queue._internal, 1, handles))
 
 
+def wait_idle(device: Any) -> None:
+    """Block until the GPU finished every submission so far: one blocking poll, no copy or map."""
+    lib.wgpuDevicePoll(device._internal, True, ffi.NULL)
+
+
 def map_read(device: Any, buffer: Any, size: int, mapped: int, submission: int | None = None) -> bytes:
     """The first ``size`` bytes of ``buffer`` (a MAP_READ buffer whose copies were submitted), mapping
     ``mapped`` bytes (a multiple of 4). ``submission``: the index of the submission that wrote it (the

@@ -211,6 +211,30 @@ def test_feeding_an_output_back_without_a_host_round_trip(device):
         exe.run(feeds={"y": handle})
 
 
+def test_feeding_an_input_its_own_slot_copies_nothing_and_sync_waits(device):
+    """A feed of the input's own handle (the last run's input, left on the GPU) records no copy;
+    ``sync`` returns once the submitted runs are done (their outputs are then in the arena)."""
+    g = rlxpy.Graph("own_slot")
+    x = g.input("x", [5])
+    g.output(g.mul(x, 3.0, name="y"))
+    exe = rlxpy.compile(g)
+    values = np.array([1, -2, 0.5, 7, 3], np.float32)
+    exe.run({"x": values})
+    copies = []
+    original = exe.arena.gpu_copies
+    exe.arena.gpu_copies = lambda encoder, moves: copies.append(list(moves)) or original(encoder, moves)
+    try:
+        with exe.flags.override(dispatch_only=1):
+            for _ in range(3):
+                exe.run(feeds={"x": exe.handle("x")})
+            exe.sync()
+    finally:
+        exe.arena.gpu_copies = original
+    assert all(not moves for moves in copies), copies
+    np.testing.assert_array_equal(exe.handle("y").read(), values * 3)
+    np.testing.assert_array_equal(exe.run(feeds={"x": exe.handle("x")})["y"], values * 3)
+
+
 def test_submitted_runs_in_flight_read_back_their_own_results(device):
     """submit() returns before the GPU is done: a fed run submitted before the previous one is read
     back, with readback sets of different sizes in between, still returns each run's own values."""

@@ -6,7 +6,10 @@ Two dispatches, no host step:
 1. matmul_grouped_route (one workgroup): counts each expert's rows (workgroup atomics), lays them out
    expert after expert in a permutation, and writes a table of tiles of <= BM rows of one expert;
 2. the GEMM over that table, one workgroup per (column block, tile); the grid is sized for the most
-   tiles any routing can give (ceil(M / BM) + E + 1), workgroups past the table's count return at once:
+   tiles any routing can give (ceil(M / BM) + E + 1), workgroups past the table's count return at once.
+   With 128-row tiles an expert's last part of at most 64 rows goes to a second table instead, and a
+   third dispatch runs it on 64-row tiles (E + 1 tiles at most): at 8 experts x 4096 rows about one
+   expert in two ends with a few rows past a multiple of 128, a tile that costs as much as a full one.
 
    * matmul_grouped (many rows, compute-bound): the register-tiled GEMM core
      (include/matmul_register_tiles.wgsl and matmul_core.py, matmul_tiled's: double-buffered 8- or
@@ -26,7 +29,7 @@ Two dispatches, no host step:
    Both read the arena as vec4 words where x, w, y, K and N sit on 4-element boundaries
    (matmul_tiled's access includes), else word by word.
 
-Scratch: the tile table and the permutation (sized for 64-row tiles, the most tiles). Without room for
+Scratch: the tile tables and the permutation (sized for 64-row tiles, the most tiles). Without room for
 them, with more than ``MAX_EXPERTS`` experts (the routing keeps two words per expert in workgroup
 memory) or a K too long for one invocation's loop budget, the op runs as a host step.
 """
@@ -62,6 +65,9 @@ TILES = ((128, 128), (64, 128), (64, 64))
 CORES: dict[tuple[int, int], tuple[int, str]] = {(128, 128): (8, "none"), (64, 128): (8, "stepq"),
                                                  (64, 64): (16, "step")}
 MIN_GROUPS = 256
+#: The tile of the experts' last parts (<= MIN_TILE_ROWS rows) after 128-row tiles. A few hundred
+#: workgroups, one wave: narrow tiles give the wave more, shorter workgroups.
+REST_TILE = (MIN_TILE_ROWS, 64)
 #: the few-rows kernel: at most this many rows (each lane keeps one sum per row), 64 columns a workgroup
 FEW_ROWS, ROWS_COLS = 16, 64
 MAX_EXPERTS = 1024
@@ -71,10 +77,11 @@ FORCE_TILE: tuple[int, int] | None = None
 FORCE_CORE: tuple[int, str] | None = None
 
 MATMUL_GROUPED_ROUTE = kernel("matmul_grouped_route", params(
-    "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, perm=U32),
+    "MatmulGroupedRouteParams", rows=U32, experts=U32, idx=U32, table=U32, rest=U32, perm=U32),
     dtypes=accepts(DType.F32, DType.F32, set(INDEX_TYPES), out=DType.F32), workgroup=(ROUTE_LANES, 1, 1),
-    # counts and starts per bucket (experts + the out-of-range bucket), a (rows, tiles) pair per lane
-    shared_bytes=lambda s: 8 * int(s["BUCKETS"]) + 8 * int(s["WG"]), sizes={"BUCKETS": 9, "BM": 64})
+    # counts and starts per bucket (experts + the out-of-range bucket), (rows, tiles, tiles) per lane
+    shared_bytes=lambda s: 8 * int(s["BUCKETS"]) + 16 * int(s["WG"]),
+    sizes={"BUCKETS": 9, "BM": 64, "BMS": 64})
 
 
 def _gemm_params(name: str) -> Layout:
@@ -104,7 +111,13 @@ def max_tiles(rows: int, experts: int, bm: int = MIN_TILE_ROWS) -> int:
 
 
 def scratch_words(rows: int, experts: int) -> int:
-    return 1 + 3 * max_tiles(rows, experts) + rows
+    """The first table (count + 3 words a tile), the second (one tile per bucket), the permutation."""
+    return _rest_table(rows, experts) + 1 + 3 * (experts + 1) + rows
+
+
+def _rest_table(rows: int, experts: int) -> int:
+    """Word offset of the second tile table in the scratch."""
+    return 1 + 3 * max_tiles(rows, experts)
 
 
 def grouped_scratch(node: Node, graph: Graph) -> int:
@@ -159,27 +172,37 @@ def lower_grouped_matmul(node: Node, ctx: LowerCtx) -> list[Step]:
     if _host_reason(node, ctx, rows, experts, k):
         return host_steps(node, ctx)
     table = (ctx.scratch[0] - ctx.window_base) // 4
-    perm = table + 1 + 3 * max_tiles(rows, experts)
+    rest = table + _rest_table(rows, experts)
+    perm = table + scratch_words(rows, experts) - rows
     offsets = {"x": ctx.offset(x), "w": ctx.offset(w), "y": ctx.offset(node)}
     vec4 = all(v % 4 == 0 for v in (k, n, *offsets.values()))
     subs: dict[str, object] = {"ACCESS": "vec4" if vec4 else "words",
                                "WORD": "buf[i >> 2u][i & 3u]" if vec4 else "buf[i]"}
+    tiles: list[tuple[int, int, dict[str, object]]] = []  # (BM, BN, placeholders) per GEMM dispatch
     if few_rows(rows):
-        bm, gemm, cols = MIN_TILE_ROWS, MATMUL_GROUPED_ROWS, ROWS_COLS
-        subs |= few_rows_source(FEW_ROWS)
+        gemm = MATMUL_GROUPED_ROWS
+        tiles.append((MIN_TILE_ROWS, ROWS_COLS, subs | few_rows_source(FEW_ROWS)))
     else:
         (bm, cols), gemm = choose_tile(rows, experts, n, ctx.facts.max_workgroup_storage), MATMUL_GROUPED
-        tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols)}
-        if MATMUL_GROUPED.launch(tiled)[1] > ctx.facts.max_workgroup_storage:  # 64x64 8 deep fits 16 KiB
-            bm, cols = TILES[-1]
-            tiled = {"BM": bm, "BN": cols, **register_tiles(bm, cols, (TILE_K, "step"))}
-        subs |= tiled
-    route_subs = {"BUCKETS": experts + 1, "BM": bm, "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
-    grid = (math.ceil(n / cols), max_tiles(rows, experts, bm), 1)
-    return [ctx.dispatch(MATMUL_GROUPED_ROUTE, node, (1, 1, 1), route_subs, False, rows=rows, experts=experts,
-                         idx=ctx.offset(idx), table=table, perm=perm),
-            ctx.dispatch(gemm, node, grid, subs, False, k=k, n=n, experts=experts, table=table, perm=perm,
-                         m=rows, k_len=k, bias=0, split1=n, split2=n, block_rows=rows, **offsets)]
+        plan = None
+        if MATMUL_GROUPED.launch({"BM": bm, "BN": cols, "RT_K": core(bm, cols)[0]})[1] \
+                > ctx.facts.max_workgroup_storage:  # 64x64 8 deep fits 16 KiB
+            (bm, cols), plan = TILES[-1], (TILE_K, "step")
+        tiles.append((bm, cols, subs | {"BM": bm, "BN": cols, **register_tiles(bm, cols, plan)}))
+        if bm > MIN_TILE_ROWS:  # the last part of <= 64 rows of each expert: REST_TILE
+            rest_rows, rest_cols = REST_TILE
+            tiles.append((rest_rows, rest_cols, subs | {"BM": rest_rows, "BN": rest_cols,
+                                                        **register_tiles(rest_rows, rest_cols)}))
+    route_subs = {"BUCKETS": experts + 1, "BM": tiles[0][0], "BMS": tiles[-1][0],
+                  "INDEX": INDEX_TYPES.get(idx.dtype, "i32")}
+    steps = [ctx.dispatch(MATMUL_GROUPED_ROUTE, node, (1, 1, 1), route_subs, False, rows=rows,
+                          experts=experts, idx=ctx.offset(idx), table=table, rest=rest, perm=perm)]
+    for i, (tile_rows, cols, gemm_subs) in enumerate(tiles):
+        grid = (math.ceil(n / cols), max_tiles(rows, experts, tile_rows) if i == 0 else experts + 1, 1)
+        steps.append(ctx.dispatch(gemm, node, grid, gemm_subs, False, k=k, n=n, experts=experts,
+                                  table=table if i == 0 else rest, perm=perm, m=rows, k_len=k, bias=0,
+                                  split1=n, split2=n, block_rows=rows, **offsets))
+    return steps
 
 
 def core(bm: int, bn: int) -> tuple[int, str]:
