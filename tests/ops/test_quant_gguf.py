@@ -17,16 +17,14 @@ from rlxpy.errors import GraphError, InputError, UnsupportedOpError
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.ops.quant import GGUF_BLOCKS, gguf_row_bytes
 from rlxpy.ir.reference import run_reference
+from rlxpy.wgpu_backend.lowering import matmul
 from rlxpy.wgpu_backend.lowering.quant_gguf import (
     GEMV_BLOCKED_MAX_ROWS,
     GEMV_MAX_ROWS,
     ROWS_X_MAX,
-    TILED_MIN_GROUPS,
     TILED_MIN_ROWS,
-    TILED_TILES,
     chunk_elems,
     gemv_plan,
-    tiled_plan,
 )
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES
 
@@ -185,11 +183,14 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
     g.output(*outs)
     exe = compile_with(g, weights)
     gemv_rows = TILED_MIN_ROWS - 1 if gemv_kernel == "quant_gguf_gemv" else GEMV_BLOCKED_MAX_ROWS
-    kernels = [s.kernel for s in exe.schedule.steps]
-    assert kernels == [gemv_kernel if rows <= gemv_rows else "quant_gguf_tiled" for _, _, rows in cases]
     block = GEMV_MAX_ROWS if gemv_kernel == "quant_gguf_gemv" else ROWS_X_MAX  # x rows per grid row
-    assert [s.grid[1] for s in exe.schedule.steps] == [
-        -(-rows // (block if rows <= gemv_rows else tiled_plan(rows, n)[0])) for n, _, rows in cases]
+    want = []  # (kernel, grid) of each step
+    for n, k, rows in cases:
+        if rows <= gemv_rows or k % 4:  # the tiled GEMM decodes 4 k at a time
+            want.append((gemv_kernel, -(-rows // block)))
+        else:
+            want += tiled_kernels(rows, n, k)
+    assert [(s.kernel, s.grid[1]) for s in exe.schedule.steps] == want
     got = exe.run(feeds)
     for i, (n, k, rows) in enumerate(cases):
         weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
@@ -202,34 +203,42 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
             assert_close(got[f"y{i}"], ref[f"y{i}"], 1e-4, 1e-3, f"GPU vs reference y{i}")
 
 
-@pytest.mark.parametrize("tile", TILED_TILES)
-def test_every_tile_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_variant, tile):
-    """Each (BM, BN, TM) tile forced in turn; partial tiles in m and n, k not a multiple of the
-    16-element step (Q4_1: 3 units; F16: 75), and a K-quant whose scale changes every 16 k."""
+def tiled_kernels(rows: int, n: int, k: int) -> list[tuple[str, int]]:
+    """(kernel, grid y) of the steps of a tiled quantised matmul: matmul's tile plan and K split."""
+    bm, _ = matmul.choose_tile(rows, n, 1)
+    split = [("matmul_split_sum", 1)] if matmul.k_splits(rows, n, k, 1) > 1 else []
+    return [("matmul_tiled_gguf", -(-rows // bm)), *split]
+
+
+@pytest.mark.parametrize("tile", matmul.TILES)
+@pytest.mark.parametrize("splits", [None, 2])
+def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_variant, tile,
+                                                                splits):
+    """matmul_tiled_gguf on each of matmul's tiles, unsplit and with K cut in two (where K allows):
+    partial tiles in m and n, K not a multiple of the 8- or 16-deep step (F16: 76), a K-quant whose
+    scale changes every 16 k, and an F16 row of 75 (not a multiple of 4: the GEMV takes it)."""
     from rlxpy.wgpu_backend.lowering import quant_gguf
 
-    monkeypatch.setattr(quant_gguf, "TILED_TILES", (tile,))
+    monkeypatch.setattr(matmul, "FORCE_TILE", tile)
+    monkeypatch.setattr(matmul, "FORCE_SPLITS", splits)
     monkeypatch.setattr(quant_gguf, "TILED_MIN_ROWS", 1)  # few rows too: one partial row tile
-    cases = [("Q4_1", 17, 96, 255), ("F16", 33, 75, 40), ("Q6_K", 70, 256, 129), ("Q8_0", 3, 64, 32)]
+    cases = [("Q4_1", 17, 96, 255), ("F16", 33, 76, 40), ("Q6_K", 70, 256, 129), ("Q8_0", 3, 64, 32),
+             ("F16", 5, 75, 9)]
     g, weights, feeds = matmul_cases_graph("tiles", cases, 40)
     exe = compile_with(g, weights)
-    assert [(s.kernel, s.grid[:2]) for s in exe.schedule.steps] == [
-        ("quant_gguf_tiled", (-(-n // tile[1]), -(-rows // tile[0]))) for _, n, _, rows in cases]
+    want = []
+    for _, n, k, rows in cases:
+        chunks = splits if splits and k % (8 * splits) == 0 else 1
+        want += ([("quant_gguf_gemv", -(-rows // GEMV_MAX_ROWS))] if k % 4 else
+                 [("matmul_tiled_gguf", (-(-n // tile[1]), -(-rows // tile[0]), chunks))]
+                 + ([("matmul_split_sum", None)] if chunks > 1 else []))
+    got_steps = [(s.kernel, s.grid if s.kernel == "matmul_tiled_gguf" else s.grid[1] if "gemv" in s.kernel
+                  else None) for s in exe.schedule.steps]
+    assert got_steps == want
     got = exe.run(feeds)
     for i, (qtype, n, k, rows) in enumerate(cases):
         weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)
         assert_matmul_close(got[f"y{i}"], feeds[f"x{i}"], weight, f"{tile} {qtype} n={n} k={k} rows={rows}")
-
-
-@pytest.mark.parametrize(("m", "n"), [(32, 576), (128, 576), (512, 576), (512, 1536), (4096, 49152), (33, 1)])
-def test_tiled_plan_takes_the_largest_tile_that_fills_the_gpu(m, n):
-    def groups(tile):
-        return -(-m // tile[0]) * -(-n // tile[1])
-    tile = tiled_plan(m, n)
-    assert tile in TILED_TILES
-    bigger = TILED_TILES[:TILED_TILES.index(tile)]
-    assert all(groups(t) < TILED_MIN_GROUPS for t in bigger)
-    assert groups(tile) >= TILED_MIN_GROUPS or groups(tile) == max(map(groups, TILED_TILES))
 
 
 @pytest.mark.parametrize(("qtype", "rows", "k"),

@@ -170,7 +170,7 @@ def steps(node: Node, ctx: LowerCtx, operands: tuple[Node, Node, Node | None, No
 
     gemm = dict(m=c_out, n=cols, k=c_in, a=u, w=v, y=mt, bias=0, has_bias=0, stride_a=c_out * c_in,
                 stride_w=c_in * cols, stride_y=c_out * cols, split1=cols, split2=cols, block_rows=c_out,
-                k_len=c_in)
+                k_len=c_in, w_bytes=0, row_bytes=0)
     bm, bn = choose_tile(c_out, cols, batch)
     if FORCE_GEMM_TILE:
         bm, bn = (int(v) for v in FORCE_GEMM_TILE.split("x"))

@@ -28,15 +28,17 @@ from rlxpy.ir import ops
 from rlxpy.ir.dtype import DType
 from rlxpy.ir.graph import Node
 from rlxpy.wgpu_backend.kernels.contract import accepts
-from rlxpy.wgpu_backend.kernels.params import U32, kernel, params
+from rlxpy.wgpu_backend.kernels.params import U32, Kernel, kernel, params
 from rlxpy.wgpu_backend.lowering import matmul_core, matmul_grouped, matmul_skinny  # noqa: F401  (grouped: registers)
 from rlxpy.wgpu_backend.lowering.elementwise import ACTIVATION_WGSL
 from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MATMUL_TILED = kernel(
     "matmul_tiled",
+    # w_bytes, row_bytes: a GGUF weight's byte offset and row size (matmul_tiled_gguf; 0 otherwise)
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
-           stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32, k_len=U32),
+           stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32, k_len=U32,
+           w_bytes=U32, row_bytes=U32),
     dtypes=accepts(DType.F32, DType.F32, DType.F32, out=DType.F32),  # a, w, bias
     # the double-buffered a and w tiles, [2][BK][BM] and [2][BK][BN] (a 128 x 128 tile: 16 KiB)
     workgroup=(16, 16, 1), shared_bytes=lambda s: 16 * (int(s["A_VECS"]) + int(s["W_VECS"])),
@@ -192,53 +194,51 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     fields = dict(m=m, n=n, k=k, a=ctx.offset(a), w=ctx.offset(w), y=ctx.offset(node),
                   bias=ctx.offset(bias) if bias is not None else 0, has_bias=int(bias is not None),
                   stride_a=m * k if batch > 1 else 0, stride_w=k * n if batch > 1 else 0,
-                  stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m, k_len=k)
-    chunks = _k_chunks(node, ctx, a, w, bias, act, splits)
-    if chunks > 1:
-        return _split_gemm(node, ctx, fields, chunks)
-    bm, bn = choose_tile(m, n, batch)
+                  stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m, k_len=k,
+                  w_bytes=0, row_bytes=0)
+    plain = _plain_dims(node, a, w) is not None and bias is None and act is None and splits is None
+    chunks = fitting_splits(ctx, m, n, k) if plain else 1
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
-    grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), batch)
-    bk, sums = core(bm, bn, ctx.facts.max_workgroup_storage)
     # rows scale with the active extent only when they are the flattened leading dims
-    source = tiled_source(bm, bn, _vec4(fields, trans[0]), expr, trans, bk, sums)
-    return [ctx.dispatch(MATMUL_TILED, node, grid, source,
-                         scalable=w.rank == 2 and not trans[0], **fields)]
+    return tiled_steps(node, ctx, MATMUL_TILED, fields, trans, _vec4(fields, trans[0]), expr, chunks, batch,
+                       scalable=w.rank == 2 and not trans[0])
 
 
-def _k_chunks(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,
-              splits: tuple[int, int] | None) -> int:
-    """K chunks of a plain MatMul (no bias, activation or split store), when the scratch inside this
-    step's binding holds their partial products; else 1."""
-    dims = _plain_dims(node, a, w)
-    if dims is None or bias is not None or act is not None or splits is not None:
-        return 1
-    chunks = k_splits(*dims)
+def fitting_splits(ctx: LowerCtx, m: int, n: int, k: int) -> int:
+    """K chunks (``k_splits``) of an unbatched m x n x k GEMM when the scratch inside this step's binding
+    holds their partial products; else 1."""
+    chunks = k_splits(m, n, k, 1)
     base, size = ctx.scratch
     inside = base >= ctx.window_base and base + size <= ctx.window_base + ctx.window_size
-    return chunks if chunks > 1 and inside and size >= 4 * chunks * dims[0] * dims[1] else 1
+    return chunks if chunks > 1 and inside and size >= 4 * chunks * m * n else 1
 
 
-def _split_gemm(node: Node, ctx: LowerCtx, fields: dict[str, int], chunks: int) -> list[Step]:
-    """The GEMM over ``chunks`` K chunks into scratch (grid z = the chunk), then their sum into y. Both
-    run in full (the partial blocks' layout is fixed at compile time)."""
-    m, n, k = fields["m"], fields["n"], fields["k"]
-    part = (ctx.scratch[0] - ctx.window_base) // 4
-    k_len = k // chunks
-    trans_a, trans_b = transposes(node)
-    # the chunk's first k: k_len columns on in a's rows (k_len rows down a transposed a), k_len rows down w
-    fields = {**fields, "y": part, "k_len": k_len, "stride_a": k_len * m if trans_a else k_len,
-              "stride_w": k_len if trans_b else k_len * n, "stride_y": m * n}
-    bm, bn = choose_tile(m, n, 1)
-    grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), chunks)
+def tiled_steps(node: Node, ctx: LowerCtx, gemm: Kernel, fields: dict[str, int], trans: tuple[bool, bool],
+                vec4: bool, expr: str = "v", chunks: int = 1, batch: int = 1,
+                subs: dict[str, object] | None = None, scalable: bool = True) -> list[Step]:
+    """The tiled GEMM of ``fields`` (MatmulTiledParams) by ``gemm`` (matmul_tiled, or a kernel built on
+    its core): one dispatch, or with ``chunks`` > 1 the K chunks into the scratch (grid z = the chunk)
+    and matmul_split_sum adding them into y. A split runs in full (the partial blocks' layout is fixed
+    at compile time). ``subs``: the kernel's own placeholders."""
+    m, n = fields["m"], fields["n"]
+    bm, bn = choose_tile(m, n, batch)
     bk, sums = core(bm, bn, ctx.facts.max_workgroup_storage)
-    gemm_step = ctx.dispatch(MATMUL_TILED, node, grid,
-                             tiled_source(bm, bn, _vec4(fields, trans_a), "v", (trans_a, trans_b), bk, sums),
-                             scalable=False, **fields)
+    if chunks > 1:
+        part = (ctx.scratch[0] - ctx.window_base) // 4
+        k_len = fields["k"] // chunks
+        # the chunk's first k: k_len columns on in a's rows (k_len rows down a transposed a), k_len rows
+        # down w (k_len columns on in a transposed w's rows)
+        fields = {**fields, "y": part, "k_len": k_len, "stride_a": k_len * m if trans[0] else k_len,
+                  "stride_w": k_len if trans[1] else k_len * n, "stride_y": m * n}
+        batch, scalable, vec4 = chunks, False, vec4 and part % 4 == 0
+    grid = (max(1, math.ceil(n / bn)), max(1, math.ceil(m / bm)), batch)
+    source = {**tiled_source(bm, bn, vec4, expr, trans, bk, sums), **(subs or {})}
+    steps = [ctx.dispatch(gemm, node, grid, source, scalable=scalable, **fields)]
+    if chunks == 1:
+        return steps
     total = m * n
-    return [gemm_step, ctx.dispatch(MATMUL_SPLIT_SUM, node, ctx.grid_1d(total), scalable=False,
-                                    operands=[node], total=total, splits=chunks, part=part,
-                                    y=ctx.offset(node))]
+    return [*steps, ctx.dispatch(MATMUL_SPLIT_SUM, node, ctx.grid_1d(total), scalable=False, operands=[node],
+                                 total=total, splits=chunks, part=part, y=ctx.offset(node))]
 
 
 def gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, act,

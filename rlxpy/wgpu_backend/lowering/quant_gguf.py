@@ -36,6 +36,7 @@ from rlxpy.ir.ops.quant import ROPE_ROLES, gguf_row_bytes
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import ANY, accepts, workgroup_var_bytes
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
+from rlxpy.wgpu_backend.lowering import matmul
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, UNIT, decode_subs
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
 
@@ -68,15 +69,11 @@ ROWS_PER_INVOCATION_BLOCK = 8
 ROWS_X_MAX = 4
 QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, dtypes=GEMV_DTYPES,
                          mutates=("k_cache", "v_cache"), workgroup=(ROWS_WG, 1, 1))
-QUANT_GGUF_TILED = kernel(
-    "quant_gguf_tiled",
-    params("QuantGgufTiledParams", ("m",), m=U32, n=U32, k=U32, x=U32, w=U32, y=U32, row_bytes=U32),
-    dtypes=accepts(DType.F32, out=DType.F32), workgroup=(128, 1, 1), extent_axis=1,
-    # two buffers of the x and W tiles, [BK][BM] and [BK][BN] f32
-    shared_bytes=lambda s: 2 * int(s["BK"]) * (int(s["BM"]) + int(s["BN"])) * 4,
-    sizes={"BM": 64, "BN": 64, "BK": 16},
-    # no runtime checks: tile indices in range by construction (the hand-over's BN <= 2 BK), loads
-    # clamped in the kernel; SmolLM2's 512-token prefill 17% faster on an H100 (benches/RESULTS.md)
+MATMUL_TILED_GGUF = kernel(
+    "matmul_tiled_gguf", matmul.MATMUL_TILED.params, dtypes=accepts(DType.F32, out=DType.F32),
+    workgroup=(16, 16, 1), shared_bytes=matmul.MATMUL_TILED.shared_bytes,
+    sizes=dict(matmul.MATMUL_TILED.sizes), extent_axis=1,
+    # as matmul_tiled: workgroup tiles indexed in range by construction; the weight's decode clamped
     checked=False)
 QUANT_GGUF_GATHER = kernel(
     "quant_gguf_gather",
@@ -92,14 +89,6 @@ GEMV_MAX_ROWS = 8  # x rows one GEMV workgroup takes together (weights read once
 # rows variant up to GEMV_BLOCKED_MAX_ROWS: on llvmpipe workgroup memory and barriers buy nothing.
 TILED_MIN_ROWS = 64
 GEMV_BLOCKED_MAX_ROWS = 2048
-#: quant_gguf_tiled's (BM, BN, TM, SK) tiles, largest first: x rows x weight rows per workgroup,
-#: output rows per invocation (4 columns each), k-groups (256 invocations in every workgroup). The
-#: plan takes the largest whose grid still has TILED_MIN_GROUPS workgroups, else the one with the
-#: most. Measured on an H200 (benches/bench_prefill.py, SmolLM2's Q4_1 shapes at 64-512 rows): a
-#: workgroup's step time grows with its invocations' work and small grids leave SMs idle, so the
-#: small tiles split into k-groups were the fastest there (64x64 with 2 k-groups never was).
-TILED_TILES = ((128, 64, 8, 1), (64, 32, 8, 4), (32, 32, 4, 4))
-TILED_MIN_GROUPS = 128
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
 MAX_LANES = 32  # lanes per weight row for small matrices (latency-bound: spread the work wide)
@@ -385,57 +374,35 @@ def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
     return "\n".join(out)
 
 
-def tiled_plan(m: int, n: int) -> tuple[int, int, int, int]:
-    """quant_gguf_tiled's (BM, BN, TM, SK) for an m x n output (``TILED_TILES``)."""
-    def groups(tile: tuple[int, int, int, int]) -> int:
-        return math.ceil(m / tile[0]) * math.ceil(n / tile[1])
-    return next((t for t in TILED_TILES if groups(t) >= TILED_MIN_GROUPS), max(TILED_TILES, key=groups))
+def tiled_applies(m: int, k: int, cpu: bool = False) -> bool:
+    """Whether m rows take the tiled GEMM (matmul_tiled_gguf) rather than the GEMV. Its weight fetch
+    decodes 4 k at a time, so K is a multiple of 4 (every block type; a float weight may not be)."""
+    return m >= TILED_MIN_ROWS and k % 4 == 0 and not (cpu and m <= GEMV_BLOCKED_MAX_ROWS)
 
 
-def tiled_source(bm: int, bn: int, tm: int, bk: int, sk: int) -> dict[str, str]:
-    """The generated parts of quant_gguf_tiled.wgsl: accumulators and staged values as separate
-    variables (registers; loops over private arrays may live in local memory), the loads of a step
-    written out (all issued before any is used), the unrolled products of one k, the hand-over of
-    the k-groups' partial tiles and the stores."""
-    threads = sk * (bn // 4) * (bm // tm)
-    xl, wl = bm * bk // 4 // threads, bn * bk // 4 // threads
-    decl = [f"    var acc{i} = vec4<f32>(0.0);" for i in range(tm)]
-    decl += [f"    var xq{i}: vec4<f32>;" for i in range(xl)]
-    decl += [f"    var wq{i}: vec4<f32>;" for i in range(wl)]
-    fetch = [f"    xq{i} = load_x(t + {i * threads}u, row0, k0);" for i in range(xl)]
-    fetch += [f"    wq{i} = load_w(t + {i * threads}u, col0, k0);" for i in range(wl)]
-    store = [f"        put_x(t + {i * threads}u, slot, xq{i});" for i in range(xl)]
-    store += [f"        put_w(t + {i * threads}u, slot, wq{i});" for i in range(wl)]
-    products = [f"            let a{q} = xs[xb + kk * XV + {q}u];" for q in range(tm // 4)]
-    products += [f"            acc{i} = fma(vec4<f32>(a{i // 4}.{'xyzw'[i % 4]}), b, acc{i});"
-                 for i in range(tm)]
-    hand = [f"            xs[slot_of + {i}u * WV] = acc{i};" for i in range(tm)]
-    take = [f"            acc{i} = acc{i} + xs[slot_of + {i}u * WV];" for i in range(tm)]
-    stores = [f"        store_row(row0 + ty * TM + {i}u, c, acc{i});" for i in range(tm)]
-    return {"ACC_DECL": "\n".join(decl), "FETCH": "\n".join(fetch), "STORE": "\n".join(store),
-            "PRODUCTS": "\n".join(products), "HAND": "\n".join(hand), "TAKE": "\n".join(take),
-            "STORES": "\n".join(stores)}
+def split_scratch(node: Node, graph) -> int:
+    """Bytes of the K split's partial products (matmul.k_splits) when the tiled GEMM takes the node."""
+    op: ops.DequantMatMulGguf = node.op
+    m = graph[node.inputs[0]].numel // op.k if op.k else 0
+    if op.qtype not in GPU_TYPES or not tiled_applies(m, op.k):
+        return 0
+    splits = matmul.k_splits(m, op.n, op.k, 1)
+    return 0 if splits == 1 else 4 * splits * m * op.n
 
 
-def tiled_step(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int, k: int) -> Step:
-    """The register-tiled GEMM of quant_gguf_tiled.wgsl (many x rows: prefill). Steps of 32 k where
-    the device's workgroup memory holds their double-buffered tiles (half the steps, half the
-    barriers), else 16."""
+def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int,
+                k: int) -> list[Step]:
+    """matmul_tiled's GEMM (lowering/matmul: its tiles, K steps, block sums and K split) on x and the
+    GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
     _check_window(node, ctx)
-    bm, bn, tm, sk = tiled_plan(m, n)
-    bk = next(b for b in (32, 16) if b == 16 or 2 * b * (bm + bn) * 4 <= ctx.facts.max_workgroup_storage)
-    if bn > 2 * bk:  # the k-groups' hand-over through xs needs BN <= 2 BK
-        sk = 1
-    threads = sk * (bn // 4) * (bm // tm)
-    subs = {**decode_subs(qtype), "BM": bm, "BN": bn, "TM": tm, "BK": bk, "SK": sk, "WG": threads,
-            **tiled_source(bm, bn, tm, bk, sk)}
-    grid = (math.ceil(n / bn), math.ceil(m / bm), 1)
-    return ctx.dispatch(QUANT_GGUF_TILED, node, grid, subs, m=m, n=n, k=k,
-                        x=ctx.offset(x), w=ctx.offset(w) * 4, y=ctx.offset(node),
-                        row_bytes=gguf_row_bytes(qtype, k))
+    fields = dict(m=m, n=n, k=k, a=ctx.offset(x), w=0, y=ctx.offset(node), bias=0, has_bias=0, stride_a=0,
+                  stride_w=0, stride_y=0, split1=n, split2=n, block_rows=m, k_len=k,
+                  w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
+    return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), False,
+                              chunks=matmul.fitting_splits(ctx, m, n, k), subs=decode_subs(qtype))
 
 
-@lowers(ops.DequantMatMulGguf)
+@lowers(ops.DequantMatMulGguf, scratch=split_scratch)
 def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
     x, w = ctx.inputs(node)
     op: ops.DequantMatMulGguf = node.op
@@ -445,9 +412,9 @@ def lower_dequant_matmul_gguf(node: Node, ctx: LowerCtx) -> list[Step]:
     m = x.numel // op.k if op.k else math.prod(x.shape[:-1])
     if m == 0 or op.n == 0:
         return []
-    if m < TILED_MIN_ROWS or (ctx.facts.cpu and m <= GEMV_BLOCKED_MAX_ROWS):
+    if not tiled_applies(m, op.k, ctx.facts.cpu):
         return [gemv_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
-    return [tiled_step(node, ctx, op.qtype, x, w, m, op.n, op.k)]
+    return tiled_steps(node, ctx, op.qtype, x, w, m, op.n, op.k)
 
 
 @lowers(ops.DequantGroupedMatMul)
