@@ -9,7 +9,8 @@ fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
     let b = block_at(rb, u);
     let dd = buf[(b + 80u) >> 2u];
     let sc = ld_byte(b + (unit_in_block(u) << 1u) + hf);
-    return vec2<f32>(f16_to_f32(dd & 0xffffu) * f32(sc & 15u), -(f16_to_f32(dd >> 16u) * f32(sc >> 4u)));
+    let d = f16x2_to_f32(dd);
+    return vec2<f32>(d.x * f32(sc & 15u), -(d.y * f32(sc >> 4u)));
 }
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = block_at(rb, u);

@@ -10,7 +10,7 @@ fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
     let s = (unit_in_block(u) << 1u) + hf;
     let lo = (ld_byte(b + 96u + (s & 7u)) >> ((s >> 3u) << 2u)) & 15u;
     let hi = (ld_byte(b + 104u + (s & 3u)) >> ((s >> 2u) << 1u)) & 3u;
-    return vec2<f32>(f16_to_f32(ld_half(b + 108u)) * f32(i32(lo | (hi << 4u)) - 32), 0.0);
+    return vec2<f32>(f16x2_to_f32(ld_half(b + 108u)).x * f32(i32(lo | (hi << 4u)) - 32), 0.0);
 }
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = block_at(rb, u);

@@ -8,7 +8,7 @@ const HAS_MIN: bool = false;
 fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
     let b = block_at(rb, u);
     let sc = bitcast<i32>(ld_byte(b + 192u + (unit_in_block(u) << 1u) + hf) << 24u) >> 24u;
-    return vec2<f32>(f16_to_f32(ld_half(b + 208u)) * f32(sc), 0.0);
+    return vec2<f32>(f16x2_to_f32(ld_half(b + 208u)).x * f32(sc), 0.0);
 }
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = block_at(rb, u);

@@ -19,7 +19,8 @@ fn kquant_scale_min(b: u32, sb: u32) -> vec2<f32> {
         sc = (packed & 15u) | ((ld_byte(b + sb) >> 2u) & 0x30u);
         mn = (packed >> 4u) | ((ld_byte(b + 4u + sb) >> 2u) & 0x30u);
     }
-    return vec2<f32>(f16_to_f32(dd & 0xffffu) * f32(sc), -(f16_to_f32(dd >> 16u) * f32(mn)));
+    let d = f16x2_to_f32(dd);
+    return vec2<f32>(d.x * f32(sc), -(d.y * f32(mn)));
 }
 
 fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {

@@ -4,5 +4,5 @@
 const IS_FLOAT: bool = false;
 const HAS_MIN: bool = false;
 fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    return vec2<f32>(f16_to_f32(ld_half(block_at(rb, u))), 0.0);
+    return vec2<f32>(f16x2_to_f32(ld_half(block_at(rb, u))).x, 0.0);
 }
