@@ -206,7 +206,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
 def tiled_kernels(rows: int, n: int, k: int) -> list[tuple[str, int]]:
     """(kernel, grid y) of the steps of a tiled quantised matmul: matmul's tile plan and K split."""
     bm, _ = matmul.choose_tile(rows, n, 1)
-    split = [("matmul_split_sum", 1)] if matmul.k_splits(rows, n, k, 1) > 1 else []
+    split = [("matmul_split_sum", 1)] if matmul.load_splits(rows, n, k) > 1 else []
     return [("matmul_tiled_gguf", -(-rows // bm)), *split]
 
 

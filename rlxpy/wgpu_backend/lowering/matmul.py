@@ -65,6 +65,12 @@ MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", tot
 SPLIT_TARGET = 1024
 SPLIT_MAX = 16
 SPLIT_MIN_K = 256
+#: ``load_splits``' model: workgroups that run at once at one per SM on the GPU it was tuned on (an
+#: H100's or H200's 132 SMs; WebGPU does not say how many a device has), a workgroup's fixed cost (its
+#: first step, stores) in K, and the shortest K chunk.
+RESIDENT_GROUPS = 132
+GROUP_COST_K = 64
+LOAD_MIN_K = 64
 #: Benches and tests only: force one (BM, BN), the word-by-word loads, or a number of K chunks (one
 #: that does not divide K evenly into multiples of 8 leaves K whole). Not user flags.
 FORCE_TILE: tuple[int, int] | None = None
@@ -197,17 +203,34 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
                   stride_y=m * n if batch > 1 else 0, split1=split1, split2=split2, block_rows=m, k_len=k,
                   w_bytes=0, row_bytes=0)
     plain = _plain_dims(node, a, w) is not None and bias is None and act is None and splits is None
-    chunks = fitting_splits(ctx, m, n, k) if plain else 1
+    chunks = fitting_splits(ctx, m, n, k_splits(m, n, k, 1)) if plain else 1
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
     # rows scale with the active extent only when they are the flattened leading dims
     return tiled_steps(node, ctx, MATMUL_TILED, fields, trans, _vec4(fields, trans[0]), expr, chunks, batch,
                        scalable=w.rank == 2 and not trans[0])
 
 
-def fitting_splits(ctx: LowerCtx, m: int, n: int, k: int) -> int:
-    """K chunks (``k_splits``) of an unbatched m x n x k GEMM when the scratch inside this step's binding
-    holds their partial products; else 1."""
-    chunks = k_splits(m, n, k, 1)
+def load_splits(m: int, n: int, k: int) -> int:
+    """K chunks for an unbatched GEMM of a few hundred rows or fewer (the quantised prefill GEMM): the
+    count that minimises the work of the busiest SM, ceil(workgroups / RESIDENT_GROUPS) workgroups of
+    K / chunks + GROUP_COST_K each, the fewest on a tie (each chunk adds its partial product to the
+    sum pass). K is cut into multiples of the 8-deep step of at least LOAD_MIN_K.
+
+    On an H100 (benches/RESULTS.md, 2026-11-26, every count of 1-8 forced) this picks the fastest
+    count, or one within 2% of it, for SmolLM2's four weight shapes at 128 and 512 rows: the four
+    take 79 / 172 us (128 / 512 rows) against 90 / 186 with ``k_splits``' count, which aims at
+    SPLIT_TARGET workgroups but keeps chunks of SPLIT_MIN_K (a 576-long K is cut in two at most)."""
+    if FORCE_SPLITS is not None:
+        return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
+    bm, bn = choose_tile(m, n, 1)
+    groups = math.ceil(m / bm) * math.ceil(n / bn)
+    counts = [s for s in range(1, SPLIT_MAX + 1) if k % (s * BK) == 0 and (s == 1 or k // s >= LOAD_MIN_K)]
+    return min(counts, key=lambda s: (math.ceil(groups * s / RESIDENT_GROUPS) * (k // s + GROUP_COST_K), s))
+
+
+def fitting_splits(ctx: LowerCtx, m: int, n: int, chunks: int) -> int:
+    """``chunks`` when the scratch inside this step's binding holds their partial products of an m x n
+    GEMM (or there is one chunk); else 1."""
     base, size = ctx.scratch
     inside = base >= ctx.window_base and base + size <= ctx.window_base + ctx.window_size
     return chunks if chunks > 1 and inside and size >= 4 * chunks * m * n else 1

@@ -386,20 +386,21 @@ def split_scratch(node: Node, graph) -> int:
     m = graph[node.inputs[0]].numel // op.k if op.k else 0
     if op.qtype not in GPU_TYPES or not tiled_applies(m, op.k):
         return 0
-    splits = matmul.k_splits(m, op.n, op.k, 1)
+    splits = matmul.load_splits(m, op.n, op.k)
     return 0 if splits == 1 else 4 * splits * m * op.n
 
 
 def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int,
                 k: int) -> list[Step]:
-    """matmul_tiled's GEMM (lowering/matmul: its tiles, K steps, block sums and K split) on x and the
-    GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
+    """matmul_tiled's GEMM (lowering/matmul: its tiles, K steps and block sums; K split by
+    ``load_splits``) on x and the GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
     _check_window(node, ctx)
     fields = dict(m=m, n=n, k=k, a=ctx.offset(x), w=0, y=ctx.offset(node), bias=0, has_bias=0, stride_a=0,
                   stride_w=0, stride_y=0, split1=n, split2=n, block_rows=m, k_len=k,
                   w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
     return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), False,
-                              chunks=matmul.fitting_splits(ctx, m, n, k), subs=decode_subs(qtype))
+                              chunks=matmul.fitting_splits(ctx, m, n, matmul.load_splits(m, n, k)),
+                              subs=decode_subs(qtype))
 
 
 @lowers(ops.DequantMatMulGguf, scratch=split_scratch)
