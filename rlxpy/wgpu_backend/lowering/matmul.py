@@ -224,7 +224,7 @@ def load_splits(m: int, n: int, k: int) -> int:
         return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
     bm, bn = choose_tile(m, n, 1)
     groups = math.ceil(m / bm) * math.ceil(n / bn)
-    counts = [s for s in range(1, SPLIT_MAX + 1) if k % (s * BK) == 0 and (s == 1 or k // s >= LOAD_MIN_K)]
+    counts = [1] + [s for s in range(2, SPLIT_MAX + 1) if k % (s * BK) == 0 and k // s >= LOAD_MIN_K]
     return min(counts, key=lambda s: (math.ceil(groups * s / RESIDENT_GROUPS) * (k // s + GROUP_COST_K), s))
 
 
