@@ -214,9 +214,9 @@ def tiled_kernels(rows: int, n: int, k: int) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("splits", [None, 2])
 def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_variant, tile,
                                                                 splits):
-    """matmul_tiled_gguf on each of matmul's tiles, unsplit and with K cut in two (where K allows):
-    partial tiles in m and n, K not a multiple of the 8- or 16-deep step (F16: 76), a K-quant whose
-    scale changes every 16 k, and an F16 row of 75 (not a multiple of 4: the GEMV takes it)."""
+    """matmul_tiled_gguf on each of matmul's tiles, with the plan's K split and with K cut in two (where
+    K allows): partial tiles in m and n, K not a multiple of the 8- or 16-deep step (F16: 76), a
+    K-quant whose scale changes every 16 k, and an F16 row of 75 (not a multiple of 4: the GEMV)."""
     from rlxpy.wgpu_backend.lowering import quant_gguf
 
     monkeypatch.setattr(matmul, "FORCE_TILE", tile)
@@ -228,7 +228,7 @@ def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypa
     exe = compile_with(g, weights)
     want = []
     for _, n, k, rows in cases:
-        chunks = splits if splits and k % (8 * splits) == 0 else 1
+        chunks = matmul.load_splits(rows, n, k)  # FORCE_SPLITS when set and K allows, else the plan's
         want += ([("quant_gguf_gemv", -(-rows // GEMV_MAX_ROWS))] if k % 4 else
                  [("matmul_tiled_gguf", (-(-n // tile[1]), -(-rows // tile[0]), chunks))]
                  + ([("matmul_split_sum", None)] if chunks > 1 else []))
