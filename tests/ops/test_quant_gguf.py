@@ -223,7 +223,7 @@ def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypa
     monkeypatch.setattr(matmul, "FORCE_SPLITS", splits)
     monkeypatch.setattr(quant_gguf, "TILED_MIN_ROWS", 1)  # few rows too: one partial row tile
     cases = [("Q4_1", 17, 96, 255), ("F16", 33, 76, 40), ("Q6_K", 70, 256, 129), ("Q8_0", 3, 64, 32),
-             ("F16", 5, 75, 9)]
+             ("F16", 5, 75, 9), ("Q5_1", 36, 96, 70), ("Q4_K", 8, 512, 65)]
     g, weights, feeds = matmul_cases_graph("tiles", cases, 40)
     exe = compile_with(g, weights)
     want = []
@@ -235,6 +235,10 @@ def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypa
     got_steps = [(s.kernel, s.grid if s.kernel == "matmul_tiled_gguf" else s.grid[1] if "gemv" in s.kernel
                   else None) for s in exe.schedule.steps]
     assert got_steps == want
+    # N a multiple of 4 (and x, y on 4-element boundaries): 16-byte loads of x and stores of y
+    vec4 = ["fn aw(i: u32) -> u32 {  // arena word i" in s.source for s in exe.schedule.steps
+            if s.kernel == "matmul_tiled_gguf"]
+    assert vec4 == [n % 4 == 0 for _, n, k, _ in cases if k % 4 == 0]
     got = exe.run(feeds)
     for i, (qtype, n, k, rows) in enumerate(cases):
         weight = gguf_values(weights[f"w{i}"], qtype).reshape(n, k)

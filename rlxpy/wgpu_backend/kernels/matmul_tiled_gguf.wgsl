@@ -1,11 +1,12 @@
 // y = x @ dequant(W)^T for many x rows (prefill): matmul_tiled's GEMM (include/matmul_tiled_core.wgsl,
 // TRANS_B: W is stored [N, K]) with the weight left as GGML blocks in the arena and dequantised in the
 // fetch, 4 k of one weight row at a time (include/quant_gguf_dq4.wgsl, the same values as gguf-py).
-// The arena is bound as u32 words (the decoders read words; x goes word by word, branch-free).
+// The arena access is matmul_tiled's (vec4 words where x, y, K and N sit on 4-element boundaries); the
+// decoders read single words through aw().
 // p.w_bytes: the weight's byte offset, p.row_bytes: bytes per weight row; p.w (+ the split's stride):
 // the first k of the chunk this workgroup sums. K is a multiple of 4 (the lowerer's condition).
 // Bindings: 0 = arena window, 1 = MatmulTiledParams.
-#include "matmul_access_words.wgsl"
+#include "matmul_access_{{ACCESS}}.wgsl"
 #include "quant_gguf_decode_{{DECODER}}.wgsl"
 #include "quant_gguf_dq4.wgsl"
 

@@ -182,7 +182,7 @@ def tiled_source(bm: int, bn: int, vec4: bool, expr: str, trans: tuple[bool, boo
             "TRANS_A": str(trans[0]).lower(), "TRANS_B": str(trans[1]).lower()}
 
 
-def _vec4(fields: dict[str, int], trans_a: bool) -> bool:
+def vec4_access(fields: dict[str, int], trans_a: bool) -> bool:
     """16-byte accesses need every start and row length on a 4-element boundary (a transposed a's rows
     are m long)."""
     names = ("n", "k", "a", "w", "y", "bias", "split1", "split2") + (("m",) if trans_a else ())
@@ -206,8 +206,8 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
     chunks = fitting_splits(ctx, m, n, k_splits(m, n, k, 1)) if plain else 1
     expr = ACTIVATION_WGSL[act] if act is not None else "v"
     # rows scale with the active extent only when they are the flattened leading dims
-    return tiled_steps(node, ctx, MATMUL_TILED, fields, trans, _vec4(fields, trans[0]), expr, chunks, batch,
-                       scalable=w.rank == 2 and not trans[0])
+    return tiled_steps(node, ctx, MATMUL_TILED, fields, trans, vec4_access(fields, trans[0]), expr, chunks,
+                       batch, scalable=w.rank == 2 and not trans[0])
 
 
 def load_splits(m: int, n: int, k: int) -> int:

@@ -398,7 +398,8 @@ def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int,
     fields = dict(m=m, n=n, k=k, a=ctx.offset(x), w=0, y=ctx.offset(node), bias=0, has_bias=0, stride_a=0,
                   stride_w=0, stride_y=0, split1=n, split2=n, block_rows=m, k_len=k,
                   w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
-    return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), False,
+    vec4 = matmul.vec4_access(fields, False)
+    return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), vec4,
                               chunks=matmul.fitting_splits(ctx, m, n, matmul.load_splits(m, n, k)),
                               subs=decode_subs(qtype))
 

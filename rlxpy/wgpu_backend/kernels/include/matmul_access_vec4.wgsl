@@ -8,6 +8,9 @@
 @group(0) @binding(0) var<storage, read_write> buf: array<vec4<u32>>;
 @group(0) @binding(1) var<uniform> p: {{PARAMS}};
 
+fn aw(i: u32) -> u32 {  // arena word i (the GGUF decoders' read)
+    return buf[i >> 2u][i & 3u];
+}
 fn ld4(i: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(buf[i >> 2u]);
 }

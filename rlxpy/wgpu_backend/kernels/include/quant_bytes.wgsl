@@ -2,16 +2,16 @@
 // byte and 2-byte loads, 4 bytes at any offset, and a word's four bytes as exact f32 integers.
 #include "common_half.wgsl"
 
-fn ld_byte(b: u32) -> u32 { return (buf[b >> 2u] >> ((b & 3u) << 3u)) & 0xffu; }
+fn ld_byte(b: u32) -> u32 { return (aw(b >> 2u) >> ((b & 3u) << 3u)) & 0xffu; }
 // two bytes at an even byte offset (GGML blocks are at least 2-byte aligned)
-fn ld_half(b: u32) -> u32 { return (buf[b >> 2u] >> ((b & 2u) << 3u)) & 0xffffu; }
+fn ld_half(b: u32) -> u32 { return (aw(b >> 2u) >> ((b & 2u) << 3u)) & 0xffffu; }
 // four bytes at any byte offset, little-endian: a funnel shift of the two words holding them
 // (branch-free: lanes of one warp often disagree on alignment, e.g. odd and even Q8_0 blocks)
 fn ld_word(b: u32) -> u32 {
     let i = b >> 2u;
     let s = (b & 3u) << 3u;
-    let lo = buf[i];
-    return select((lo >> s) | (buf[i + 1u] << (32u - s)), lo, s == 0u);
+    let lo = aw(i);
+    return select((lo >> s) | (aw(i + 1u) << (32u - s)), lo, s == 0u);
 }
 // the four bytes of w as unsigned / signed integers in f32, exactly: OR-ing a byte into the
 // mantissa of 2^23 and subtracting 2^23 avoids integer->float conversions (quarter rate on GPUs)

@@ -7,7 +7,7 @@ const IS_FLOAT: bool = false;
 const HAS_MIN: bool = true;
 fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
     let b = block_at(rb, u);
-    let dd = buf[(b + 80u) >> 2u];
+    let dd = aw((b + 80u) >> 2u);
     let sc = ld_byte(b + (unit_in_block(u) << 1u) + hf);
     let d = f16x2_to_f32(dd);
     return vec2<f32>(d.x * f32(sc & 15u), -(d.y * f32(sc >> 4u)));
@@ -15,6 +15,6 @@ fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
 fn q_chunk(rb: u32, u: u32, c: u32) -> vec4<f32> {
     let b = block_at(rb, u);
     let ub = unit_in_block(u);
-    let w = buf[(b + 16u + ((ub >> 2u) << 5u) + (c << 2u)) >> 2u];
+    let w = aw((b + 16u + ((ub >> 2u) << 5u) + (c << 2u)) >> 2u);
     return bytes4((w >> ((ub & 3u) << 1u)) & 0x03030303u);
 }

@@ -14,15 +14,15 @@ fn q_unit(rb: u32, u: u32) -> array<vec4<f32>, 8> {
     let b = block_at(rb, u);
     let i = b >> 2u;
     let odd = (b & 2u) != 0u;
-    let w0 = buf[i];
-    let w1 = buf[i + 1u];
-    let w2 = buf[i + 2u];
-    let w3 = buf[i + 3u];
-    let w4 = buf[i + 4u];
-    let w5 = buf[i + 5u];
-    let w6 = buf[i + 6u];
-    let w7 = buf[i + 7u];
-    let w8 = buf[i + 8u];
+    let w0 = aw(i);
+    let w1 = aw(i + 1u);
+    let w2 = aw(i + 2u);
+    let w3 = aw(i + 3u);
+    let w4 = aw(i + 4u);
+    let w5 = aw(i + 5u);
+    let w6 = aw(i + 6u);
+    let w7 = aw(i + 7u);
+    let w8 = aw(i + 8u);
     return array<vec4<f32>, 8>(sbytes4(q8_word(w0, w1, odd)), sbytes4(q8_word(w1, w2, odd)),
                                sbytes4(q8_word(w2, w3, odd)), sbytes4(q8_word(w3, w4, odd)),
                                sbytes4(q8_word(w4, w5, odd)), sbytes4(q8_word(w5, w6, odd)),

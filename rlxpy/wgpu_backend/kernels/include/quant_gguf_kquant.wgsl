@@ -8,7 +8,7 @@ const IS_FLOAT: bool = false;
 const HAS_MIN: bool = true;
 
 fn kquant_scale_min(b: u32, sb: u32) -> vec2<f32> {
-    let dd = buf[b >> 2u];
+    let dd = aw(b >> 2u);
     var sc: u32;
     var mn: u32;
     if (sb < 4u) {

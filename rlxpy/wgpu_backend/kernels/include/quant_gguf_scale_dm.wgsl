@@ -5,6 +5,6 @@
 const IS_FLOAT: bool = false;
 const HAS_MIN: bool = true;
 fn q_scale(rb: u32, u: u32, hf: u32) -> vec2<f32> {
-    let h = buf[block_at(rb, u) >> 2u];
+    let h = aw(block_at(rb, u) >> 2u);
     return f16x2_to_f32(h);
 }
