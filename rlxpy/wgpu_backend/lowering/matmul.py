@@ -217,8 +217,8 @@ def load_splits(m: int, n: int, k: int) -> int:
     sum pass). K is cut into multiples of the 8-deep step of at least LOAD_MIN_K.
 
     On an H100 (benches/RESULTS.md, 2026-11-26, every count of 1-8 forced) this picks the fastest
-    count, or one within 2% of it, for SmolLM2's four weight shapes at 128 and 512 rows: the four
-    take 79 / 172 us (128 / 512 rows) against 90 / 186 with ``k_splits``' count, which aims at
+    count, or one within 5% of it, for SmolLM2's four weight shapes at 128, 256 and 512 rows: the
+    four take 63 / 141 us (128 / 512 rows) against 74 / 156 with ``k_splits``' count, which aims at
     SPLIT_TARGET workgroups but keeps chunks of SPLIT_MIN_K (a 576-long K is cut in two at most)."""
     if FORCE_SPLITS is not None:
         return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
