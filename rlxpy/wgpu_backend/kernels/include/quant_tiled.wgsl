@@ -1,4 +1,4 @@
-// The tiled dequantising GEMM of quant_generic_tiled and quant_gguf_tiled: 16x16 invocations own a 64x64
+// The tiled dequantising GEMM of quant_generic_tiled: 16x16 invocations own a 64x64
 // output tile (rows ty + 16a, cols tx + 16b). Per K step of 16 every invocation stages 4 values of the
 // x tile, and the kernel's stage_w(flat, k0, col0) dequantises its 4 weights of the w tile into
 // workgroup memory. Needs the params m, n, k, x, y.
