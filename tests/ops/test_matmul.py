@@ -284,14 +284,19 @@ def test_split_k_matches_torch(device, monkeypatch, tiled_only, vec4, m, k, n, s
     assert_close(np.nan_to_num(got), np.nan_to_num(want), 1e-4, 1e-4, what=f"{want_splits} K chunks")
 
 
-def test_split_k_only_where_the_grid_is_small_and_k_divides():
-    assert matmul.k_splits(384, 384, 4096, 1) == 16, "36 tiles of 64x64: 16 chunks of 256"
-    assert matmul.k_splits(384, 1152, 4096, 1) == 16, "108 tiles: 16 chunks"
-    assert matmul.k_splits(1536, 384, 4096, 1) == 8, "144 tiles: 8 chunks of 512"
-    assert matmul.k_splits(4096, 1152, 384, 1) == 1, "a big grid keeps K whole"
+def test_split_k_balances_the_busiest_sms_work_where_k_divides():
+    """k_splits' model (132 workgroups at once, 64 k of fixed cost per workgroup), by hand."""
+    # 36 tiles of 64x64: 5 rounds of 132 at 16 chunks, 5 x (256 + 64) = 1600 < 8 chunks' 3 x 576
+    assert matmul.k_splits(384, 384, 4096, 1) == 16
+    # 108 tiles: 8 chunks, 7 x (512 + 64) = 4032 < 1 chunk's 4160 < 2 chunks' 2 x 2112
+    assert matmul.k_splits(384, 1152, 4096, 1) == 8
+    assert matmul.k_splits(1536, 384, 4096, 1) == 8, "144 tiles: 9 x 576 against 18 x 320 at 16"
+    assert matmul.k_splits(4096, 1152, 384, 1) == 1, "576 tiles of 128x64: K whole"
+    assert matmul.k_splits(512, 576, 576, 1) == 3, "72 tiles: 2 x 256 against 1 x 640"
     assert matmul.k_splits(384, 384, 4096, 2) == 1, "batched GEMMs keep K whole"
     assert matmul.k_splits(40, 5, 3001, 1) == 1, "no equal chunks of 8-multiples"
-    assert matmul.k_splits(40, 5, 400, 1) == 1, "K too short to split"
+    assert matmul.k_splits(40, 5, 400, 1) == 5, "one workgroup: 5 chunks of 80"
+    assert matmul.k_splits(40, 5, 96, 1) == 1, "chunks of at least 64"
 
 
 # -- SplitMatMul: the split store of both kernels ----------------------------------------------------

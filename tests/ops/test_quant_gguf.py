@@ -206,7 +206,7 @@ def test_matmul_gemv_and_tiled_match_torch(device, qtype, gemv_kernel):
 def tiled_kernels(rows: int, n: int, k: int) -> list[tuple[str, int]]:
     """(kernel, grid y) of the steps of a tiled quantised matmul: matmul's tile plan and K split."""
     bm, _ = matmul.choose_tile(rows, n, 1)
-    split = [("matmul_split_sum", 1)] if matmul.load_splits(rows, n, k) > 1 else []
+    split = [("matmul_split_sum", 1)] if matmul.k_splits(rows, n, k, 1) > 1 else []
     return [("matmul_tiled_gguf", -(-rows // bm)), *split]
 
 
@@ -228,7 +228,7 @@ def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypa
     exe = compile_with(g, weights)
     want = []
     for _, n, k, rows in cases:
-        chunks = matmul.load_splits(rows, n, k)  # FORCE_SPLITS when set and K allows, else the plan's
+        chunks = matmul.k_splits(rows, n, k, 1)  # FORCE_SPLITS when set and K allows, else the plan's
         want += ([("quant_gguf_gemv", -(-rows // GEMV_MAX_ROWS))] if k % 4 else
                  [("matmul_tiled_gguf", (-(-n // tile[1]), -(-rows // tile[0]), chunks))]
                  + ([("matmul_split_sum", None)] if chunks > 1 else []))

@@ -10,10 +10,11 @@ default (TILES, CORES: measured below). Where every offset, row length and
 split is a multiple of 4 elements the arena is bound as ``array<vec4<u32>>`` (16-byte loads and stores);
 otherwise the same kernel loads words one by one with per-element bounds (views may start anywhere).
 
-Split K: a plain MatMul whose grid stays under MIN_GROUPS workgroups while K is long (a weight's
-gradient, X^T dY over every token: M and N are model widths, K the tokens) cuts K into equal chunks
-(grid z = the chunk); each stores its partial product in the arena's scratch (``@lowers(scratch=)``)
-and matmul_split_sum adds them in order (deterministic).
+Split K: a plain MatMul whose grid leaves SMs idle or a last wave nearly empty (a weight's gradient,
+X^T dY over every token: M and N are model widths, K the tokens; a prefill's projections) cuts K into
+equal chunks (grid z = the chunk; ``k_splits``); each stores its partial product in the arena's scratch
+(``@lowers(scratch=)``) and matmul_split_sum adds them in order (deterministic). The quantised GEMM
+(quant_gguf.py) takes the same tiles and split.
 
 Transposed operands (MatMul's transpose_a / transpose_b, which the gradient rules use for X^T dY and
 dY W^T) are read in place by the tiled GEMM (TRANS_A / TRANS_B), never through the skinny one.
@@ -59,13 +60,8 @@ TILES = ((128, 64), (64, 64))
 MIN_GROUPS = 160
 MATMUL_SPLIT_SUM = kernel("matmul_split_sum", params("MatmulSplitSumParams", total=U32, splits=U32, part=U32,
                                                      y=U32), dtypes=accepts(DType.F32, out=DType.F32))
-#: Split K aims at this many workgroups, in at most SPLIT_MAX chunks of at least SPLIT_MIN_K. On an H200
-#: the GPT training step's weight gradients (X^T dY, K = 4096 tokens) took 11.5 ms of GEMM time at 1024
-#: against 12.0 at 512 (1536 x 384 in 8 chunks instead of 4) and 11.5 at 2048 (more scratch).
-SPLIT_TARGET = 1024
 SPLIT_MAX = 16
-SPLIT_MIN_K = 256
-#: ``load_splits``' model: workgroups that run at once at one per SM on the GPU it was tuned on (an
+#: ``k_splits``' model: workgroups that run at once at one per SM on the GPU it was tuned on (an
 #: H100's or H200's 132 SMs; WebGPU does not say how many a device has), a workgroup's fixed cost (its
 #: first step, stores) in K, and the shortest K chunk.
 RESIDENT_GROUPS = 132
@@ -93,22 +89,6 @@ def choose_tile(m: int, n: int, batch: int) -> tuple[int, int]:
         if math.ceil(m / bm) * math.ceil(n / bn) * batch >= MIN_GROUPS:
             return bm, bn
     return TILES[-1]
-
-
-def k_splits(m: int, n: int, k: int, batch: int) -> int:
-    """Equal K chunks (multiples of the 8-wide K step) that bring a small unbatched grid near
-    SPLIT_TARGET workgroups; 1: no split."""
-    if batch != 1:
-        return 1
-    fits = [s for s in range(2, SPLIT_MAX + 1) if k % (s * BK) == 0 and k // s >= SPLIT_MIN_K]
-    if FORCE_SPLITS is not None:
-        return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
-    bm, bn = choose_tile(m, n, batch)
-    groups = math.ceil(m / bm) * math.ceil(n / bn)
-    if groups >= MIN_GROUPS or not fits:
-        return 1
-    want = math.ceil(SPLIT_TARGET / groups)
-    return min((s for s in fits if s >= want), default=max(fits))
 
 
 def transposes(node: Node) -> tuple[bool, bool]:
@@ -210,16 +190,19 @@ def tiled_gemm(node: Node, ctx: LowerCtx, a: Node, w: Node, bias: Node | None, a
                        batch, scalable=w.rank == 2 and not trans[0])
 
 
-def load_splits(m: int, n: int, k: int) -> int:
-    """K chunks for an unbatched GEMM of a few hundred rows or fewer (the quantised prefill GEMM): the
-    count that minimises the work of the busiest SM, ceil(workgroups / RESIDENT_GROUPS) workgroups of
-    K / chunks + GROUP_COST_K each, the fewest on a tie (each chunk adds its partial product to the
-    sum pass). K is cut into multiples of the 8-deep step of at least LOAD_MIN_K.
+def k_splits(m: int, n: int, k: int, batch: int) -> int:
+    """K chunks of an unbatched GEMM (1 for a batched one): the count that minimises the work of the
+    busiest SM, ceil(workgroups / RESIDENT_GROUPS) workgroups of K / chunks + GROUP_COST_K each, the
+    fewest on a tie (each chunk adds its partial product to the sum pass). K is cut into equal
+    multiples of the 8-deep step, at least LOAD_MIN_K long.
 
     On an H100 (benches/RESULTS.md, 2026-11-26, every count of 1-8 forced) this picks the fastest
-    count, or one within 5% of it, for SmolLM2's four weight shapes at 128, 256 and 512 rows: the
-    four take 63 / 141 us (128 / 512 rows) against 74 / 156 with ``k_splits``' count, which aims at
-    SPLIT_TARGET workgroups but keeps chunks of SPLIT_MIN_K (a 576-long K is cut in two at most)."""
+    count, or one within 5% of it, for SmolLM2's four quantised weight shapes at 128, 256 and 512
+    rows: the four take 63 / 141 us (128 / 512 rows) against 74 / 156 with the rule before it (aim
+    at 1,024 workgroups in chunks of at least 256: a 576-long K was cut in two at most); the GPT
+    training step (its weight gradients, K = 4096 tokens) 16.3-16.4 -> 15.9 ms."""
+    if batch != 1:
+        return 1
     if FORCE_SPLITS is not None:
         return FORCE_SPLITS if k % (FORCE_SPLITS * BK) == 0 else 1
     bm, bn = choose_tile(m, n, 1)

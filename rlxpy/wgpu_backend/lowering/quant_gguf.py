@@ -8,7 +8,7 @@
   through workgroup memory; one x row that fits one chunk (decode) is loaded once and its RMSNorm
   summed with subgroupAdd there (``USE_FAST_STAGE``). More rows (prefill) run the f32 GEMM's
   register-tiled core (lowering/matmul, matmul_tiled_gguf.wgsl) with W dequantised 4 k at a time in
-  its weight fetch, K split by ``matmul.load_splits`` (``tiled_steps``); on an H100 SmolLM2's four
+  its weight fetch, K split by ``matmul.k_splits`` (``tiled_steps``); on an H100 SmolLM2's four
   weight shapes at 512 rows take 141 us, 1.3x quant_gguf_tiled, the kernel this replaced (its own
   small tiles and k-groups). CPU adapters keep the GEMV's rows variant longer.
 * ``FusedGgufMatMul`` (made by ir/passes/patterns.py once this lowerer exists): the same GEMV
@@ -388,21 +388,21 @@ def split_scratch(node: Node, graph) -> int:
     m = graph[node.inputs[0]].numel // op.k if op.k else 0
     if op.qtype not in GPU_TYPES or not tiled_applies(m, op.k):
         return 0
-    splits = matmul.load_splits(m, op.n, op.k)
+    splits = matmul.k_splits(m, op.n, op.k, 1)
     return 0 if splits == 1 else 4 * splits * m * op.n
 
 
 def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int,
                 k: int) -> list[Step]:
     """matmul_tiled's GEMM (lowering/matmul: its tiles, K steps and block sums; K split by
-    ``load_splits``) on x and the GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
+    ``k_splits``) on x and the GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
     _check_window(node, ctx)
     fields = dict(m=m, n=n, k=k, a=ctx.offset(x), w=0, y=ctx.offset(node), bias=0, has_bias=0, stride_a=0,
                   stride_w=0, stride_y=0, split1=n, split2=n, block_rows=m, k_len=k,
                   w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
     vec4 = matmul.vec4_access(fields, False)
     return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), vec4,
-                              chunks=matmul.fitting_splits(ctx, m, n, matmul.load_splits(m, n, k)),
+                              chunks=matmul.fitting_splits(ctx, m, n, matmul.k_splits(m, n, k, 1)),
                               subs=decode_subs(qtype))
 
 
