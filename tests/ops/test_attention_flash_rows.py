@@ -34,6 +34,17 @@ def test_flash_rows_match_torch_sdpa(device, heads, kv_heads, s_q, s_k, dim, kin
              softcap=30.0 if kind == "none" else None, expect_kernels=ROWS)
 
 
+@pytest.mark.parametrize(("splits", "keys"), [(8, 4), (2, 16), (16, 2)])
+def test_other_key_splits_and_blocks_match_torch_sdpa(device, monkeypatch, splits, keys):
+    """The plan's key splits and keys per block set to other values (the workgroup is 32 x splits
+    invocations, the generated block code follows both)."""
+    from rlxpy.wgpu_backend.lowering import attention_flash
+
+    monkeypatch.setattr(attention_flash, "ROWS_SPLITS", splits)
+    monkeypatch.setattr(attention_flash, "ROWS_KEYS", keys)
+    run_case("bshd", "bhsd", 1, 6, 2, 70, 70, 64, "causal", expect_kernels=ROWS)
+
+
 def test_custom_keep_mask_and_nan_query_row(device):
     heads, s_q, s_k, dim = 2, 19, 45, 16
     keep = (np.random.default_rng(2).random((1, s_q, s_k)) > 0.4).astype(np.float32)

@@ -115,7 +115,8 @@ def flash_rows_step(node: Node, ctx: LowerCtx, fields: dict, subs: dict, batch: 
     head_dim = int(subs["D"])
     if not rows_fit(head_dim):
         return None
-    rows_subs = {**subs, "SPLITS": ROWS_SPLITS, "KT": ROWS_KEYS, **rows_source(head_dim)}
+    rows_subs = {**subs, "SPLITS": ROWS_SPLITS, "KT": ROWS_KEYS, "WG": ROWS_QUERIES * ROWS_SPLITS,
+                 **rows_source(head_dim, ROWS_SPLITS, ROWS_KEYS)}  # the plan's values, as set now
     if not fits(ATTENTION_FLASH_ROWS, ctx.facts, rows_subs):
         return None
     grid = (math.ceil(fields["s_q"] / ROWS_QUERIES), heads, batch)
