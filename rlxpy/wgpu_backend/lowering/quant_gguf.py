@@ -2,8 +2,8 @@
 
 * ``DequantMatMulGguf``: ``y = x @ dequant(W)^T`` (ggml_mul_mat). Up to ``GEMV_MAX_ROWS`` rows of
   x (decode) run the bandwidth-bound GEMV kernel: each weight row is read once, by a team of
-  lanes striding over its 32-element units, with x staged in workgroup memory (up to
-  ``TILED_MIN_ROWS`` rows in blocks of ``GEMV_MAX_ROWS``); a team's lanes add their partial sums
+  lanes striding over its 32-element units, with x staged in workgroup memory (on CPU adapters up
+  to ``GEMV_BLOCKED_MAX_ROWS`` rows in blocks of ``GEMV_MAX_ROWS``); a team's lanes add their partial sums
   with subgroup shuffles where the device has the ``subgroup`` feature (``USE_SUBGROUPS``), else
   through workgroup memory; one x row that fits one chunk (decode) is loaded once and its RMSNorm
   summed with subgroupAdd there (``USE_FAST_STAGE``). More rows (prefill) run the f32 GEMM's
@@ -86,10 +86,12 @@ QUANT_GGUF_GATHER = kernel(
 #: QuantGgufGemvParams fields of FusedGgufMatMul's extra inputs (0 when absent).
 FUSED_FIELDS = ("w_up", "gamma", "residual", "q_width", "kv_width", "capacity", "max_pos") + ROPE_ROLES
 GEMV_MAX_ROWS = 8  # x rows one GEMV workgroup takes together (weights read once)
-# More rows run the GEMV in blocks of GEMV_MAX_ROWS (grid y; weights read once per block) up to this
-# many, then the tiled GEMM (register tiles, benches/bench_quant.py --prefill). CPU adapters keep the
-# rows variant up to GEMV_BLOCKED_MAX_ROWS: on llvmpipe workgroup memory and barriers buy nothing.
-TILED_MIN_ROWS = 64
+# More rows run the tiled GEMM from this many on: on an H100 (benches/RESULTS.md, 2026-11-26) it beat
+# the GEMV in blocks of GEMV_MAX_ROWS (grid y, the weights read once per block) at every count from 9
+# (SmolLM2's shapes at 32 rows, the default prefill chunk: 10-14 us against 23-40). CPU adapters keep
+# the GEMV's rows variant up to GEMV_BLOCKED_MAX_ROWS: on llvmpipe workgroup memory and barriers buy
+# nothing.
+TILED_MIN_ROWS = GEMV_MAX_ROWS + 1
 GEMV_BLOCKED_MAX_ROWS = 2048
 # GEMV work split, tuned on an H100 (benches/bench_quant.py): few lanes per weight row keep the
 # cross-lane reduction short; teams owning several rows amortise staging x over more weights.
