@@ -230,7 +230,8 @@ def _add_generation_options(parser: argparse.ArgumentParser, max_tokens: int) ->
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--context", type=int, default=2048, help="KV-cache capacity in tokens")
-    parser.add_argument("--chunk", type=int, default=32, help="prefill chunk size in tokens")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="prefill chunk size in tokens (default: 128 on a GPU, 32 on a CPU adapter)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--context", type=int, default=2048, help="KV-cache capacity in tokens")
-    gen.add_argument("--chunk", type=int, default=32, help="prefill chunk size in tokens")
+    gen.add_argument("--chunk", type=int, default=None,
+                     help="prefill chunk size in tokens (default: 128 on a GPU, 32 on a CPU adapter)")
     gen.add_argument(
         "--report", action="count", default=0, help="print the dispatch report (twice: per step)"
     )

@@ -28,7 +28,7 @@ from rlxpy.errors import ModelError
 from rlxpy.frontends.gguf_check import FLOATS, INTEGERS, STRING, GgufLayout, TensorInfo, read_layout
 from rlxpy.frontends.gguf_families import LLAMA_LIKE, SUPPORTED, Family, family, layer_tensors, packed_sources
 from rlxpy.ir.ops.quant import GGUF_BLOCKS, gguf_row_bytes
-from rlxpy.models.generate import Generator
+from rlxpy.models.generate import Generator, default_chunk
 from rlxpy.models.transformer import TransformerConfig, param_sources, row_block
 
 __all__ = ["LLAMA_LIKE", "SUPPORTED", "GgufModel", "default_model_path", "load_generator", "load_gguf",
@@ -351,11 +351,12 @@ def upload_weights(exe: Any, model: GgufModel) -> int:
     return total
 
 
-def load_generator(path: str | os.PathLike, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
-                   seed: int = 0) -> tuple[Generator, GgufModel]:
-    """(a Generator compiled for the GGUF's transformer config, with its weights uploaded; the model)."""
+def load_generator(path: str | os.PathLike, context: int = 2048, chunk: int | None = None,
+                   sampler: dict | None = None, seed: int = 0) -> tuple[Generator, GgufModel]:
+    """(a Generator compiled for the GGUF's transformer config, with its weights uploaded; the model).
+    ``chunk``: prefill tokens per run (None: ``generate.default_chunk()``, by device)."""
     model = load_gguf(path, context)
-    gen = Generator(model.config, chunk, sampler, seed)
+    gen = Generator(model.config, chunk or default_chunk(), sampler, seed)
     started = time.perf_counter()
     upload_weights(gen.exe, model)
     gen.stats.upload_seconds = time.perf_counter() - started

@@ -30,6 +30,22 @@ def weight_cap() -> int:
     return get_device().max_binding * 3 // 4
 
 
+#: Prefill tokens per run where the caller names none (``default_chunk``). On an H100 (SmolLM2, benches/
+#: RESULTS.md, 2026-11-26) a 40 / 130 / 512-token prompt took 4.6 / 9.5 / 20 ms at 128 against 7.8 /
+#: 20 / 69 at 32 (256: 6.0 / 6.1 / 12.6). A CPU adapter keeps 32: its kernels' cost grows with the
+#: rows they are compiled for where the active extent does not shrink them.
+GPU_CHUNK, CPU_CHUNK = 128, 32
+
+
+def default_chunk() -> int:
+    """The prefill chunk for this process's device (``GPU_CHUNK`` / ``CPU_CHUNK``; RLX_WGPU_KERNELS
+    decides as it does for the kernels' variants)."""
+    from rlxpy.wgpu_backend.device import get_device  # the device only once a Generator is built
+    from rlxpy.wgpu_backend.executable import device_facts
+
+    return CPU_CHUNK if device_facts(get_device()).cpu else GPU_CHUNK
+
+
 def step_seed(seed: int, step: int) -> np.ndarray:
     """The u32[2] sampling seed of the token at position ``step`` of a generation seeded ``seed``."""
     mixed = (seed * 0x9E3779B1 + step) & 0xFFFFFFFFFFFFFFFF

@@ -94,17 +94,19 @@ class Engine:
         self.created = int(time.time())
 
     @classmethod
-    def from_gguf(cls, path: str | Path, context: int = 2048, chunk: int = 32, sampler: dict | None = None,
-                  seed: int = 0, model_id: str | None = None, embed: bool | str | Path = True,
-                  slots: int = 0, **kwargs: Any) -> Engine:
+    def from_gguf(cls, path: str | Path, context: int = 2048, chunk: int | None = None,
+                  sampler: dict | None = None, seed: int = 0, model_id: str | None = None,
+                  embed: bool | str | Path = True, slots: int = 0, **kwargs: Any) -> Engine:
         """Load the GGUF; ``slots`` > 0 decodes up to that many requests together (each slot holds
-        ``context`` tokens), 0 one at a time. ``embed`` True serves all-MiniLM-L6-v2 (when its
+        ``context`` tokens), 0 one at a time; ``chunk``: prefill tokens per run (None: by device, see
+        ``models.generate.default_chunk``). ``embed`` True serves all-MiniLM-L6-v2 (when its
         package is installed), a path serves that sentence-transformers directory, False no embeddings."""
         from rlxpy.frontends.gguf import load_generator
         from rlxpy.frontends.gguf_tokenizer import GgufTokenizer
 
         if slots > 0:
-            generator: Any = BatchGenerator.from_gguf(str(path), slots, context=context, chunk=chunk)
+            sized = {"chunk": chunk} if chunk else {}  # else the batched decoder's own default
+            generator: Any = BatchGenerator.from_gguf(str(path), slots, context=context, **sized)
             generator.seed = seed
         else:
             generator, _ = load_generator(path, context=context, chunk=chunk, sampler=sampler, seed=seed)

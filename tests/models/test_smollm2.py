@@ -51,6 +51,30 @@ def test_prompt_logits_match_transformers(hf_model, generator, prompt_ids):
     assert int(np.argmax(got)) == int(np.argmax(want))
 
 
+def test_gpu_kernel_variants_match_transformers_on_a_longer_prompt(device, hf_model, path):
+    """The kernels a GPU gets (RLX_WGPU_KERNELS=gpu): the tiled quantised GEMM from 9 rows, here a
+    16-row chunk and then a 3-row one (its active extent), on the real file's weights."""
+    import torch
+
+    from rlxpy import env
+    from rlxpy.models.generate import CPU_CHUNK, GPU_CHUNK, default_chunk
+
+    ids = GgufTokenizer.from_gguf(path).encode(" ".join([PROMPT, "red, yellow and blue, and the three"] * 2))
+    assert 16 < len(ids) < 32
+    with env.override(RLX_WGPU_KERNELS="cpu"):
+        assert default_chunk() == CPU_CHUNK
+    with env.override(RLX_WGPU_KERNELS="gpu"):
+        assert default_chunk() == GPU_CHUNK
+        gen, _ = load_generator(path, context=256, chunk=16)
+        assert "matmul_tiled_gguf" in {s.kernel for s in gen.exe.schedule.steps}
+        got = gen.logits(ids)
+    with torch.no_grad():
+        want = hf_model(torch.tensor([ids])).logits[0, -1].numpy()
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert rel < 1e-3, rel
+    assert int(np.argmax(got)) == int(np.argmax(want))
+
+
 def test_32_greedy_tokens_match_transformers(hf_model, generator, prompt_ids):
     import torch
 
