@@ -2,7 +2,7 @@
 
 * ``gemm``: DequantMatMulGguf of M x rows against each SmolLM2 weight shape, 30 distinct weight
   copies (one per layer) in one compute pass bracketed by timestamp queries; the tiled GEMM's plan
-  (matmul_tiled_gguf) and the blocked GEMV it replaces, vs torch fp32 / fp16 matmuls of the dequantised
+  (quant_gguf_gemm) and the blocked GEMV it replaces, vs torch fp32 / fp16 matmuls of the dequantised
   weights (CUDA events over the same 30 copies). TFLOP/s = 2 M N K / time.
 * ``attention``: causal GQA attention (9 heads, 3 kv heads, head_dim 64): a 512-token prompt at
   once and a 128-token chunk at the end of a 512-key cache, vs torch SDPA (fp32 / fp16); and

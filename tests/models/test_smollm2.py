@@ -66,7 +66,7 @@ def test_gpu_kernel_variants_match_transformers_on_a_longer_prompt(device, hf_mo
     with env.override(RLX_WGPU_KERNELS="gpu"):
         assert default_chunk() == GPU_CHUNK
         gen, _ = load_generator(path, context=256, chunk=16)
-        assert "matmul_tiled_gguf" in {s.kernel for s in gen.exe.schedule.steps}
+        assert "quant_gguf_gemm" in {s.kernel for s in gen.exe.schedule.steps}
         got = gen.logits(ids)
     with torch.no_grad():
         want = hf_model(torch.tensor([ids])).logits[0, -1].numpy()

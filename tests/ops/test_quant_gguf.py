@@ -207,14 +207,14 @@ def tiled_kernels(rows: int, n: int, k: int) -> list[tuple[str, int]]:
     """(kernel, grid y) of the steps of a tiled quantised matmul: matmul's tile plan and K split."""
     bm, _ = matmul.choose_tile(rows, n, 1)
     split = [("matmul_split_sum", 1)] if matmul.k_splits(rows, n, k, 1) > 1 else []
-    return [("matmul_tiled_gguf", -(-rows // bm)), *split]
+    return [("quant_gguf_gemm", -(-rows // bm)), *split]
 
 
 @pytest.mark.parametrize("tile", matmul.TILES)
 @pytest.mark.parametrize("splits", [None, 2])
 def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypatch, gpu_variant, tile,
                                                                 splits):
-    """matmul_tiled_gguf on each of matmul's tiles, with the plan's K split and with K cut in two (where
+    """quant_gguf_gemm on each of matmul's tiles, with the plan's K split and with K cut in two (where
     K allows): partial tiles in m and n, K not a multiple of the 8- or 16-deep step (F16: 76), a
     K-quant whose scale changes every 16 k, and an F16 row of 75 (not a multiple of 4: the GEMV)."""
     from rlxpy.wgpu_backend.lowering import quant_gguf
@@ -230,14 +230,14 @@ def test_every_tile_and_k_split_of_the_tiled_gemm_matches_torch(device, monkeypa
     for _, n, k, rows in cases:
         chunks = matmul.k_splits(rows, n, k, 1)  # FORCE_SPLITS when set and K allows, else the plan's
         want += ([("quant_gguf_gemv", -(-rows // GEMV_MAX_ROWS))] if k % 4 else
-                 [("matmul_tiled_gguf", (-(-n // tile[1]), -(-rows // tile[0]), chunks))]
+                 [("quant_gguf_gemm", (-(-n // tile[1]), -(-rows // tile[0]), chunks))]
                  + ([("matmul_split_sum", None)] if chunks > 1 else []))
-    got_steps = [(s.kernel, s.grid if s.kernel == "matmul_tiled_gguf" else s.grid[1] if "gemv" in s.kernel
+    got_steps = [(s.kernel, s.grid if s.kernel == "quant_gguf_gemm" else s.grid[1] if "gemv" in s.kernel
                   else None) for s in exe.schedule.steps]
     assert got_steps == want
     # N a multiple of 4 (and x, y on 4-element boundaries): 16-byte loads of x and stores of y
     vec4 = ["fn aw(i: u32) -> u32 {  // arena word i" in s.source for s in exe.schedule.steps
-            if s.kernel == "matmul_tiled_gguf"]
+            if s.kernel == "quant_gguf_gemm"]
     assert vec4 == [n % 4 == 0 for _, n, k, _ in cases if k % 4 == 0]
     got = exe.run(feeds)
     for i, (qtype, n, k, rows) in enumerate(cases):

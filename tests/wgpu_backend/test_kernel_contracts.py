@@ -182,7 +182,7 @@ def _wide_variants(g: rlxpy.Graph) -> None:
 
 #: kernels compiled without WGSL's runtime checks (Kernel.checked): each one's indices were audited to
 #: stay in range by construction; adding one to this set is a deliberate act
-UNCHECKED = {"matmul_tiled", "matmul_tiled_gguf", "matmul_grouped", "attention_flash", "attention_flash_rows",
+UNCHECKED = {"matmul_tiled", "quant_gguf_gemm", "matmul_grouped", "attention_flash", "attention_flash_rows",
              "backward_attention_stats", "backward_attention_dq", "backward_attention_dkv"}
 
 

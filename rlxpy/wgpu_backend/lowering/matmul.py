@@ -36,7 +36,7 @@ from rlxpy.wgpu_backend.schedule import LowerCtx, Step, lowers
 
 MATMUL_TILED = kernel(
     "matmul_tiled",
-    # w_bytes, row_bytes: a GGUF weight's byte offset and row size (matmul_tiled_gguf; 0 otherwise)
+    # w_bytes, row_bytes: a GGUF weight's byte offset and row size (quant_gguf_gemm; 0 otherwise)
     params("MatmulTiledParams", ("m",), m=U32, n=U32, k=U32, a=U32, w=U32, y=U32, bias=U32, has_bias=U32,
            stride_a=U32, stride_w=U32, stride_y=U32, split1=U32, split2=U32, block_rows=U32, k_len=U32,
            w_bytes=U32, row_bytes=U32),

@@ -7,7 +7,7 @@
   with subgroup shuffles where the device has the ``subgroup`` feature (``USE_SUBGROUPS``), else
   through workgroup memory; one x row that fits one chunk (decode) is loaded once and its RMSNorm
   summed with subgroupAdd there (``USE_FAST_STAGE``). More rows (prefill) run the f32 GEMM's
-  register-tiled core (lowering/matmul, matmul_tiled_gguf.wgsl) with W dequantised 4 k at a time in
+  register-tiled core (lowering/matmul, quant_gguf_gemm.wgsl) with W dequantised 4 k at a time in
   its weight fetch, K split by ``matmul.k_splits`` (``tiled_steps``); on an H100 SmolLM2's four
   weight shapes at 512 rows take 141 us, 1.3x quant_gguf_tiled, the kernel this replaced (its own
   small tiles and k-groups). CPU adapters keep the GEMV's rows variant longer.
@@ -38,7 +38,8 @@ from rlxpy.ir.ops.quant import ROPE_ROLES, gguf_row_bytes
 from rlxpy.wgpu_backend.host_step import host_steps
 from rlxpy.wgpu_backend.kernels.contract import ANY, accepts, workgroup_var_bytes
 from rlxpy.wgpu_backend.kernels.params import F32, U32, kernel, params
-from rlxpy.wgpu_backend.lowering import matmul
+from rlxpy.wgpu_backend.lowering.matmul import MATMUL_TILED, fitting_splits, k_splits, vec4_access
+from rlxpy.wgpu_backend.lowering.matmul import tiled_steps as gemm_steps
 from rlxpy.wgpu_backend.lowering.quant_gguf_wgsl import GPU_TYPES, SCALE_PER_UNIT, UNIT, decode_subs
 from rlxpy.wgpu_backend.schedule import MAX_GROUPS, LowerCtx, Step, lowers
 
@@ -71,10 +72,10 @@ ROWS_PER_INVOCATION_BLOCK = 8
 ROWS_X_MAX = 4
 QUANT_GGUF_ROWS = kernel("quant_gguf_rows", QUANT_GGUF_GEMV.params, dtypes=GEMV_DTYPES,
                          mutates=("k_cache", "v_cache"), workgroup=(ROWS_WG, 1, 1))
-MATMUL_TILED_GGUF = kernel(
-    "matmul_tiled_gguf", matmul.MATMUL_TILED.params, dtypes=accepts(DType.F32, out=DType.F32),
-    workgroup=(16, 16, 1), shared_bytes=matmul.MATMUL_TILED.shared_bytes,
-    sizes=dict(matmul.MATMUL_TILED.sizes), extent_axis=1,
+QUANT_GGUF_GEMM = kernel(
+    "quant_gguf_gemm", MATMUL_TILED.params, dtypes=accepts(DType.F32, out=DType.F32),
+    workgroup=(16, 16, 1), shared_bytes=MATMUL_TILED.shared_bytes,
+    sizes=dict(MATMUL_TILED.sizes), extent_axis=1,
     # as matmul_tiled: workgroup tiles indexed in range by construction; the weight's decode clamped
     checked=False)
 QUANT_GGUF_GATHER = kernel(
@@ -379,7 +380,7 @@ def rows_accumulate_source(x_rows: int, rows: int, swiglu: bool) -> str:
 
 
 def tiled_applies(m: int, k: int, cpu: bool = False) -> bool:
-    """Whether m rows take the tiled GEMM (matmul_tiled_gguf) rather than the GEMV. Its weight fetch
+    """Whether m rows take the tiled GEMM (quant_gguf_gemm) rather than the GEMV. Its weight fetch
     decodes 4 k at a time, so K is a multiple of 4 (every block type; a float weight may not be)."""
     return m >= TILED_MIN_ROWS and k % 4 == 0 and not (cpu and m <= GEMV_BLOCKED_MAX_ROWS)
 
@@ -390,21 +391,21 @@ def split_scratch(node: Node, graph) -> int:
     m = graph[node.inputs[0]].numel // op.k if op.k else 0
     if op.qtype not in GPU_TYPES or not tiled_applies(m, op.k):
         return 0
-    splits = matmul.k_splits(m, op.n, op.k, 1)
+    splits = k_splits(m, op.n, op.k, 1)
     return 0 if splits == 1 else 4 * splits * m * op.n
 
 
 def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int, n: int,
                 k: int) -> list[Step]:
     """matmul_tiled's GEMM (lowering/matmul: its tiles, K steps and block sums; K split by
-    ``k_splits``) on x and the GGML blocks, dequantised in the fetch (matmul_tiled_gguf.wgsl)."""
+    ``k_splits``) on x and the GGML blocks, dequantised in the fetch (quant_gguf_gemm.wgsl)."""
     _check_window(node, ctx)
     fields = dict(m=m, n=n, k=k, a=ctx.offset(x), w=0, y=ctx.offset(node), bias=0, has_bias=0, stride_a=0,
                   stride_w=0, stride_y=0, split1=n, split2=n, block_rows=m, k_len=k,
                   w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
-    vec4 = matmul.vec4_access(fields, False)
-    return matmul.tiled_steps(node, ctx, MATMUL_TILED_GGUF, fields, (False, True), vec4,
-                              chunks=matmul.fitting_splits(ctx, m, n, matmul.k_splits(m, n, k, 1)),
+    vec4 = vec4_access(fields, False)
+    return gemm_steps(node, ctx, QUANT_GGUF_GEMM, fields, (False, True), vec4,
+                              chunks=fitting_splits(ctx, m, n, k_splits(m, n, k, 1)),
                               subs=decode_subs(qtype))
 
 

@@ -1,4 +1,4 @@
-// matmul_tiled's body (kernels matmul_tiled and matmul_tiled_gguf; see matmul_tiled.wgsl): the including
+// matmul_tiled's body (kernels matmul_tiled and quant_gguf_gemm; see matmul_tiled.wgsl): the including
 // kernel first brings the arena access (load_a, load_w, load_bias, store_y: include/matmul_access_*)
 // and the transposed loads (load_a_t, load_w_t: include/matmul_transposed_*, or the GGUF weight's).
 #include "matmul_y_index.wgsl"
