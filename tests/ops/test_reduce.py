@@ -193,7 +193,8 @@ SELECT_SHAPES = [*ODD_SHAPES, (4, 1000), (2, 4097)]
 
 
 def select_inputs(shape: tuple[int, ...], seed: int) -> dict[str, np.ndarray]:
-    """Distinct random values, heavy ties (small integers), and rows with NaN / +-inf."""
+    """Distinct random values, heavy ties (small integers), rows with NaN / +-inf, and zeros of both
+    signs around the smallest subnormals (a GPU that flushes subnormals in compares ties them)."""
     ties = rand(shape, seed=seed, dtype=np.int32, low=0, high=3).astype(np.float32)
     special = rand(shape, seed=seed + 1)
     rows = special.reshape(-1, shape[-1])
@@ -203,7 +204,12 @@ def select_inputs(shape: tuple[int, ...], seed: int) -> dict[str, np.ndarray]:
         rows[1, :] = -np.inf
         rows[-1, 0] = np.inf
         rows[-1, -1] = np.nan
-    return {"random": rand(shape, seed=seed), "ties": ties, "special": special}
+    tiny = np.zeros(shape, np.float32)
+    flat = tiny.reshape(-1, shape[-1])
+    flat[:, ::2] = -0.0
+    flat[:, shape[-1] // 2] = 1e-45
+    flat[:, -1] = -1e-45 if shape[-1] > 2 else flat[:, -1]
+    return {"random": rand(shape, seed=seed), "ties": ties, "special": special, "subnormal": tiny}
 
 
 @pytest.mark.parametrize("shape", SELECT_SHAPES, ids=str)

@@ -109,10 +109,10 @@ fn reduce_tally(t: u32, mine: Tally) -> Tally {
     return Tally(workgroupUniformLoad(&out_u), workgroupUniformLoad(&out_c), workgroupUniformLoad(&out_f));
 }
 
-// order-preserving u32 key of a float (larger float -> larger key); -0 is folded onto +0
+// order-preserving u32 key of a float (larger float -> larger key); -0 is folded onto +0 (from the
+// bits: include/reduce_order.wgsl)
 fn key_of(value: f32) -> u32 {
-    let bits = bitcast<u32>(select(value, 0.0, value == 0.0));
-    return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
+    return order_key(value);
 }
 
 fn value_of(key: u32) -> f32 {

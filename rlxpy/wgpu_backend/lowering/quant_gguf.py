@@ -405,8 +405,7 @@ def tiled_steps(node: Node, ctx: LowerCtx, qtype: str, x: Node, w: Node, m: int,
                   w_bytes=ctx.offset(w) * 4, row_bytes=gguf_row_bytes(qtype, k))
     vec4 = vec4_access(fields, False)
     return gemm_steps(node, ctx, QUANT_GGUF_GEMM, fields, (False, True), vec4,
-                              chunks=fitting_splits(ctx, m, n, k_splits(m, n, k, 1)),
-                              subs=decode_subs(qtype))
+                      chunks=fitting_splits(ctx, m, n, k_splits(m, n, k, 1)), subs=decode_subs(qtype))
 
 
 @lowers(ops.DequantMatMulGguf, scratch=split_scratch)
